@@ -1,0 +1,60 @@
+"""Exceptions of pytest-modelparity.
+
+Kept in one small module with no heavy imports so every layer (formats, comparison,
+plugin) can raise and catch them without importing TensorFlow.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+class ParityError(AssertionError):
+    """Two results that should agree do not. ``.report`` holds the structured result."""
+
+    def __init__(self, message: str, report: Any = None) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+class ModelLoadError(Exception):
+    """A model file or directory cannot be loaded (or exported) in the given format.
+
+    The message always names the file, the format tried, what was wrong and, when known,
+    how to fix it; the original exception is chained as ``__cause__``.
+    """
+
+    def __init__(self, path: str | Path | None, format: str | None, problem: str,
+                 fix: str | None = None) -> None:
+        self.path = None if path is None else str(path)
+        self.format = format
+        self.problem = problem
+        self.fix = fix
+        where = f"{self.path!r}" if self.path is not None else "the model"
+        fmt = f" as format {format!r}" if format else ""
+        text = f"cannot load {where}{fmt}: {problem}"
+        if fix:
+            text += f"\n  fix: {fix}"
+        super().__init__(text)
+
+
+class RuntimeMissing(ImportError):
+    """An optional runtime (TensorFlow, LiteRT, onnxruntime, Node.js, tfjs) is not installed.
+
+    ``.install`` says how to get it; the plugin turns this into a skip (or a failure
+    under ``--modelparity-strict``).
+    """
+
+    def __init__(self, what: str, install: str) -> None:
+        self.what = what
+        self.install = install
+        super().__init__(f"{what} is not available; install it with: {install}")
+
+
+class DeviceUnavailable(RuntimeError):
+    """The requested device (e.g. ``gpu``) does not exist on this machine or for this format."""
+
+
+class BatchMismatchError(ValueError):
+    """A batch does not fit the model's inputs (names, rank, dtype kind or fixed dims)."""

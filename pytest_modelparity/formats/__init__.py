@@ -1,0 +1,124 @@
+"""Format registry: detect a path's format, load it on a device, export a Keras model to it.
+
+Each format lives in its own module ``formats/<name>.py`` exposing:
+
+    NAME: str                         # the format name, e.g. "tflite"
+    LOAD_REQUIRES: tuple[(module, install hint), ...]    # runtimes needed to load
+    EXPORT_REQUIRES: tuple[(module, install hint), ...]  # extra runtimes needed to export
+    def detect(path: Path) -> bool    # cheap look at the path, no heavy imports
+    def load(source, *, device: str, **options) -> LoadedModel
+    def export(model, path: Path, **options) -> Path    # absent for load-only formats
+
+Modules are imported only when used, so importing this package never imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import shutil
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from ..errors import ModelLoadError, RuntimeMissing
+from .base import LoadedModel, TensorSpec
+
+__all__ = ["ALL_FORMATS", "FORMATS", "LoadedModel", "TensorSpec", "available_formats", "detect_format",
+           "export_model", "format_module", "load_model", "missing_runtime"]
+
+# Order matters for detection: the first whose detect() accepts a path wins.
+ALL_FORMATS: tuple[str, ...] = ("keras", "h5", "saved_model", "checkpoint", "graphdef", "tflite", "tfjs", "onnx")
+
+TF_INSTALL = "pip install 'pytest-modelparity[tensorflow]' (or any TensorFlow >= 2.16 build)"
+_LOAD_RUNTIMES: dict[str, tuple[tuple[str, str], ...]] = {
+    "keras": (("tensorflow", TF_INSTALL),),
+    "h5": (("tensorflow", TF_INSTALL), ("h5py", "pip install h5py")),
+    "saved_model": (("tensorflow", TF_INSTALL),),
+    "checkpoint": (("tensorflow", TF_INSTALL),),
+    "graphdef": (("tensorflow", TF_INSTALL),),
+    "tflite": (("ai_edge_litert", "pip install 'pytest-modelparity[tflite]'"),),
+    "tfjs": (("node:", "Node.js >= 18 on PATH (e.g. apt-get install nodejs npm)"),),
+    "onnx": (("onnxruntime", "pip install 'pytest-modelparity[onnx]'"),),
+}
+
+
+def _has(requirement: str) -> bool:
+    if requirement.startswith("node:"):
+        return shutil.which("node") is not None and shutil.which("npm") is not None
+    try:
+        return importlib.util.find_spec(requirement) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def missing_runtime(name: str, *, export: bool = False) -> RuntimeMissing | None:
+    """The first runtime that ``name`` needs (to load, or also to export) and lacks, or None."""
+    reqs = list(_LOAD_RUNTIMES.get(name, ()))
+    if export:
+        reqs += list(getattr(format_module(name), "EXPORT_REQUIRES", ()))
+    for module, hint in reqs:
+        if not _has(module):
+            what = "Node.js and npm" if module.startswith("node:") else f"{module} (needed by format {name!r})"
+            return RuntimeMissing(what, hint)
+    return None
+
+
+def available_formats() -> tuple[str, ...]:
+    """Formats whose loading runtime is installed (checked without importing it)."""
+    return tuple(n for n in ALL_FORMATS if missing_runtime(n) is None)
+
+
+FORMATS: tuple[str, ...] = available_formats()
+
+
+def _check_name(name: str) -> str:
+    if name not in ALL_FORMATS:
+        raise ValueError(f"unknown format {name!r}; valid formats: {', '.join(ALL_FORMATS)}")
+    return name
+
+
+def format_module(name: str) -> ModuleType:
+    return importlib.import_module(f"{__name__}.{_check_name(name)}")
+
+
+def detect_format(path: str | Path) -> str:
+    """Name the format of ``path`` by looking at it (suffixes, marker files), or raise."""
+    p = Path(path)
+    if not p.exists() and not Path(str(p) + ".meta").exists() and not Path(str(p) + ".index").exists():
+        raise ModelLoadError(p, None, "no such file or directory", "check the path")
+    for name in ALL_FORMATS:
+        if format_module(name).detect(p):
+            return name
+    raise ModelLoadError(
+        p, None,
+        "the format could not be detected; looked for: a .keras file (keras), a .h5/.hdf5 file (h5), "
+        "a directory with saved_model.pb (saved_model), a .meta graph or checkpoint prefix with "
+        ".index (checkpoint), a .pb GraphDef (graphdef), a .tflite file (tflite), a model.json "
+        "(tfjs), a .onnx file (onnx)",
+        "pass format=... explicitly",
+    )
+
+
+def load_model(source: Any, format: str | None = None, *, device: str = "cpu", **options: Any) -> LoadedModel:
+    """Load ``source`` (a path, or an in-memory Keras model) as a ``LoadedModel`` on ``device``."""
+    if isinstance(source, LoadedModel):
+        return source
+    if format is None:
+        format = "keras" if not isinstance(source, (str, Path)) else detect_format(source)
+    _check_name(format)
+    missing = missing_runtime(format)
+    if missing is not None:
+        raise missing
+    return format_module(format).load(source, device=device, **options)
+
+
+def export_model(model: Any, format: str, path: str | Path, **options: Any) -> Path:
+    """Export a Keras model to ``format`` at ``path``; return the path written."""
+    module = format_module(format)
+    if not hasattr(module, "export"):
+        raise ValueError(f"format {format!r} can be loaded but not exported to")
+    missing = missing_runtime(format, export=True)
+    if missing is not None:
+        raise missing
+    return Path(module.export(model, Path(path), **options))

@@ -1,0 +1,165 @@
+"""What every format returns: a ``LoadedModel`` with named, typed inputs and outputs.
+
+CONTRACT (other modules rely on these names): ``TensorSpec``, ``LoadedModel`` with
+``.format``, ``.device``, ``.inputs``, ``.outputs``, ``.source``, ``.predict(batch)``,
+``__call__`` (= predict), ``prepare_batch``, ``close()`` and the optional diagnosis hooks
+``graph_defs()``, ``weights()``, ``intermediates(batch)``, ``op_types()``.
+
+A format module subclasses ``LoadedModel`` and implements ``_predict(feeds)`` where
+``feeds`` has already been checked and cast to the input specs by ``prepare_batch``.
+Nothing here imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..errors import BatchMismatchError
+
+Shape = tuple  # tuple[int | None, ...]
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """Name, shape (``None`` for an unknown dim, usually the batch) and numpy dtype."""
+
+    name: str
+    shape: tuple[int | None, ...]
+    dtype: np.dtype
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dtype", np.dtype(self.dtype))
+        object.__setattr__(self, "shape", tuple(None if d is None or (isinstance(d, int) and d < 0) else int(d)
+                                               for d in self.shape))
+
+    def describe(self) -> str:
+        dims = ", ".join("None" if d is None else str(d) for d in self.shape)
+        return f"{self.name}: ({dims}) {self.dtype.name}"
+
+
+_ACCEPTED_KINDS = {"f": "fiub", "c": "fiubc", "i": "iub", "u": "iub", "b": "b"}
+
+
+def describe_specs(specs: Sequence[TensorSpec]) -> str:
+    return "; ".join(s.describe() for s in specs) or "(none)"
+
+
+class LoadedModel(abc.ABC):
+    """A model in one format, loaded on one device, callable on numpy batches."""
+
+    format: str = "?"
+
+    def __init__(self, *, device: str, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec],
+                 source: str | Path | None = None) -> None:
+        self.device = device
+        self.inputs: tuple[TensorSpec, ...] = tuple(inputs)
+        self.outputs: tuple[TensorSpec, ...] = tuple(outputs)
+        self.source = None if source is None else str(source)
+
+    # -- prediction -------------------------------------------------------------------
+    def predict(self, batch: Any) -> dict[str, np.ndarray]:
+        """Run the model on ``batch`` (an array, a list in input order, or a dict by name)."""
+        feeds = self.prepare_batch(batch)
+        return self._predict(feeds)
+
+    __call__ = predict
+
+    @abc.abstractmethod
+    def _predict(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run on checked, cast inputs; return ``{output name: array}``."""
+
+    def prepare_batch(self, batch: Any) -> dict[str, np.ndarray]:
+        """Map ``batch`` onto the input specs, check it fits, cast to each input's dtype."""
+        names = [s.name for s in self.inputs]
+        if isinstance(batch, Mapping):
+            given = dict(batch)
+            missing = [n for n in names if n not in given]
+            extra = [k for k in given if k not in names]
+            if missing or extra:
+                # A single input under another name is unambiguous: accept it.
+                if len(names) == 1 and len(given) == 1:
+                    given = {names[0]: next(iter(given.values()))}
+                else:
+                    self._mismatch(f"input names do not match (missing {missing}, unexpected {extra})", batch)
+        elif isinstance(batch, (list, tuple)) and _is_list_of_arrays(batch):
+            if len(batch) != len(names):
+                self._mismatch(f"{len(batch)} arrays given for {len(names)} inputs", batch)
+            given = dict(zip(names, batch))
+        else:
+            if len(names) != 1:
+                self._mismatch(f"one array given but the model has {len(names)} inputs", batch)
+            given = {names[0]: batch}
+        feeds: dict[str, np.ndarray] = {}
+        for spec in self.inputs:
+            arr = np.asarray(given[spec.name])
+            if arr.ndim != len(spec.shape):
+                self._mismatch(f"input {spec.name!r} has rank {arr.ndim}, the model expects rank {len(spec.shape)}", batch)
+            for axis, (got, want) in enumerate(zip(arr.shape, spec.shape)):
+                if axis > 0 and want is not None and got != want:
+                    self._mismatch(f"input {spec.name!r} has size {got} on axis {axis}, the model expects {want}", batch)
+            if arr.dtype.kind not in _ACCEPTED_KINDS.get(spec.dtype.kind, spec.dtype.kind):
+                self._mismatch(f"input {spec.name!r} is {arr.dtype.name}, which cannot be cast safely to {spec.dtype.name}", batch)
+            feeds[spec.name] = np.ascontiguousarray(arr, dtype=spec.dtype)
+        return feeds
+
+    def _mismatch(self, problem: str, batch: Any) -> None:
+        raise BatchMismatchError(
+            f"{self.format} model{' ' + repr(self.source) if self.source else ''}: {problem}.\n"
+            f"  model inputs: {describe_specs(self.inputs)}\n"
+            f"  given: {_describe_batch(batch)}"
+        )
+
+    # -- optional hooks used by diagnosis (return None when the form cannot tell) -------
+    def graph_defs(self) -> list[Any] | None:
+        """GraphDef protos of the graph that runs (function library included), if any."""
+        return None
+
+    def op_types(self) -> list[tuple[str, str]] | None:
+        """``(node name, op type)`` of every op (for formats without a GraphDef, e.g. TFLite)."""
+        return None
+
+    def weights(self) -> dict[str, np.ndarray] | None:
+        """The model's weights by name (variables or constants), if the form exposes them."""
+        return None
+
+    def intermediates(self, batch: Any) -> list[tuple[str, str, np.ndarray]] | None:
+        """``(layer or tensor name, op type, value)`` in execution order, if the form can expose them."""
+        return None
+
+    # -- lifetime ---------------------------------------------------------------------
+    def close(self) -> None:
+        """Release processes, sessions or interpreters held by this model."""
+
+    def __enter__(self) -> "LoadedModel":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"<{type(self).__name__} format={self.format!r} device={self.device!r} "
+                f"inputs=[{describe_specs(self.inputs)}] outputs=[{describe_specs(self.outputs)}]>")
+
+
+def _is_list_of_arrays(batch: Sequence[Any]) -> bool:
+    """A list of arrays is one array per input; a nested list of numbers is one array."""
+    return len(batch) > 0 and all(hasattr(b, "shape") and hasattr(b, "dtype") for b in batch)
+
+
+def _describe_batch(batch: Any) -> str:
+    def one(a: Any) -> str:
+        arr = np.asarray(a)
+        return f"{tuple(arr.shape)} {arr.dtype.name}"
+    try:
+        if isinstance(batch, Mapping):
+            return "; ".join(f"{k}: {one(v)}" for k, v in batch.items())
+        if isinstance(batch, (list, tuple)):
+            return "[" + ", ".join(one(v) for v in batch) + "]"
+        return one(batch)
+    except Exception:  # noqa: BLE001 - describing must not fail
+        return type(batch).__name__

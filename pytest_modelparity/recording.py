@@ -1,0 +1,37 @@
+"""A tiny publish/subscribe point so the plugin can collect every comparison report.
+
+The assertions call :func:`emit` with each report they produce (pass or fail); the pytest
+plugin subscribes while a test runs to build its summary table and JSON/HTML reports. This
+keeps ``assertions.py`` free of any pytest knowledge.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+Listener = Callable[[str, Any], None]
+_listeners: list[Listener] = []
+
+
+def subscribe(listener: Listener) -> None:
+    _listeners.append(listener)
+
+
+def unsubscribe(listener: Listener) -> None:
+    try:
+        _listeners.remove(listener)
+    except ValueError:
+        pass
+
+
+def emit(kind: str, report: Any) -> None:
+    """Hand ``report`` (a ComparisonReport) from check ``kind`` to every listener.
+
+    ``kind`` is the name of the assertion: ``outputs_close``, ``deterministic`` or
+    ``batch_invariant``. A listener's exception is not allowed to mask the check.
+    """
+    for listener in list(_listeners):
+        try:
+            listener(kind, report)
+        except Exception:  # noqa: BLE001 - reporting must never break a test
+            pass

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Set up .venv with the plugin, every optional runtime and the test tools.
+# Idempotent: a second run only checks what is there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e '.[test]'
+# tensorflowjs' own pins pull TensorFlow 2.19 and an old protobuf, which break TF 2.21:
+# install the converter without its dependencies (see README "TensorFlow.js").
+.venv/bin/python -m pip install -q --no-deps 'tensorflowjs==4.22.0' 'tensorflow_hub==0.16.1'
+.venv/bin/python -m pip check || true
