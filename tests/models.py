@@ -1,0 +1,59 @@
+"""Tiny models built in code for the tests (no hub downloads, seconds to build).
+
+Import TensorFlow lazily: call these from tests or fixtures only.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def tiny_cnn(seed: int = 0, *, input_shape=(8, 8, 3), classes: int = 4, name: str = "tiny_cnn"):
+    """conv -> batchnorm -> relu -> dropout -> dense -> softmax, weights from ``seed``."""
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    inputs = keras.Input(shape=input_shape, name="image")
+    x = keras.layers.Conv2D(4, 3, padding="same", name="conv")(inputs)
+    x = keras.layers.BatchNormalization(name="bn")(x)
+    x = keras.layers.ReLU(name="relu")(x)
+    x = keras.layers.Dropout(0.5, name="dropout")(x)
+    x = keras.layers.Flatten(name="flatten")(x)
+    x = keras.layers.Dense(classes, name="logits")(x)
+    outputs = keras.layers.Softmax(name="probs")(x)
+    model = keras.Model(inputs, outputs, name=name)
+    # Non-trivial batchnorm statistics so a form that ignores them shows it.
+    bn = model.get_layer("bn")
+    rng = np.random.default_rng(seed)
+    gamma, beta, mean, var = bn.get_weights()
+    bn.set_weights([gamma * rng.uniform(0.5, 1.5, gamma.shape).astype("float32"),
+                    rng.normal(0, 0.1, beta.shape).astype("float32"),
+                    rng.normal(0, 0.1, mean.shape).astype("float32"),
+                    rng.uniform(0.5, 2.0, var.shape).astype("float32")])
+    return model
+
+
+def mlp(seed: int = 0, *, inputs: int = 16, hidden: int = 32, outputs: int = 5, name: str = "mlp"):
+    """Dense -> relu -> Dense: a small model for fast checks."""
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    x_in = keras.Input(shape=(inputs,), name="x")
+    h = keras.layers.Dense(hidden, activation="relu", name="hidden")(x_in)
+    out = keras.layers.Dense(outputs, name="out")(h)
+    return keras.Model(x_in, out, name=name)
+
+
+def dense_784(seed: int = 0):
+    """The Dense 784->1024->10 model of DESIGN.md's tolerance measurements."""
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    x_in = keras.Input(shape=(784,), name="pixels")
+    h = keras.layers.Dense(1024, activation="relu", name="fc1")(x_in)
+    out = keras.layers.Dense(10, name="fc2")(h)
+    return keras.Model(x_in, out, name="dense_784")
+
+
+def images(batch: int, shape=(8, 8, 3), seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).uniform(0, 1, (batch, *shape)).astype("float32")
