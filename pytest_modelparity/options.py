@@ -1,0 +1,167 @@
+"""Command-line options and ini keys of the plugin, parsed once into ``ParityOptions``.
+
+Why a module of its own: option parsing must stay free of TensorFlow (``pytest --help`` and
+every pytest start run it), and the fixtures, the zero-code suite and the report writers all
+read the same parsed, validated values instead of re-reading ``config.getoption``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .devices import parse_device
+from .formats import ALL_FORMATS, available_formats
+
+GROUP = "modelparity"
+DEVICE_CHOICES = ("cpu", "gpu", "all")
+
+# (option suffix, ini type, help). Each option --modelparity-X has the ini key modelparity_X.
+_OPTIONS: tuple[tuple[str, str, str], ...] = (
+    ("device", "string",
+     "device(s) to run models on: cpu, gpu, gpu:N, all (every device TensorFlow sees), or a "
+     "comma-separated list (default: cpu)"),
+    ("formats", "string",
+     f"comma-separated export formats to test (default: every installed one); valid: {', '.join(ALL_FORMATS)}"),
+    ("report", "string", "write every comparison as JSON to this path (schema: docs/report-schema.md)"),
+    ("html", "string", "write a self-contained HTML report (table + error histograms) to this path"),
+    ("cache-dir", "string", "where exported models are cached (default: <rootdir>/.modelparity-cache)"),
+    ("no-cache", "bool", "export every model afresh into a temporary directory"),
+    ("strict", "bool", "a missing runtime (LiteRT, onnxruntime, Node.js...) or device fails instead of skipping"),
+    ("model", "string",
+     "zero-code mode: run the built-in parity suite on SOURCE = a model path, module:factory, or 'demo'"),
+)
+# ini-only keys: the "ini" tolerance layer (below a marker, above the built-in table).
+_INI_ONLY: tuple[tuple[str, str], ...] = (
+    ("modelparity_rtol", "relative tolerance for every parity check of the suite (plain per-element rule)"),
+    ("modelparity_atol", "absolute tolerance for every parity check of the suite (plain per-element rule)"),
+)
+
+
+@dataclass(frozen=True)
+class ParityOptions:
+    """The plugin's settings after command line > ini > default, validated."""
+
+    devices: tuple[str, ...] = ("cpu",)   # may contain "all", expanded lazily (imports TF)
+    formats: tuple[str, ...] = field(default_factory=available_formats)
+    formats_explicit: bool = False
+    report: Path | None = None
+    html: Path | None = None
+    cache_dir: Path = Path(".modelparity-cache")
+    cache: bool = True
+    strict: bool = False
+    model: str | None = None
+    rtol: float | None = None
+    atol: float | None = None
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup(GROUP, "model parity (pytest-modelparity)")
+    for name, kind, text in _OPTIONS:
+        dest = "modelparity_" + name.replace("-", "_")
+        if kind == "bool":
+            group.addoption(f"--modelparity-{name}", action="store_true", default=None, dest=dest, help=text)
+        else:
+            group.addoption(f"--modelparity-{name}", action="store", default=None, dest=dest,
+                            metavar=name.upper().replace("-", "_"), help=text)
+        parser.addini(dest, text, type=kind, default=False if kind == "bool" else None)
+    for key, text in _INI_ONLY:
+        parser.addini(key, text, type="string", default=None)
+
+
+def _value(config: pytest.Config, dest: str) -> Any:
+    """Command line first, then the ini file (pytest.ini, tox.ini, pyproject.toml)."""
+    value = config.getoption(dest, default=None)
+    if value is None:
+        value = config.getini(dest)
+    return value
+
+
+def _split(text: str) -> list[str]:
+    return [p.strip() for p in str(text).replace(" ", ",").split(",") if p.strip()]
+
+
+def parse_devices(text: str | None) -> tuple[str, ...]:
+    """``"cpu"``, ``"gpu"``, ``"gpu:1"``, ``"all"`` or a comma list, normalised and checked."""
+    if not text:
+        return ("cpu",)
+    names: list[str] = []
+    for part in _split(text):
+        if part.lower() == "all":
+            names.append("all")
+            continue
+        try:
+            names.append(str(parse_device(part)))
+        except ValueError:
+            raise pytest.UsageError(
+                f"--modelparity-device: unknown device {part!r}; valid: {', '.join(DEVICE_CHOICES)} "
+                "(or gpu:N, or a comma-separated list such as cpu,gpu)") from None
+    return tuple(dict.fromkeys(names))
+
+
+def parse_formats(text: str | None) -> tuple[tuple[str, ...], bool]:
+    """The selected formats and whether the user chose them (else: every installed format)."""
+    if not text:
+        return available_formats(), False
+    names = _split(text)
+    unknown = [n for n in names if n not in ALL_FORMATS]
+    if unknown:
+        raise pytest.UsageError(
+            f"--modelparity-formats: unknown format(s) {', '.join(map(repr, unknown))}; "
+            f"valid formats: {', '.join(ALL_FORMATS)}")
+    return tuple(dict.fromkeys(names)), True
+
+
+def _float(config: pytest.Config, key: str) -> float | None:
+    raw = config.getini(key)
+    if raw in (None, ""):
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise pytest.UsageError(f"ini option {key} = {raw!r} is not a number (e.g. {key} = 1e-5)") from None
+    if value < 0:
+        raise pytest.UsageError(f"ini option {key} = {raw!r} must be >= 0")
+    return value
+
+
+def _path(config: pytest.Config, value: Any) -> Path | None:
+    if not value:
+        return None
+    p = Path(str(value)).expanduser()
+    return p if p.is_absolute() else Path(config.invocation_params.dir) / p
+
+
+def parse_options(config: pytest.Config) -> ParityOptions:
+    """Read and validate every option; raise ``pytest.UsageError`` naming the valid values."""
+    formats, explicit = parse_formats(_value(config, "modelparity_formats"))
+    cache_dir = _path(config, _value(config, "modelparity_cache_dir")) or Path(config.rootpath) / ".modelparity-cache"
+    model = _value(config, "modelparity_model")
+    return ParityOptions(
+        devices=parse_devices(_value(config, "modelparity_device")),
+        formats=formats,
+        formats_explicit=explicit,
+        report=_path(config, _value(config, "modelparity_report")),
+        html=_path(config, _value(config, "modelparity_html")),
+        cache_dir=cache_dir,
+        cache=not bool(_value(config, "modelparity_no_cache")),
+        strict=bool(_value(config, "modelparity_strict")),
+        model=str(model) if model else None,
+        rtol=_float(config, "modelparity_rtol"),
+        atol=_float(config, "modelparity_atol"),
+    )
+
+
+def expand_devices(devices: tuple[str, ...]) -> tuple[str, ...]:
+    """Replace ``all`` by every device TensorFlow sees (imports TensorFlow, so only when asked)."""
+    if "all" not in devices:
+        return devices
+    from .devices import available_devices
+
+    out: list[str] = []
+    for d in devices:
+        out.extend(available_devices() if d == "all" else (d,))
+    return tuple(dict.fromkeys(out))

@@ -1,0 +1,194 @@
+"""Hypothesis strategies that draw batches fitting a model's inputs.
+
+``batches(model)`` draws a ``Batch`` (a dict ``{input name: array}``) whose batch size and
+unknown dims are Hypothesis-drawn integers, so a failure shrinks to the smallest batch that
+still fails and Hypothesis prints it.
+
+Why values come from a seeded generator by default instead of element by element: parity
+bugs (a swapped channel order, a 255/256 scale, a double softmax) only show on dense, varied
+inputs, and an image batch has thousands of elements; element-wise drawing is slow and fills
+most elements with one value. The seed is drawn (and shrinks to 0), so every example is
+reproducible. Pass a Hypothesis strategy in ``elements`` to draw values element by element.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
+
+from .formats.base import TensorSpec
+
+__all__ = ["Batch", "batches", "specs_of", "seeded_batch", "PROFILE", "register_profile"]
+
+PROFILE = "modelparity"
+DEFAULT_FLOAT_RANGE = (-1.0, 1.0)
+DEFAULT_INT_RANGE = (0, 10)
+UNKNOWN_DIM_RANGE = (1, 8)
+
+
+def register_profile() -> None:
+    """Register the ``modelparity`` settings profile (loaded only when the user asks).
+
+    No deadline: the first call of a model traces or warms up and can take seconds. Fewer
+    examples: each one runs a model, often twice. ``too_slow``/``data_too_large`` are
+    suppressed because model inputs are large by nature.
+    """
+    settings.register_profile(
+        PROFILE,
+        deadline=None,
+        max_examples=25,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        print_blob=True,
+    )
+
+
+class Batch(dict):
+    """A drawn batch: ``{input name: array}`` with a short, reproducible repr."""
+
+    @property
+    def size(self) -> int:
+        first = next(iter(self.values()), None)
+        return 0 if first is None or np.ndim(first) == 0 else int(np.shape(first)[0])
+
+    def __repr__(self) -> str:
+        with np.printoptions(threshold=64, edgeitems=2, precision=4):
+            body = ", ".join(f"{name}={np.array_repr(np.asarray(arr))}" for name, arr in self.items())
+        return f"Batch(size={self.size}, {body})"
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:  # Hypothesis' and IPython's printer
+        p.text(repr(self))
+
+
+def specs_of(model_or_specs: Any) -> list[TensorSpec]:
+    """Input specs of a ``LoadedModel``, a Keras model, or a list of ``TensorSpec``."""
+    inputs = getattr(model_or_specs, "inputs", model_or_specs)
+    if isinstance(inputs, TensorSpec):
+        inputs = [inputs]
+    if isinstance(inputs, Mapping):
+        inputs = list(inputs.values())
+    if not isinstance(inputs, Sequence) or not inputs:
+        raise InvalidArgument(
+            f"batches() needs a LoadedModel, a Keras model or a list of TensorSpec, got "
+            f"{type(model_or_specs).__name__}; pass e.g. parity_reference or parity_reference.inputs")
+    specs: list[TensorSpec] = []
+    for i, spec in enumerate(inputs):
+        if isinstance(spec, TensorSpec):
+            specs.append(spec)
+            continue
+        shape = getattr(spec, "shape", None)
+        dtype = getattr(spec, "dtype", None)
+        if shape is None or dtype is None:
+            raise InvalidArgument(
+                f"input {i} of {type(model_or_specs).__name__} has no shape/dtype; pass a list of "
+                "pytest_modelparity.TensorSpec(name, shape, dtype) instead")
+        name = str(getattr(spec, "name", None) or f"input_{i}").split(":")[0]
+        dtype = getattr(dtype, "as_numpy_dtype", dtype)  # tf.DType -> numpy
+        specs.append(TensorSpec(name, tuple(None if d is None else int(d) for d in shape), np.dtype(dtype)))
+    return specs
+
+
+def _check_range(name: str, value: Any) -> tuple[float, float]:
+    if (not isinstance(value, (tuple, list)) or len(value) != 2
+            or not all(isinstance(v, (int, float, np.integer, np.floating)) for v in value)
+            or not value[0] <= value[1]):
+        raise InvalidArgument(
+            f"elements for input {name!r} must be a Hypothesis strategy or a (low, high) pair with "
+            f"low <= high, got {value!r}; e.g. elements={{{name!r}: (0, 255)}}")
+    return value[0], value[1]
+
+
+def _element_rule(spec: TensorSpec, elements: Any) -> Any:
+    """What fills ``spec``: a strategy, a (low, high) range, or None for the dtype's default."""
+    rule = elements.get(spec.name) if isinstance(elements, Mapping) else elements
+    if rule is None or isinstance(rule, st.SearchStrategy):
+        return rule
+    return _check_range(spec.name, rule)
+
+
+def _fill(rng: np.random.Generator, spec: TensorSpec, shape: tuple[int, ...], rule: Any) -> np.ndarray:
+    kind = spec.dtype.kind
+    if kind == "b":
+        return rng.integers(0, 2, shape).astype(bool)
+    if kind in "iu":
+        lo, hi = rule if rule is not None else DEFAULT_INT_RANGE
+        return rng.integers(int(lo), int(hi), shape, endpoint=True).astype(spec.dtype)
+    lo, hi = rule if rule is not None else DEFAULT_FLOAT_RANGE
+    return rng.uniform(lo, hi, shape).astype(spec.dtype)
+
+
+def _check_batch_size(batch_size: Any) -> st.SearchStrategy:
+    if isinstance(batch_size, (int, np.integer)) and not isinstance(batch_size, bool):
+        if batch_size < 1:
+            raise InvalidArgument(f"batch_size must be >= 1, got {batch_size}")
+        return st.just(int(batch_size))
+    if isinstance(batch_size, st.SearchStrategy):
+        return batch_size
+    raise InvalidArgument(
+        f"batch_size must be an int or a strategy of ints, got {batch_size!r}; e.g. st.integers(1, 16)")
+
+
+@st.composite
+def _batches(draw: Any, specs: list[TensorSpec], batch_size: st.SearchStrategy, elements: Any) -> Batch:
+    size = draw(batch_size)
+    if not isinstance(size, (int, np.integer)) or size < 1:
+        raise InvalidArgument(f"batch_size strategy drew {size!r}; it must draw ints >= 1")
+    rules = {s.name: _element_rule(s, elements) for s in specs}
+    seed = None
+    batch = Batch()
+    for spec in specs:
+        dims = [int(size)]
+        for d in spec.shape[1:]:
+            dims.append(d if d is not None else draw(st.integers(*UNKNOWN_DIM_RANGE)))
+        shape = tuple(dims)
+        rule = rules[spec.name]
+        if isinstance(rule, st.SearchStrategy):
+            from hypothesis.extra import numpy as hnp
+
+            batch[spec.name] = draw(hnp.arrays(spec.dtype, shape, elements=rule))
+            continue
+        if seed is None:
+            seed = draw(st.integers(0, 2**32 - 1))
+        batch[spec.name] = _fill(np.random.default_rng([seed, len(batch)]), spec, shape, rule)
+    return batch
+
+
+def batches(model_or_specs: Any, *, batch_size: Any = None, elements: Any = None) -> st.SearchStrategy:
+    """Draw ``Batch`` dicts fitting ``model_or_specs`` (a LoadedModel, Keras model or specs).
+
+    ``batch_size``: an int or a strategy (default ``st.integers(1, 16)``), shrinking to small.
+    ``elements``: None (floats in [-1, 1], ints in [0, 10], bools), a ``(low, high)`` pair or a
+    strategy for every input, or a dict ``{input name: pair or strategy}`` (e.g. token ids
+    ``{"ids": (0, 30521)}``, pixels ``{"image": (0, 255)}``).
+    """
+    specs = specs_of(model_or_specs)
+    if elements is not None and not isinstance(elements, (Mapping, st.SearchStrategy, tuple, list)):
+        raise InvalidArgument(
+            f"elements must be None, a (low, high) pair, a strategy or a dict by input name, got {elements!r}")
+    if isinstance(elements, Mapping):
+        unknown = set(elements) - {s.name for s in specs}
+        if unknown:
+            raise InvalidArgument(
+                f"elements names unknown input(s) {sorted(unknown)}; the inputs are {[s.name for s in specs]}")
+    for spec in specs:
+        _element_rule(spec, elements)  # check ranges up front
+    size = _check_batch_size(st.integers(1, 16) if batch_size is None else batch_size)
+    return _batches(specs, size, elements)
+
+
+def seeded_batch(model_or_specs: Any, *, batch_size: int = 4, seed: int = 0, elements: Any = None) -> Batch:
+    """One reproducible batch (no Hypothesis): what the ``parity_batch`` fixture returns."""
+    specs = specs_of(model_or_specs)
+    batch = Batch()
+    rng_dims = np.random.default_rng(seed)
+    for i, spec in enumerate(specs):
+        shape = (batch_size,) + tuple(d if d is not None else int(rng_dims.integers(*UNKNOWN_DIM_RANGE, endpoint=True))
+                                      for d in spec.shape[1:])
+        rule = _element_rule(spec, elements)
+        if isinstance(rule, st.SearchStrategy):
+            raise InvalidArgument("seeded_batch takes (low, high) ranges, not strategies")
+        batch[spec.name] = _fill(np.random.default_rng([seed, i]), spec, shape, rule)
+    return batch
