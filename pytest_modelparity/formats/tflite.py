@@ -1,0 +1,468 @@
+"""TFLite: load a ``.tflite`` file with the LiteRT interpreter; export a Keras model to one.
+
+Loading needs only ``ai_edge_litert`` (it imports in a few hundredths of a second, without
+TensorFlow); exporting needs TensorFlow's converter. ``tf.lite.Interpreter`` is deprecated
+and is never used.
+
+Why an LRU of interpreters: a LiteRT interpreter has one input shape at a time and
+``resize_tensor_input`` + ``allocate_tensors`` replans memory. A test suite that alternates
+batch sizes would pay that on every call; one interpreter per recent input shape pays it
+once per shape (``TFLiteModel.resize_count`` counts it).
+
+The variant of a file (``format_variant``: ``tflite:float32``, ``tflite:float16``,
+``tflite:dynamic_range``, ``tflite:int8``) is read from the tensor dtypes of the file itself,
+so it works for any user's file and needs no sidecar.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import tempfile
+import warnings
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+from ..errors import DeviceUnavailable, ModelLoadError
+from .base import LoadedModel, TensorSpec
+
+NAME = "tflite"
+TF_INSTALL = "pip install 'pytest-modelparity[tensorflow]' (or any TensorFlow >= 2.16 build)"
+LOAD_REQUIRES = (("ai_edge_litert", "pip install 'pytest-modelparity[tflite]'"),)
+EXPORT_REQUIRES = (("tensorflow", TF_INSTALL),)
+
+QUANTIZATIONS = ("float32", "float16", "dynamic_range", "int8")
+REPRESENTATIVE_SAMPLES = 100
+_MAGIC = b"TFL3"  # FlatBuffer file identifier, bytes 4..8 of every .tflite file
+
+
+# -- detection -------------------------------------------------------------------------
+def detect(path: Path) -> bool:
+    """A ``.tflite`` file (the suffix is the only cheap, reliable sign)."""
+    return path.suffix.lower() == ".tflite" and not path.is_dir()
+
+
+# -- loading ---------------------------------------------------------------------------
+def check_cpu_device(device: str, format: str = NAME) -> str:
+    """TFLite (and any CPU-only runtime) accepts ``cpu``/``cpu:N``; a GPU request says why not."""
+    kind = str(device).lower().split(":", 1)[0].strip()
+    if kind == "cpu":
+        return "cpu"
+    if kind in ("gpu", "cuda"):
+        raise DeviceUnavailable(
+            f"format {format!r} runs on CPU only here: the LiteRT Python interpreter has no "
+            f"desktop GPU delegate, so device={device!r} cannot be honoured. Use device='cpu' for "
+            f"{format}, and compare GPU results through saved_model or onnx.")
+    raise DeviceUnavailable(f"unknown device {device!r} for format {format!r}; use 'cpu'")
+
+
+def read_model_bytes(source: Any, format: str, suffix: str, magic_check) -> tuple[Path, bytes]:
+    """Read a user's model file read-only, with errors that name the file, format and fix."""
+    path = Path(source)
+    if not path.exists():
+        raise ModelLoadError(path, format, "no such file", "check the path (and the working directory)")
+    if path.is_dir():
+        raise ModelLoadError(path, format, f"this is a directory, not a {suffix} file",
+                             f"pass the {suffix} file inside it, or the format that matches the directory")
+    try:
+        with open(path, "rb") as fh:
+            content = fh.read()
+    except OSError as exc:
+        raise ModelLoadError(path, format, f"cannot be read: {exc.strerror or exc}",
+                             "check the file's permissions") from exc
+    if not content:
+        raise ModelLoadError(path, format, "the file is empty (0 bytes)",
+                             f"re-export the model; an interrupted copy or export leaves empty {suffix} files")
+    magic_check(path, content)
+    return path, content
+
+
+def _check_magic(path: Path, content: bytes) -> None:
+    if len(content) < 8 or content[4:8] != _MAGIC:
+        got = content[4:8] if len(content) >= 8 else content[:8]
+        raise ModelLoadError(
+            path, NAME,
+            f"not a TFLite FlatBuffer: the file identifier 'TFL3' is missing at byte 4 (found {got!r}, "
+            f"file size {len(content)} bytes)",
+            "pass a file written by TFLiteConverter (or export_model(model, 'tflite', path)); "
+            "if it is another format, pass format=... or give it its own suffix")
+
+
+def load(source: Any, *, device: str = "cpu", preserve_all_tensors: bool = False,
+         num_threads: int | None = None, max_interpreters: int = 8, signature: str | None = None,
+         **options: Any) -> "TFLiteModel":
+    """Load ``source`` (a ``.tflite`` path) on the CPU.
+
+    ``preserve_all_tensors=True`` keeps every intermediate tensor readable (LiteRT's
+    ``experimental_preserve_all_tensors``); ``max_interpreters`` bounds the per-shape cache;
+    ``signature`` picks a named signature (default: ``serving_default`` or the only one).
+    """
+    if options:
+        raise TypeError(f"unknown option(s) for format 'tflite': {', '.join(sorted(options))}; "
+                        "known: preserve_all_tensors, num_threads, max_interpreters, signature")
+    device = check_cpu_device(device)
+    path, content = read_model_bytes(source, NAME, ".tflite", _check_magic)
+    return TFLiteModel(content, path=path, device=device, preserve_all_tensors=preserve_all_tensors,
+                       num_threads=num_threads, max_interpreters=max_interpreters, signature=signature)
+
+
+def _new_interpreter(content: bytes, *, preserve_all_tensors: bool = False, num_threads: int | None = None,
+                     no_delegates: bool = False):
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    kwargs: dict[str, Any] = {"model_content": content, "num_threads": num_threads}
+    if preserve_all_tensors:
+        kwargs["experimental_preserve_all_tensors"] = True
+    if no_delegates:
+        # XNNPACK would fuse ops into DELEGATE nodes whose intermediates are never written.
+        kwargs["experimental_op_resolver_type"] = OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+    with warnings.catch_warnings():
+        # Asking for preserved tensors is deliberate here; LiteRT warns about memory.
+        warnings.filterwarnings("ignore", message=".*experimental_preserve_all_tensors.*")
+        return Interpreter(**kwargs)
+
+
+def _dtype(detail: dict) -> np.dtype:
+    return np.dtype(detail["dtype"])
+
+
+def _shape(detail: dict) -> tuple[int | None, ...]:
+    sig = detail.get("shape_signature")
+    dims = sig if sig is not None and len(sig) == len(detail["shape"]) else detail["shape"]
+    return tuple(None if int(d) < 0 else int(d) for d in dims)
+
+
+def _clean_tensor_name(name: str) -> str:
+    name = name.split(":", 1)[0]
+    return name[len("serving_default_"):] if name.startswith("serving_default_") else name
+
+
+class TFLiteModel(LoadedModel):
+    """A ``.tflite`` model on a LiteRT interpreter (one interpreter per recent input shape)."""
+
+    format = NAME
+
+    def __init__(self, content: bytes, *, path: Path | None, device: str = "cpu",
+                 preserve_all_tensors: bool = False, num_threads: int | None = None,
+                 max_interpreters: int = 8, signature: str | None = None) -> None:
+        self._content = content
+        self._preserve = preserve_all_tensors
+        self._threads = num_threads
+        self._max = max(1, int(max_interpreters))
+        self.resize_count = 0
+        try:
+            native = _new_interpreter(content, preserve_all_tensors=preserve_all_tensors, num_threads=num_threads)
+            native.allocate_tensors()
+        except (ValueError, RuntimeError) as exc:
+            raise ModelLoadError(
+                path, NAME, f"LiteRT cannot read the model: {_first_line(exc)} (file size {len(content)} bytes)",
+                "the file is corrupt or truncated: re-export it (export_model(model, 'tflite', path)) "
+                "or copy it again") from exc
+        self.native = native
+        in_details = native.get_input_details()
+        out_details = native.get_output_details()
+        in_names, out_names = self._signature_names(native, signature, in_details, out_details, path)
+        self._in_index = {n: int(d["index"]) for n, d in zip(in_names, in_details)}
+        self._out_index = {n: int(d["index"]) for n, d in zip(out_names, out_details)}
+        inputs = [TensorSpec(n, _shape(d), _dtype(d)) for n, d in zip(in_names, in_details)]
+        outputs = [TensorSpec(n, _shape(d), _dtype(d)) for n, d in zip(out_names, out_details)]
+        super().__init__(device=device, inputs=inputs, outputs=outputs, source=path)
+        self.format_variant = f"{NAME}:{_variant(native)}"
+        self._pool: OrderedDict[tuple, Any] = OrderedDict()
+        self._pool[self._shape_key_of(native)] = native
+        self._debug = None
+
+    # -- names ----------------------------------------------------------------------
+    @staticmethod
+    def _signature_names(native, signature, in_details, out_details, path) -> tuple[list[str], list[str]]:
+        """Name tensors by the file's signature (as TF's SavedModel does); else by tensor name."""
+        try:
+            sigs = native._get_full_signature_list() or {}
+        except Exception:  # noqa: BLE001 - older runtimes; fall back to tensor names
+            sigs = {}
+        if signature is not None and signature not in sigs:
+            raise ModelLoadError(path, NAME, f"no signature {signature!r}; the file has {sorted(sigs) or 'none'}",
+                                 "pass one of those as signature=..., or leave it out")
+        key = signature or ("serving_default" if "serving_default" in sigs else
+                            (next(iter(sigs)) if len(sigs) == 1 else None))
+        in_names = [_clean_tensor_name(d["name"]) for d in in_details]
+        out_names = [_clean_tensor_name(d["name"]) for d in out_details]
+        if key is not None:
+            by_in = {int(i): n for n, i in sigs[key].get("inputs", {}).items()}
+            by_out = {int(i): n for n, i in sigs[key].get("outputs", {}).items()}
+            # Only trust a signature that describes the main subgraph's own tensors.
+            if set(by_in) == {int(d["index"]) for d in in_details} and \
+               set(by_out) == {int(d["index"]) for d in out_details}:
+                in_names = [by_in[int(d["index"])] for d in in_details]
+                out_names = [by_out[int(d["index"])] for d in out_details]
+        return _unique(in_names), _unique(out_names)
+
+    # -- prediction -------------------------------------------------------------------
+    def _shape_key_of(self, interp) -> tuple:
+        return tuple(tuple(int(d) for d in det["shape"]) for det in interp.get_input_details())
+
+    def interpreter_for(self, shapes: tuple) -> Any:
+        """The interpreter planned for these input shapes (created and resized once per shape)."""
+        interp = self._pool.get(shapes)
+        if interp is not None:
+            self._pool.move_to_end(shapes)
+            return interp
+        interp = _new_interpreter(self._content, preserve_all_tensors=self._preserve, num_threads=self._threads)
+        for det, shape in zip(interp.get_input_details(), shapes):
+            interp.resize_tensor_input(det["index"], list(shape), strict=False)
+        interp.allocate_tensors()
+        self.resize_count += 1
+        self._pool[shapes] = interp
+        while len(self._pool) > self._max:
+            self._pool.popitem(last=False)
+        return interp
+
+    def _predict(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        shapes = tuple(tuple(feeds[s.name].shape) for s in self.inputs)
+        interp = self.interpreter_for(shapes)
+        for spec in self.inputs:
+            interp.set_tensor(self._in_index[spec.name], feeds[spec.name])
+        interp.invoke()
+        return {s.name: np.array(interp.get_tensor(self._out_index[s.name])) for s in self.outputs}
+
+    # -- diagnosis hooks ----------------------------------------------------------------
+    def _ops(self, interp=None) -> list[dict]:
+        interp = interp or self.native
+        return [op for op in interp._get_ops_details() if op.get("op_name") != "DELEGATE"]
+
+    def op_types(self) -> list[tuple[str, str]]:
+        """``(name of the op's first output tensor, op type)`` in execution order."""
+        names = {int(d["index"]): d["name"] for d in self.native.get_tensor_details()}
+        result = []
+        for op in self._ops():
+            outs = [int(i) for i in op["outputs"] if int(i) >= 0]
+            label = names.get(outs[0], f"op_{op['index']}") if outs else f"op_{op['index']}"
+            result.append((label, op["op_name"]))
+        return result
+
+    def intermediates(self, batch: Any) -> list[tuple[str, str, np.ndarray]]:
+        """Every op's outputs for ``batch``, in execution order (on an undelegated interpreter)."""
+        feeds = self.prepare_batch(batch)
+        shapes = tuple(tuple(feeds[s.name].shape) for s in self.inputs)
+        if self._debug is None or self._debug[0] != shapes:
+            interp = _new_interpreter(self._content, preserve_all_tensors=True, num_threads=self._threads,
+                                      no_delegates=True)
+            for det, shape in zip(interp.get_input_details(), shapes):
+                interp.resize_tensor_input(det["index"], list(shape), strict=False)
+            interp.allocate_tensors()
+            self._debug = (shapes, interp)
+        interp = self._debug[1]
+        for spec in self.inputs:
+            interp.set_tensor(self._in_index[spec.name], feeds[spec.name])
+        interp.invoke()
+        names = {int(d["index"]): d["name"] for d in interp.get_tensor_details()}
+        result = []
+        for op in self._ops(interp):
+            for idx in (int(i) for i in op["outputs"]):
+                if idx >= 0:
+                    result.append((names.get(idx, f"tensor_{idx}"), op["op_name"], np.array(interp.get_tensor(idx))))
+        return result
+
+    def weights(self) -> dict[str, np.ndarray]:
+        """Constant tensors (weights, biases, quantisation-free or not) by tensor name."""
+        interp = self.native
+        produced = {int(i) for op in interp._get_ops_details() for i in op["outputs"]}
+        fed = {int(d["index"]) for d in interp.get_input_details()}
+        result: dict[str, np.ndarray] = {}
+        for det in interp.get_tensor_details():
+            idx = int(det["index"])
+            if idx in produced or idx in fed or np.dtype(det["dtype"]).kind not in "fiu":
+                continue
+            try:
+                value = np.array(interp.get_tensor(idx))
+            except ValueError:  # tensors without data (scratch buffers)
+                continue
+            is_float = np.dtype(det["dtype"]).kind == "f"
+            is_quantized = det["quantization"][0] != 0.0
+            if value.size > 1 and (is_float or is_quantized):
+                result[det["name"]] = value
+        return result
+
+    def close(self) -> None:
+        self._pool.clear()
+        self._debug = None
+
+
+def _variant(interp) -> str:
+    """Read the quantisation scheme from the file: int8 activations, int8 or float16 weights."""
+    produced = {int(i) for op in interp._get_ops_details() for i in op["outputs"]}
+    kinds_act, kinds_const = set(), set()
+    for det in interp.get_tensor_details():
+        name = np.dtype(det["dtype"]).name
+        (kinds_act if int(det["index"]) in produced else kinds_const).add(name)
+    for d in interp.get_input_details():
+        kinds_act.add(np.dtype(d["dtype"]).name)
+    quantized = {"int8", "uint8", "int16"}
+    if kinds_act & quantized:
+        return "int8"
+    if kinds_const & quantized:
+        return "dynamic_range"
+    if "float16" in kinds_const:
+        return "float16"
+    return "float32"
+
+
+def _unique(names: list[str]) -> list[str]:
+    seen: dict[str, int] = {}
+    out = []
+    for n in names:
+        if n in seen:
+            seen[n] += 1
+            n = f"{n}_{seen[n]}"
+        else:
+            seen[n] = 0
+        out.append(n)
+    return out
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+# -- export ----------------------------------------------------------------------------
+def keras_signature(model: Any, format: str) -> tuple[list[Any], list[str]]:
+    """``tf.TensorSpec`` per Keras input (batch dim ``None``) and the output names.
+
+    Shared by the TFLite and ONNX exporters so both name inputs and outputs after the Keras
+    model (``image`` -> ``probs``), whatever the converter would have called them.
+    """
+    import tensorflow as tf
+
+    inputs = getattr(model, "inputs", None)
+    if not inputs:
+        raise ModelLoadError(None, format, f"cannot export {type(model).__name__}: it has no known inputs",
+                             "export a functional or Sequential Keras model built on keras.Input(...), "
+                             "or call the model once on a batch before exporting")
+    specs = []
+    for i, t in enumerate(inputs):
+        shape = (None, *[None if d is None else int(d) for d in tuple(t.shape)[1:]])
+        name = str(getattr(t, "name", None) or f"input_{i}").split(":", 1)[0]
+        specs.append(tf.TensorSpec(shape, tf.as_dtype(getattr(t, "dtype", "float32")), name=name))
+    out_names = list(getattr(model, "output_names", None) or [])
+    n_out = len(getattr(model, "outputs", None) or []) or len(out_names) or 1
+    if len(out_names) != n_out:
+        out_names = [f"output_{i}" for i in range(n_out)]
+    return specs, _unique(out_names)
+
+
+def _serving_function(model: Any):
+    """A concrete function with a ``None`` batch dim returning ``{output name: tensor}``."""
+    import tensorflow as tf
+
+    specs, out_names = keras_signature(model, NAME)
+
+    def serve(*args):
+        result = model(list(args) if len(args) > 1 else args[0], training=False)
+        if isinstance(result, dict):
+            return {str(k): v for k, v in result.items()}
+        result = list(result) if isinstance(result, (list, tuple)) else [result]
+        return dict(zip(out_names, result))
+
+    fn = tf.function(serve, input_signature=specs, autograph=False)
+    return fn.get_concrete_function(), specs
+
+
+def _variable_holder(model: Any):
+    """A ``tf.Module`` that tracks the model's ``tf.Variable``s so the converter freezes them.
+
+    Keras 3 wraps each ``tf.Variable`` in a ``keras.Variable`` the converter does not see
+    through: without this, the weights stay as uninitialised resource variables and the
+    .tflite file outputs NaN.
+    """
+    import tensorflow as tf
+
+    holder = tf.Module()
+    holder.model = model
+    holder.variables_ = [v.value if isinstance(getattr(v, "value", None), tf.Variable) else v
+                         for v in getattr(model, "variables", [])]
+    return holder
+
+
+def _representative(specs: list[Any], data: Iterable[Any] | None, samples: int):
+    """Calibration samples, one row at a time, as lists in input order."""
+    names = [s.name for s in specs]
+
+    def rows(batch: Any):
+        if isinstance(batch, dict):
+            arrays = [np.asarray(batch[n]) for n in names]
+        elif isinstance(batch, (list, tuple)) and len(names) > 1:
+            arrays = [np.asarray(b) for b in batch]
+        else:
+            arrays = [np.asarray(batch)]
+        for i in range(arrays[0].shape[0]):
+            yield [a[i:i + 1].astype(s.dtype.as_numpy_dtype) for a, s in zip(arrays, specs)]
+
+    def generated():
+        rng = np.random.default_rng(0)
+        for _ in range(samples):
+            yield [rng.uniform(0.0, 1.0, (1, *[d or 1 for d in s.shape[1:]])).astype(s.dtype.as_numpy_dtype)
+                   for s in specs]
+
+    def dataset():
+        if data is None:
+            yield from generated()
+        else:
+            for batch in data:
+                yield from rows(batch)
+
+    return dataset
+
+
+def export(model: Any, path: Path, *, quantization: str | None = None,
+           representative_data: Iterable[Any] | None = None,
+           representative_samples: int = REPRESENTATIVE_SAMPLES) -> Path:
+    """Convert a Keras model to ``path`` (a ``.tflite`` file); float32 unless ``quantization``.
+
+    ``quantization``: ``"float16"`` (float16 weights), ``"dynamic_range"`` (int8 weights,
+    float activations) or ``"int8"`` (int8 weights and activations, float32 inputs/outputs).
+    ``int8`` calibrates on ``representative_data`` (an iterable of batches: arrays, lists or
+    dicts by input name); without it, ``representative_samples`` uniform [0, 1) samples are
+    generated from the input specs, which fits inputs scaled to [0, 1] only.
+    """
+    import tensorflow as tf
+
+    variant = quantization or "float32"
+    if variant not in QUANTIZATIONS:
+        raise ValueError(f"unknown tflite quantization {quantization!r}; use one of {', '.join(QUANTIZATIONS)}")
+    path = Path(path)
+    if path.is_dir():
+        path = path / "model.tflite"
+    concrete, specs = _serving_function(model)
+    # The converter prints "Saved artifact at ..." and an endpoint listing on stdout.
+    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete], _variable_holder(model))
+        if variant != "float32":
+            converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        if variant == "float16":
+            converter.target_spec.supported_types = [tf.float16]
+        elif variant == "int8":
+            converter.representative_dataset = _representative(specs, representative_data, representative_samples)
+            converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        try:
+            content = converter.convert()
+        except Exception as exc:  # noqa: BLE001 - converter errors are many and untyped
+            raise ModelLoadError(path, NAME, f"the TFLite converter failed ({variant}): {_first_line(exc)}",
+                                 "check that every op has a TFLite kernel; for int8, that the "
+                                 "representative data matches the model's inputs") from exc
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(content)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return path
