@@ -1,0 +1,196 @@
+"""ONNX: load a ``.onnx`` file with onnxruntime (CPU, or CUDA when asked and present);
+export a Keras model with tf2onnx (opset 17, ``None`` batch dim, Keras input/output names).
+
+Loading needs only ``onnxruntime``; the ``onnx`` package, when installed, adds the
+diagnosis hooks ``weights()`` (initializers) and ``op_types()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import DeviceUnavailable, ModelLoadError
+from .base import LoadedModel, TensorSpec
+from .tflite import TF_INSTALL, _first_line, keras_signature, read_model_bytes
+
+NAME = "onnx"
+ONNX_INSTALL = "pip install 'pytest-modelparity[onnx]'"
+LOAD_REQUIRES = (("onnxruntime", ONNX_INSTALL),)
+EXPORT_REQUIRES = (("tensorflow", TF_INSTALL), ("tf2onnx", ONNX_INSTALL))
+DEFAULT_OPSET = 17
+
+_ORT_TYPES = {
+    "tensor(float)": "float32", "tensor(double)": "float64", "tensor(float16)": "float16",
+    "tensor(bfloat16)": "float32", "tensor(int8)": "int8", "tensor(uint8)": "uint8",
+    "tensor(int16)": "int16", "tensor(uint16)": "uint16", "tensor(int32)": "int32",
+    "tensor(uint32)": "uint32", "tensor(int64)": "int64", "tensor(uint64)": "uint64",
+    "tensor(bool)": "bool", "tensor(string)": "object",
+}
+
+
+def detect(path: Path) -> bool:
+    """A ``.onnx`` file."""
+    return path.suffix.lower() == ".onnx" and not path.is_dir()
+
+
+# -- devices ---------------------------------------------------------------------------
+def providers_for(device: str) -> tuple[str, list[Any]]:
+    """Normalised device name and the onnxruntime providers that honour it.
+
+    ``cpu`` -> CPUExecutionProvider; ``gpu``/``gpu:N``/``cuda:N`` -> CUDAExecutionProvider on
+    device N (CPU kept as fallback for ops CUDA lacks). No CUDA provider -> DeviceUnavailable.
+    """
+    import onnxruntime as ort
+
+    text = str(device).lower().strip()
+    kind, _, index = text.partition(":")
+    if kind == "cpu":
+        return "cpu", ["CPUExecutionProvider"]
+    if kind not in ("gpu", "cuda"):
+        raise DeviceUnavailable(f"unknown device {device!r} for format 'onnx'; use 'cpu', 'gpu' or 'gpu:N'")
+    if index and not index.isdigit():
+        raise DeviceUnavailable(f"bad device {device!r}: the GPU index must be a number, e.g. 'gpu:1'")
+    available = ort.get_available_providers()
+    if "CUDAExecutionProvider" not in available:
+        raise DeviceUnavailable(
+            f"device={device!r} asked for, but this onnxruntime has no CUDA provider "
+            f"(available: {', '.join(available)}). Install onnxruntime-gpu (not beside onnxruntime) "
+            f"with a matching CUDA/cuDNN and an NVIDIA driver, or use device='cpu'.")
+    gpu = int(index or 0)
+    return f"gpu:{gpu}", [("CUDAExecutionProvider", {"device_id": gpu}), "CPUExecutionProvider"]
+
+
+# -- loading ---------------------------------------------------------------------------
+def _check_magic(path: Path, content: bytes) -> None:
+    # An ONNX ModelProto is a protobuf; its first field is normally ir_version (tag 0x08).
+    # Text, HTML or a TFLite file are caught here; anything else is left to onnxruntime.
+    if content[4:8] == b"TFL3":
+        raise ModelLoadError(path, NAME, "this is a TFLite FlatBuffer, not an ONNX model",
+                             "load it with format='tflite' (or give it a .tflite suffix)")
+    if content[:1] in (b"{", b"<", b"#") or content[:4] == b"PK\x03\x04":
+        raise ModelLoadError(path, NAME, f"not an ONNX protobuf (starts with {content[:16]!r})",
+                             "pass a file written by tf2onnx / torch.onnx / export_model(model, 'onnx', path)")
+
+
+def load(source: Any, *, device: str = "cpu", session_options: Any = None, **options: Any) -> "ONNXModel":
+    """Load ``source`` (a ``.onnx`` path) in an onnxruntime ``InferenceSession`` on ``device``."""
+    if options:
+        raise TypeError(f"unknown option(s) for format 'onnx': {', '.join(sorted(options))}; "
+                        "known: session_options")
+    import onnxruntime as ort
+
+    device, providers = providers_for(device)
+    path, content = read_model_bytes(source, NAME, ".onnx", _check_magic)
+    try:
+        session = ort.InferenceSession(content, sess_options=session_options, providers=providers)
+    except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own untyped errors
+        raise ModelLoadError(
+            path, NAME, f"onnxruntime cannot load the model: {_first_line(exc)} (file size {len(content)} bytes)",
+            "the file is corrupt, truncated or uses an opset/operator this onnxruntime lacks: re-export it "
+            "(export_model(model, 'onnx', path)) or upgrade onnxruntime") from exc
+    if device.startswith("gpu") and session.get_providers()[0] != "CUDAExecutionProvider":
+        # onnxruntime falls back to CPU silently when the CUDA libraries fail to load.
+        raise DeviceUnavailable(
+            f"onnxruntime could not start its CUDA provider for {str(path)!r} (session runs on "
+            f"{session.get_providers()}); check CUDA/cuDNN versions against onnxruntime-gpu's, or use device='cpu'")
+    return ONNXModel(session, content, path=path, device=device)
+
+
+def _spec(arg: Any) -> TensorSpec:
+    shape = tuple(d if isinstance(d, int) and d >= 0 else None for d in (arg.shape or ()))
+    return TensorSpec(arg.name, shape, np.dtype(_ORT_TYPES.get(arg.type, "float32")))
+
+
+class ONNXModel(LoadedModel):
+    """An ONNX model in an onnxruntime session; ``native`` is the ``InferenceSession``."""
+
+    format = NAME
+
+    def __init__(self, session: Any, content: bytes, *, path: Path | None, device: str) -> None:
+        self.native = session
+        self._content = content
+        self._proto = None
+        super().__init__(device=device, inputs=[_spec(a) for a in session.get_inputs()],
+                         outputs=[_spec(a) for a in session.get_outputs()], source=path)
+        self.format_variant = f"{NAME}:opset{self.opset}" if self.opset else NAME
+
+    @property
+    def providers(self) -> list[str]:
+        return list(self.native.get_providers())
+
+    @property
+    def opset(self) -> int | None:
+        """The default-domain opset (None without the ``onnx`` package)."""
+        proto = self.proto()
+        if proto is None:
+            return None
+        return next((int(o.version) for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
+
+    def _predict(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        names = [s.name for s in self.outputs]
+        values = self.native.run(names, feeds)
+        return dict(zip(names, values))
+
+    # -- diagnosis hooks (need the ``onnx`` package) -----------------------------------
+    def proto(self) -> Any:
+        """The parsed ``onnx.ModelProto``, or None when the ``onnx`` package is missing."""
+        if self._proto is None:
+            try:
+                import onnx
+            except ImportError:
+                return None
+            self._proto = onnx.load_model_from_string(self._content)
+        return self._proto
+
+    def op_types(self) -> list[tuple[str, str]] | None:
+        proto = self.proto()
+        if proto is None:
+            return None
+        return [(node.name or (node.output[0] if node.output else f"node_{i}"), node.op_type)
+                for i, node in enumerate(proto.graph.node)]
+
+    def weights(self) -> dict[str, np.ndarray] | None:
+        proto = self.proto()
+        if proto is None:
+            return None
+        from onnx import numpy_helper
+
+        return {init.name: numpy_helper.to_array(init) for init in proto.graph.initializer}
+
+    def close(self) -> None:
+        self._proto = None
+
+
+# -- export ----------------------------------------------------------------------------
+def export(model: Any, path: Path, *, opset: int = DEFAULT_OPSET) -> Path:
+    """Convert a Keras model to ``path`` (a ``.onnx`` file) with tf2onnx."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "model.onnx"
+    specs, _ = keras_signature(model, NAME)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        import tf2onnx
+
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                tf2onnx.convert.from_keras(model, input_signature=specs, opset=opset, output_path=tmp)
+            except Exception as exc:  # noqa: BLE001 - converter errors are many and untyped
+                raise ModelLoadError(path, NAME, f"tf2onnx failed (opset {opset}): {_first_line(exc)}",
+                                     "check that every op has an ONNX mapping at this opset; try opset=...") from exc
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+    return path
