@@ -1,0 +1,404 @@
+"""TensorFlow.js graph models: export a Keras model to one, load one and run it in Node.js.
+
+Why Node.js and not a Python re-implementation: seed 003 is a SavedModel and its TFJS
+conversion disagreeing; only tfjs's own kernels (pure-JS CPU backend, or the wasm backend)
+show what the browser will compute. ``load`` starts one ``node runner.js`` process per model
+(``pytest_modelparity.tfjs_process``) and keeps it for every predict.
+
+Export goes Keras -> ``model.export()`` SavedModel (temporary) -> the ``tensorflowjs``
+converter's ``convert_tf_saved_model``. ``tensorflowjs`` must be installed with ``--no-deps``
+(its pins pull TF 2.19 and break TF 2.21) and imports tensorflow_decision_forests, jax and
+tf_keras at module level without needing them for this path: :func:`import_converter` puts
+empty stand-ins in ``sys.modules`` for the import only and removes them afterwards.
+
+Keras 3 *layers* models (``format: layers-model``) do not load in tfjs-layers 4.22; this
+format loads graph models only and says so.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import sys
+import tempfile
+import types
+import warnings
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import DeviceUnavailable, ModelLoadError, RuntimeMissing
+from .base import LoadedModel, TensorSpec
+
+NAME = "tfjs"
+TF_INSTALL = "pip install 'pytest-modelparity[tensorflow]' (or any TensorFlow >= 2.16 build)"
+TFJS_CONVERTER_INSTALL = ("pip install --no-deps tensorflowjs==4.22.0 tensorflow_hub==0.16.1 && "
+                          "pip install 'pytest-modelparity[tfjs]'  (plain `pip install tensorflowjs` "
+                          "downgrades TensorFlow and protobuf)")
+NODE_HINT = "Node.js >= 18 and npm on PATH (e.g. `apt-get install nodejs npm`, or https://nodejs.org)"
+LOAD_REQUIRES = (("node:", NODE_HINT),)
+EXPORT_REQUIRES = (("tensorflow", TF_INSTALL), ("tensorflowjs", TFJS_CONVERTER_INSTALL))
+
+BACKENDS = ("cpu", "wasm")
+
+# model.json dtypes -> what tfjs computes in (it has no 64-bit or half types).
+_DTYPES = {
+    "DT_FLOAT": "float32", "DT_HALF": "float32", "DT_DOUBLE": "float32", "DT_BFLOAT16": "float32",
+    "DT_INT32": "int32", "DT_INT64": "int32", "DT_INT16": "int32", "DT_INT8": "int32",
+    "DT_UINT8": "int32", "DT_UINT16": "int32", "DT_BOOL": "bool",
+}
+# bytes per element of a weight as stored in the shards (quantization dtype wins).
+_WEIGHT_ITEMSIZE = {"float32": 4, "int32": 4, "bool": 1, "uint8": 1, "uint16": 2, "float16": 2,
+                    "int8": 1, "int16": 2, "complex64": 8}
+
+
+# -- detection -------------------------------------------------------------------------
+def detect(path: Path) -> bool:
+    """A ``model.json`` file, a directory holding one, or a ``.json`` file with a ``modelTopology``."""
+    if path.is_dir():
+        return (path / "model.json").is_file()
+    if path.name == "model.json":
+        return True
+    if path.suffix.lower() == ".json" and path.is_file():
+        try:
+            with open(path, "rb") as fh:
+                head = fh.read(65536)
+        except OSError:
+            return False
+        return b'"modelTopology"' in head or b'"weightsManifest"' in head
+    return False
+
+
+# -- reading model.json safely ----------------------------------------------------------
+def model_json_path(source: Any) -> Path:
+    path = Path(source)
+    if path.is_dir():
+        path = path / "model.json"
+    if not path.is_file():
+        raise ModelLoadError(path, NAME, "no such file (a tfjs graph model is a model.json beside its "
+                             "group*-shard*.bin weight files)", "check the path, or export with "
+                             "export_model(model, 'tfjs', directory)")
+    return path
+
+
+def read_model_json(path: Path) -> dict[str, Any]:
+    """Parse and check ``model.json``: a graph model whose weight files are complete and inside its directory."""
+    try:
+        spec = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelLoadError(path, NAME, f"model.json cannot be read as JSON ({type(exc).__name__}: {exc})",
+                             "re-export or re-copy the model") from exc
+    if not isinstance(spec, dict) or "modelTopology" not in spec:
+        raise ModelLoadError(path, NAME, "this JSON has no 'modelTopology': not a TensorFlow.js model",
+                             "pass the model.json written by the tensorflowjs converter")
+    topology = spec["modelTopology"]
+    if spec.get("format") == "layers-model" or (isinstance(topology, dict) and "node" not in topology):
+        raise ModelLoadError(path, NAME, "this is a tfjs *layers* model; only graph models are supported "
+                             "(tfjs-layers 4.22 cannot load Keras 3 layer models)",
+                             "convert a SavedModel to a graph model: export_model(model, 'tfjs', dir) or "
+                             "tensorflowjs_converter --input_format=tf_saved_model")
+    check_weight_files(path, spec.get("weightsManifest") or [])
+    return spec
+
+
+def _weight_nbytes(entry: dict[str, Any]) -> int | None:
+    """Bytes one weight takes in the shards, or None when it cannot be known (strings)."""
+    dtype = (entry.get("quantization") or {}).get("dtype") or entry.get("dtype", "float32")
+    if dtype not in _WEIGHT_ITEMSIZE:
+        return None
+    return math.prod(int(d) for d in entry.get("shape", [])) * _WEIGHT_ITEMSIZE[dtype]
+
+
+def check_weight_files(path: Path, manifest: list[dict[str, Any]]) -> list[tuple[list[Path], list[dict[str, Any]]]]:
+    """Refuse weight paths outside the model's directory, missing shards and truncated ones.
+
+    A weight path is data from the model file: ``../secret`` or ``/etc/passwd`` must never be
+    read. The shards of each group must hold exactly the bytes the manifest's weights need.
+    """
+    root = path.parent.resolve()
+    groups = []
+    for index, group in enumerate(manifest):
+        files = []
+        for rel in group.get("paths", []):
+            target = (root / rel).resolve()
+            if os.path.isabs(rel) or not target.is_relative_to(root):
+                raise ModelLoadError(path, NAME, f"weightsManifest path {rel!r} points outside the model's "
+                                     f"directory {str(root)!r}; refusing to read it",
+                                     "weight shards must sit beside model.json (re-export the model)")
+            if not target.is_file():
+                raise ModelLoadError(target, NAME, f"weight file {rel!r} named by {path.name} is missing",
+                                     "copy every group*-shard*.bin file beside model.json")
+            files.append(target)
+        weights = group.get("weights", [])
+        sizes = [_weight_nbytes(w) for w in weights]
+        if files and None not in sizes:
+            need = sum(sizes)  # type: ignore[arg-type]
+            have = sum(f.stat().st_size for f in files)
+            if have != need:
+                short = "truncated" if have < need else "longer than expected"
+                raise ModelLoadError(
+                    files[-1], NAME,
+                    f"weight file(s) {', '.join(f.name for f in files)} hold {have} bytes but {path.name}'s "
+                    f"weightsManifest group {index} needs {need} bytes for {len(weights)} weights: the "
+                    f"weights are {short}",
+                    "re-copy the weight files (an interrupted download or copy truncates them) or re-export")
+        groups.append((files, weights))
+    return groups
+
+
+def _tfjs_dtype(tf_dtype: str | None) -> str:
+    return _DTYPES.get(tf_dtype or "DT_FLOAT", "float32")
+
+
+def _signature_specs(entries: dict[str, Any]) -> list[TensorSpec]:
+    specs = []
+    for key, value in entries.items():
+        dims = (value.get("tensorShape") or {}).get("dim", [])
+        shape = tuple(None if int(d.get("size", -1)) < 0 else int(d["size"]) for d in dims)
+        specs.append(TensorSpec(key, shape, _tfjs_dtype(value.get("dtype"))))
+    return specs
+
+
+def _meta_specs(entries: list[dict[str, Any]]) -> list[TensorSpec]:
+    specs = []
+    for e in entries:
+        shape = e.get("shape")
+        specs.append(TensorSpec(e["name"], tuple(shape) if shape is not None else (None,), e.get("dtype") or "float32"))
+    return specs
+
+
+# -- the loaded model ------------------------------------------------------------------
+class TFJSModel(LoadedModel):
+    """A tfjs graph model served by its own Node.js process.
+
+    ``last_compute_ms`` is tfjs's own time for the last predict, measured inside Node
+    (tensor creation, execute, read back); ``process`` is the :class:`NodeProcess`.
+    """
+
+    format = NAME
+
+    def __init__(self, path: Path, spec: dict[str, Any], process: Any, *, backend: str, device: str) -> None:
+        self.backend = backend
+        self.process = process
+        self._spec = spec
+        signature = spec.get("signature") or {}
+        meta = process.meta
+        inputs = _signature_specs(signature["inputs"]) if signature.get("inputs") else _meta_specs(meta["inputs"])
+        outputs = _signature_specs(signature["outputs"]) if signature.get("outputs") else _meta_specs(meta["outputs"])
+        # The runner addresses inputs/outputs by the names tfjs gives them (signature keys).
+        by_name = {s.name for s in inputs}
+        if by_name != {e["name"] for e in meta["inputs"]}:
+            inputs = _meta_specs(meta["inputs"])
+        if [s.name for s in outputs] != [e["name"] for e in meta["outputs"]]:
+            known = {s.name: s for s in outputs}
+            outputs = [known.get(e["name"]) or _meta_specs([e])[0] for e in meta["outputs"]]
+        super().__init__(device=device, inputs=inputs, outputs=outputs, source=path)
+
+    @property
+    def last_compute_ms(self) -> float | None:
+        return self.process.last_compute_ms
+
+    @property
+    def tfjs_version(self) -> str:
+        return self.process.meta.get("tfjs_version", "?")
+
+    def _predict(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        result = self.process.predict(feeds)
+        return {s.name: result[s.name] for s in self.outputs}
+
+    def op_types(self) -> list[tuple[str, str]]:
+        """``(node name, op)`` of the graph and of its function library, from model.json."""
+        topology = self._spec.get("modelTopology") or {}
+        ops = [(n.get("name", "?"), n.get("op", "?")) for n in topology.get("node", [])]
+        for fn in (topology.get("library") or {}).get("function", []) or []:
+            fname = (fn.get("signature") or {}).get("name", "function")
+            ops.extend((f"{fname}/{n.get('name', '?')}", n.get("op", "?")) for n in fn.get("nodeDef", []))
+        return ops
+
+    def weights(self) -> dict[str, np.ndarray] | None:
+        """The weights decoded from the shards (dequantized), by manifest name."""
+        out: dict[str, np.ndarray] = {}
+        assert self.source is not None
+        for files, entries in check_weight_files(Path(self.source), self._spec.get("weightsManifest") or []):
+            data = b"".join(f.read_bytes() for f in files)
+            offset = 0
+            for entry in entries:
+                nbytes = _weight_nbytes(entry)
+                if nbytes is None:
+                    return None  # string weights: offsets after them are unknowable here
+                shape = tuple(int(d) for d in entry.get("shape", []))
+                quant = entry.get("quantization") or {}
+                raw = data[offset:offset + nbytes]
+                offset += nbytes
+                qdtype = quant.get("dtype")
+                if qdtype in ("uint8", "uint16"):
+                    q = np.frombuffer(raw, dtype=np.dtype(qdtype).newbyteorder("<")).astype(np.float32)
+                    value = q * np.float32(quant.get("scale", 1.0)) + np.float32(quant.get("min", 0.0))
+                elif qdtype == "float16":
+                    value = np.frombuffer(raw, dtype="<f2").astype(np.float32)
+                else:
+                    dtype = {"float32": "<f4", "int32": "<i4", "bool": "u1"}.get(entry.get("dtype", "float32"))
+                    if dtype is None:
+                        return None
+                    value = np.frombuffer(raw, dtype=dtype).copy()
+                out[entry["name"]] = value.reshape(shape)
+        return out
+
+    def close(self) -> None:
+        self.process.close()
+
+
+def _check_device(device: str) -> str:
+    kind = str(device).lower().split(":", 1)[0].strip()
+    if kind == "cpu":
+        return "cpu"
+    raise DeviceUnavailable(
+        f"format 'tfjs' runs in Node.js on the CPU (backend 'cpu' or 'wasm'); device={device!r} cannot be "
+        f"honoured (tfjs-node-gpu is not used). Use device='cpu' and backend='wasm' for the fast path.")
+
+
+def load(source: Any, *, device: str = "cpu", backend: str = "cpu", **options: Any) -> TFJSModel:
+    """Load a graph model (``model.json`` or its directory) into a new Node.js process.
+
+    ``backend``: ``"cpu"`` (pure-JS kernels of @tensorflow/tfjs) or ``"wasm"``
+    (@tensorflow/tfjs-backend-wasm). npm packages are installed on first use (see
+    ``pytest_modelparity.tfjs_runner``).
+    """
+    if options:
+        raise TypeError(f"unexpected option(s) for format 'tfjs': {', '.join(sorted(options))}; "
+                        f"it takes backend='cpu'|'wasm'")
+    device = _check_device(device)
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown tfjs backend {backend!r}; use one of {', '.join(BACKENDS)}")
+    from .. import tfjs_runner
+    from ..tfjs_process import NodeProcess, NodeProcessDied, RunnerError
+
+    path = model_json_path(source)
+    spec = read_model_json(path)
+    node = tfjs_runner.node_executable()
+    node_modules = tfjs_runner.ensure_node_modules()
+    description = f"tfjs model {str(path)!r} ({backend} backend)"
+    try:
+        process = NodeProcess(path, backend=backend, node=node, runner_js=tfjs_runner.RUNNER_JS,
+                              node_modules=node_modules, description=description)
+    except RunnerError as exc:
+        if "cannot load @tensorflow/tfjs" in str(exc):
+            raise RuntimeMissing(f"@tensorflow/tfjs in {node_modules} ({exc})",
+                                 f"remove that directory and run `{tfjs_runner.INSTALL_COMMAND}`") from exc
+        raise ModelLoadError(path, NAME, f"tfjs could not load it: {exc}",
+                             "check the model converts and runs with this tfjs version "
+                             "(unsupported ops are named above)") from exc
+    except NodeProcessDied as exc:
+        raise ModelLoadError(path, NAME, str(exc)) from exc
+    return TFJSModel(path, spec, process, backend=backend, device=device)
+
+
+# -- export ----------------------------------------------------------------------------
+@contextmanager
+def quiet():
+    """Silence the Python warnings Keras/TF and the converter emit while exporting."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+_STANDINS = ("tensorflow_decision_forests", "jax", "jax.experimental", "jax.experimental.jax2tf", "tf_keras")
+
+
+def import_converter() -> types.ModuleType:
+    """Import ``tensorflowjs.converters.tf_saved_model_conversion_v2`` without tfdf, jax or tf_keras.
+
+    Those imports sit at module level in tensorflowjs but are unused by the SavedModel ->
+    graph model path. Empty stand-ins are put in ``sys.modules`` only for the duration of the
+    import and removed afterwards (a fake ``jax`` left importable breaks Keras 3, which does
+    ``try: import jax``). TensorFlow and Keras are imported first, for real, for that reason.
+    ``tensorflow_hub``, imported meanwhile against a stand-in ``tf_keras``, is dropped from
+    ``sys.modules`` too so a later ``import tensorflow_hub`` gets the real thing.
+    """
+    name = "tensorflowjs.converters.tf_saved_model_conversion_v2"
+    if name in sys.modules:
+        return sys.modules[name]
+    if importlib.util.find_spec("tensorflowjs") is None:
+        raise RuntimeMissing("the tensorflowjs converter (needed to export to format 'tfjs')", TFJS_CONVERTER_INSTALL)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:
+        import keras  # noqa: F401 - must be real and complete before any stand-in exists
+        import tensorflow  # noqa: F401
+    except ImportError as exc:
+        raise RuntimeMissing("tensorflow (needed to export to format 'tfjs')", TF_INSTALL) from exc
+
+    added: list[str] = []
+    for mod in _STANDINS:
+        top = mod.split(".")[0]
+        if mod in sys.modules or (top not in added and importlib.util.find_spec(top) is not None):
+            continue
+        stand_in = types.ModuleType(mod, "pytest-modelparity stand-in used while importing tensorflowjs")
+        if mod == "tf_keras":
+            stand_in.layers = types.SimpleNamespace(Layer=type("Layer", (), {}))  # tensorflow_hub subclasses it
+        sys.modules[mod] = stand_in
+        added.append(mod)
+        if "." in mod:
+            parent, _, child = mod.rpartition(".")
+            setattr(sys.modules[parent], child, stand_in)
+    before = set(sys.modules)
+    try:
+        import tensorflowjs.converters.tf_saved_model_conversion_v2 as converter
+    except ImportError as exc:
+        raise RuntimeMissing(f"a working tensorflowjs converter ({type(exc).__name__}: {exc})",
+                             TFJS_CONVERTER_INSTALL) from exc
+    finally:
+        for mod in added:
+            sys.modules.pop(mod, None)
+        if "tf_keras" in added:
+            for mod in set(sys.modules) - before:
+                if mod == "tensorflow_hub" or mod.startswith("tensorflow_hub."):
+                    sys.modules.pop(mod, None)
+    return converter
+
+
+def export(model: Any, path: Path, *, quantization: str | None = None, **converter_options: Any) -> Path:
+    """Write a tfjs graph model of ``model`` into directory ``path``; return its ``model.json``.
+
+    ``model``: a Keras model (exported to a temporary SavedModel with ``model.export``) or the
+    path of a SavedModel directory. ``quantization``: None, ``"float16"``, ``"uint8"`` or
+    ``"uint16"`` weight quantization. Other keyword arguments go to ``convert_tf_saved_model``.
+    """
+    path = Path(path)
+    out_dir = path.parent if path.suffix.lower() == ".json" else path
+    if quantization is not None:
+        if quantization not in ("float16", "uint8", "uint16"):
+            raise ValueError(f"unknown tfjs quantization {quantization!r}; use float16, uint8 or uint16")
+        converter_options["quantization_dtype_map"] = {quantization: True}
+    converter = import_converter()
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="modelparity-tfjs-") as tmp:
+        if isinstance(model, (str, Path)):
+            saved_model = Path(model)
+            if not (saved_model / "saved_model.pb").is_file():
+                raise ModelLoadError(saved_model, NAME, "not a SavedModel directory (no saved_model.pb) to convert",
+                                     "pass a Keras model or a SavedModel directory")
+        else:
+            if not hasattr(model, "export"):
+                raise TypeError(f"cannot export a {type(model).__name__} to tfjs: pass a Keras model "
+                                f"or the path of a SavedModel directory")
+            saved_model = Path(tmp) / "saved_model"
+            try:
+                with quiet():
+                    model.export(str(saved_model), verbose=False)
+            except Exception as exc:  # noqa: BLE001 - reported with the format and the fix
+                raise ModelLoadError(out_dir, NAME, f"model.export() to a SavedModel failed ({type(exc).__name__}: "
+                                     f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''})",
+                                     "build the model (call it once on a batch) before exporting") from exc
+        try:
+            with quiet():
+                converter.convert_tf_saved_model(str(saved_model), str(out_dir), **converter_options)
+        except Exception as exc:  # noqa: BLE001
+            raise ModelLoadError(out_dir, NAME, f"the tensorflowjs converter failed ({type(exc).__name__}: {exc})",
+                                 "unsupported ops are listed above; see "
+                                 "https://github.com/tensorflow/tfjs/blob/master/tfjs-converter/docs/supported_ops.md") from exc
+    return out_dir / "model.json"
