@@ -1,0 +1,761 @@
+"""The comparison engine: are two model results the same, and if not, by how much and where.
+
+numpy only (never TensorFlow). ``compare(actual, expected)`` walks nested dicts/lists/tuples
+of arrays in parallel and checks, in this order, structure, shape, dtype and values, giving
+one ``OutputComparison`` per output inside a ``ComparisonReport``.
+
+Value rule (``tolerances.Tolerance``): an element passes when
+``|a - e| <= atol + rtol * |e| + scale * max|e over that output|``; NaN equals NaN only with
+``equal_nan``; an infinity equals only the same infinity; integers, bools and strings compare
+exactly. This is ``numpy.isclose`` (same formula, same NaN/inf rules) plus the ``scale``
+term, with two deliberate differences: float16/bfloat16 are judged in float32 arithmetic
+(numpy.isclose computes in float16, where ``a - e`` can overflow), and a float32 output
+compared against float64 values is judged in float64 with the float32 tolerance.
+
+Why blockwise: model outputs can be tens of millions of elements. The engine streams both
+arrays in cache-sized chunks through preallocated buffers. A first pass decides the verdict
+with the cheapest test that can prove "all close" (the greatest difference of a chunk
+against the smallest bound any element of it can have); only chunks that fail that test are
+checked element by element. The full statistics (relative error, ULPs, the smallest passing
+tolerance, worst elements, error histogram) cost a second pass, taken only on failure or
+when ``full_stats=True``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+import numpy as np
+
+from .tolerances import Tolerance, default_tolerance
+
+__all__ = ["compare", "ComparisonReport", "OutputComparison", "ToleranceSpec"]
+
+ToleranceSpec = Union[Tolerance, Callable[[np.dtype, str], Tolerance], None]
+
+CHUNK = 1 << 16          # elements per block: 256 KiB of float32, fits L2 with its buffers
+WORST_COUNT = 5          # worst elements kept per failing output
+_ULP_FORMATS = {         # dtype name -> (explicit mantissa bits, min normal exponent)
+    "float16": (10, -14),
+    "bfloat16": (7, -126),
+    "float32": (23, -126),
+    "float64": (52, -1022),
+}
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass
+class OutputComparison:
+    """The verdict and statistics for one output (one leaf of the structure)."""
+
+    path: str
+    passed: bool
+    actual_shape: tuple | None = None
+    expected_shape: tuple | None = None
+    actual_dtype: str | None = None
+    expected_dtype: str | None = None
+    problem: str | None = None
+    notes: list[str] = field(default_factory=list)
+    tolerance: Tolerance | None = None
+    size: int = 0
+    mismatched: int = 0
+    max_abs: float | None = None
+    max_abs_index: tuple | None = None
+    max_rel: float | None = None
+    max_rel_index: tuple | None = None
+    max_abs_allowed: float | None = None   # the bound at max_abs_index (beside it in the text)
+    max_rel_allowed: float | None = None   # the bound at max_rel_index, as a relative value
+    mean_abs: float | None = None
+    max_ulp: float | None = None
+    min_atol: float | None = None
+    min_rtol: float | None = None
+    scale: float | None = None
+    worst: list[tuple[tuple, float, float]] = field(default_factory=list)
+    top1_agreement: float | None = None
+    error_histogram: tuple[list[int], list[float]] | None = None
+
+    @property
+    def mismatched_fraction(self) -> float:
+        return self.mismatched / self.size if self.size else 0.0
+
+    def to_dict(self) -> dict:
+        """JSON-serialisable form; non-finite floats become the strings "inf"/"-inf"/"nan"."""
+        tol = self.tolerance
+        return {
+            "path": self.path,
+            "passed": self.passed,
+            "actual_shape": _listify(self.actual_shape),
+            "expected_shape": _listify(self.expected_shape),
+            "actual_dtype": self.actual_dtype,
+            "expected_dtype": self.expected_dtype,
+            "problem": self.problem,
+            "notes": list(self.notes),
+            "tolerance": None if tol is None else {
+                "rule": tol.rule, "rtol": _jf(tol.rtol), "atol": _jf(tol.atol),
+                "scale": _jf(tol.scale), "min_top1": _jf(tol.min_top1),
+                "max_mismatch_fraction": _jf(tol.max_mismatch_fraction),
+                "source": tol.source, "text": tol.describe(),
+            },
+            "size": self.size,
+            "mismatched": self.mismatched,
+            "mismatched_fraction": self.mismatched_fraction,
+            "max_abs": _jf(self.max_abs), "max_abs_index": _listify(self.max_abs_index),
+            "max_rel": _jf(self.max_rel), "max_rel_index": _listify(self.max_rel_index),
+            "max_abs_allowed": _jf(self.max_abs_allowed),
+            "max_rel_allowed": _jf(self.max_rel_allowed),
+            "mean_abs": _jf(self.mean_abs),
+            "max_ulp": _jf(self.max_ulp),
+            "min_atol": _jf(self.min_atol),
+            "min_rtol": _jf(self.min_rtol),
+            "scale": _jf(self.scale),
+            "worst": [{"index": list(i), "actual": _jf(a), "expected": _jf(e)}
+                      for i, a, e in self.worst],
+            "top1_agreement": _jf(self.top1_agreement),
+            "error_histogram": None if self.error_histogram is None else {
+                "counts": list(self.error_histogram[0]),
+                "log10_edges": [_jf(x) for x in self.error_histogram[1]],
+            },
+        }
+
+
+@dataclass
+class ComparisonReport:
+    """All outputs of one comparison; ``str()`` is the failure text (report.format_report)."""
+
+    outputs: list[OutputComparison]
+    title: str = "outputs"
+    hints: list = field(default_factory=list)
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return all(o.passed for o in self.outputs)
+
+    @property
+    def failed(self) -> list[OutputComparison]:
+        return [o for o in self.outputs if not o.passed]
+
+    def to_dict(self) -> dict:
+        return {
+            "title": self.title,
+            "passed": self.passed,
+            "outputs": [o.to_dict() for o in self.outputs],
+            "hints": [_hint_dict(h) for h in self.hints],
+            "meta": _jsonable(self.meta),
+        }
+
+    def __str__(self) -> str:
+        from .report import format_report
+
+        return format_report(self)
+
+
+def _jf(x: Any) -> Any:
+    if x is None:
+        return None
+    x = float(x)
+    if math.isfinite(x):
+        return x
+    return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+
+
+def _listify(t: tuple | None) -> list | None:
+    return None if t is None else [int(v) for v in t]
+
+
+def _hint_dict(h: Any) -> dict:
+    keys = ("cause", "message", "evidence")
+    return {k: str(getattr(h, k)) for k in keys if hasattr(h, k)} or {"message": str(h)}
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (bool, str)) or value is None:
+        return value
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return _jf(value)
+    if isinstance(value, np.ndarray):
+        return _jsonable(value.tolist())
+    return str(value)
+
+
+# --------------------------------------------------------------------------- structure
+
+
+def compare(actual: Any, expected: Any, *, tolerance: ToleranceSpec = None,
+            equal_nan: bool = False, full_stats: bool = False) -> ComparisonReport:
+    """Compare ``actual`` with ``expected`` (arrays, scalars, or nested dicts/lists/tuples).
+
+    ``tolerance``: one ``Tolerance`` for every output, or a callable
+    ``(dtype, path) -> Tolerance`` (``dtype`` is the dtype the output is judged in: the less
+    precise of the two when both are floating), or None for ``default_tolerance(dtype)``.
+    ``full_stats``: compute every statistic for passing outputs too (summaries, HTML).
+    """
+    if tolerance is not None and not isinstance(tolerance, Tolerance) and not callable(tolerance):
+        raise TypeError(
+            f"tolerance must be a Tolerance, a callable (dtype, path) -> Tolerance, or None; "
+            f"got {type(tolerance).__name__}. Build one with "
+            f"pytest_modelparity.Tolerance(rtol=..., atol=...).")
+    outputs: list[OutputComparison] = []
+    _walk(actual, expected, "", outputs, tolerance, equal_nan, full_stats)
+    return ComparisonReport(outputs)
+
+
+def _is_seq(x: Any) -> bool:
+    return isinstance(x, (list, tuple))
+
+
+def _is_scalar_seq(x: Any) -> bool:
+    """A flat list of plain numbers is an array, not a structure of outputs."""
+    return _is_seq(x) and all(isinstance(v, (int, float, bool, complex, np.generic)) for v in x)
+
+
+def _kind_name(x: Any) -> str:
+    if isinstance(x, Mapping):
+        return f"a mapping with keys {sorted(map(str, x.keys()))}"
+    if _is_seq(x):
+        return f"a {type(x).__name__} of length {len(x)}"
+    if isinstance(x, np.ndarray):
+        return f"an array of shape {x.shape}"
+    return f"a {type(x).__name__}"
+
+
+def _walk(a: Any, e: Any, path: str, out: list, tol: ToleranceSpec, equal_nan: bool,
+          full_stats: bool) -> None:
+    a_map, e_map = isinstance(a, Mapping), isinstance(e, Mapping)
+    a_seq = _is_seq(a) and not _is_scalar_seq(a)
+    e_seq = _is_seq(e) and not _is_scalar_seq(e)
+    if a_map or e_map or a_seq or e_seq:
+        if a_map and e_map:
+            for key in e:
+                sub = f"{path}[{key!r}]"
+                if key in a:
+                    _walk(a[key], e[key], sub, out, tol, equal_nan, full_stats)
+                else:
+                    out.append(_structure_problem(
+                        sub, f"missing output: expected has key {key!r}, actual does not "
+                             f"(actual keys: {sorted(map(str, a.keys()))})", e=e[key]))
+            for key in a:
+                if key not in e:
+                    out.append(_structure_problem(
+                        f"{path}[{key!r}]", f"unexpected output: actual has key {key!r}, "
+                        f"expected does not (expected keys: {sorted(map(str, e.keys()))})",
+                        a=a[key]))
+            return
+        if _is_seq(a) and _is_seq(e):
+            for i in range(min(len(a), len(e))):
+                _walk(a[i], e[i], f"{path}[{i}]", out, tol, equal_nan, full_stats)
+            for i in range(len(e), len(a)):
+                out.append(_structure_problem(
+                    f"{path}[{i}]", f"unexpected output: actual has {len(a)} outputs, "
+                                    f"expected {len(e)}", a=a[i]))
+            for i in range(len(a), len(e)):
+                out.append(_structure_problem(
+                    f"{path}[{i}]", f"missing output: actual has {len(a)} outputs, "
+                                    f"expected {len(e)}", e=e[i]))
+            return
+        out.append(_structure_problem(
+            path, f"structure differs: actual is {_kind_name(a)}, expected is {_kind_name(e)}"))
+        return
+    out.append(_compare_leaf(a, e, path, tol, equal_nan, full_stats))
+
+
+def _structure_problem(path: str, problem: str, a: Any = None, e: Any = None) -> OutputComparison:
+    oc = OutputComparison(path=path, passed=False, problem=problem)
+    for side, value in (("actual", a), ("expected", e)):
+        if value is not None and not isinstance(value, Mapping) and not _is_seq(value):
+            arr = np.asarray(value)
+            setattr(oc, f"{side}_shape", tuple(arr.shape))
+            setattr(oc, f"{side}_dtype", str(arr.dtype))
+    return oc
+
+
+# --------------------------------------------------------------------------- one output
+
+
+def _float_format(dt: np.dtype) -> tuple[int, int] | None:
+    """(mantissa bits, min exponent) for floating dtypes we can judge, else None."""
+    if dt.kind == "f" or dt.name in _ULP_FORMATS:
+        if dt.name in _ULP_FORMATS:
+            return _ULP_FORMATS[dt.name]
+        info = np.finfo(dt)                  # longdouble and friends
+        return int(info.nmant), int(info.minexp)
+    return None
+
+
+def _as_array(x: Any, other: Any) -> np.ndarray:
+    """numpy array of ``x``; a plain Python scalar takes the other side's dtype if it fits."""
+    if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
+        odt = getattr(other, "dtype", None)
+        if odt is not None:
+            odt = np.dtype(odt)
+            fits = (isinstance(x, bool) and odt.kind == "b") or (
+                not isinstance(x, bool) and (odt.kind == "f" or _float_format(odt) is not None
+                                             or (isinstance(x, int) and odt.kind in "iu")))
+            if fits:
+                try:
+                    return np.asarray(x, dtype=odt)
+                except (OverflowError, ValueError):
+                    pass
+    return np.asarray(x)
+
+
+def _resolve(tol: ToleranceSpec, dt: np.dtype, path: str) -> Tolerance:
+    if tol is None:
+        return default_tolerance(dt)
+    if isinstance(tol, Tolerance):
+        return tol
+    result = tol(dt, path)
+    if not isinstance(result, Tolerance):
+        raise TypeError(f"the tolerance callable returned {type(result).__name__} for output "
+                        f"{path or '(array)'!r}; it must return a Tolerance")
+    return result
+
+
+def _compare_leaf(a_in: Any, e_in: Any, path: str, tol: ToleranceSpec, equal_nan: bool,
+                  full_stats: bool) -> OutputComparison:
+    a = _as_array(a_in, e_in)
+    e = _as_array(e_in, a_in if not isinstance(a_in, np.ndarray) else a)
+    oc = OutputComparison(path=path, passed=False, actual_shape=tuple(a.shape),
+                          expected_shape=tuple(e.shape), actual_dtype=str(a.dtype),
+                          expected_dtype=str(e.dtype))
+    if a.shape != e.shape:
+        oc.problem = f"shape differs: actual {a.shape}, expected {e.shape}"
+        return oc
+    fa, fe = _float_format(a.dtype), _float_format(e.dtype)
+    ka, ke = a.dtype.kind, e.dtype.kind
+    oc.size = int(e.size)
+    if fa is not None and fe is not None:
+        # judge in the less precise float dtype's tolerance, compute in the wider one
+        less = a.dtype if fa[0] <= fe[0] else e.dtype
+        if a.dtype != e.dtype:
+            oc.notes.append(f"{a.dtype} compared against {e.dtype} values "
+                            f"(tolerance of {less})")
+        oc.tolerance = _resolve(tol, less, path)
+        _compare_floats(a, e, oc, oc.tolerance, equal_nan, full_stats, _float_format(less))
+        return oc
+    if ka in "iu" and ke in "iu" or ka == ke == "b":
+        if a.dtype != e.dtype:
+            oc.notes.append(f"{a.dtype} compared against {e.dtype} values (exactly)")
+        oc.tolerance = Tolerance(0.0, 0.0, source=f"{e.dtype} values compare exactly")
+        _compare_exact_numbers(a, e, oc, full_stats)
+        return oc
+    if ka == "c" and ke in "cf" or ke == "c" and ka in "cf":
+        oc.tolerance = _resolve(tol, e.dtype, path)
+        _compare_complex(a, e, oc, oc.tolerance, equal_nan)
+        return oc
+    if ka == ke and ka in "USO":
+        oc.tolerance = None
+        neq = np.asarray(a != e, dtype=bool).reshape(a.shape)
+        oc.mismatched = int(np.count_nonzero(neq))
+        if oc.mismatched:
+            flat = np.flatnonzero(neq)[:WORST_COUNT]
+            oc.worst = [(_unravel(i, a.shape), a.reshape(-1)[i], e.reshape(-1)[i]) for i in flat]
+        oc.passed = oc.mismatched == 0
+        return oc
+    oc.problem = (f"dtype differs: actual {a.dtype}, expected {e.dtype} "
+                  f"(values are not compared across these kinds)")
+    return oc
+
+
+def _unravel(flat: int | np.integer, shape: tuple) -> tuple:
+    if not shape:
+        return ()
+    return tuple(int(i) for i in np.unravel_index(int(flat), shape))
+
+
+# --------------------------------------------------------------------------- exact kinds
+
+
+def _compare_exact_numbers(a: np.ndarray, e: np.ndarray, oc: OutputComparison,
+                           full_stats: bool) -> None:
+    """Integers and bools: equal or not. Differences measured in float64 for the report."""
+    af, ef = a.reshape(-1), e.reshape(-1)
+    if a.dtype.kind == "b":
+        neq = af != ef
+        d = neq.astype(np.float64)
+    else:
+        neq = af != ef
+        d = np.abs(af.astype(np.float64) - ef.astype(np.float64))
+    oc.mismatched = int(np.count_nonzero(neq))
+    oc.passed = oc.mismatched == 0
+    if not oc.size:
+        return
+    i = int(np.argmax(d))
+    oc.max_abs, oc.max_abs_index = float(d[i]), _unravel(i, a.shape)
+    oc.scale = float(np.max(np.abs(ef.astype(np.float64))))
+    if oc.passed and not full_stats:
+        return
+    oc.mean_abs = float(d.mean())
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = d / np.abs(ef.astype(np.float64))
+    rel[d == 0] = 0.0
+    oc.min_atol, oc.min_rtol = float(d.max()), float(rel.max())
+    j = int(np.argmax(rel))
+    oc.max_rel, oc.max_rel_index = float(rel[j]), _unravel(j, a.shape)
+    order = np.argsort(-d, kind="stable")[:WORST_COUNT]
+    oc.worst = [(_unravel(k, a.shape), _py(af[k]), _py(ef[k])) for k in order if neq[k]]
+    oc.error_histogram = _histogram(d[d > 0])
+
+
+def _py(x: Any) -> Any:
+    return x.item() if isinstance(x, np.generic) else x
+
+
+def _compare_complex(a: np.ndarray, e: np.ndarray, oc: OutputComparison, tol: Tolerance,
+                     equal_nan: bool) -> None:
+    """Complex outputs (rare in models): numpy.isclose semantics, simple statistics."""
+    af, ef = a.reshape(-1).astype(np.complex128), e.reshape(-1).astype(np.complex128)
+    fin = np.isfinite(ef)
+    scale = float(np.max(np.abs(ef[fin]))) if fin.any() else 0.0
+    ok = np.isclose(af, ef, rtol=tol.rtol, atol=tol.atol + tol.scale * scale, equal_nan=equal_nan)
+    oc.scale = scale
+    oc.mismatched = int(ok.size - np.count_nonzero(ok))
+    oc.passed = oc.mismatched <= tol.max_mismatch_fraction * oc.size
+    if oc.size:
+        with np.errstate(invalid="ignore"):
+            d = np.abs(af - ef)
+        d = np.where(np.isfinite(d), d, 0.0)
+        i = int(np.argmax(d))
+        oc.max_abs, oc.max_abs_index = float(d[i]), _unravel(i, a.shape)
+        oc.mean_abs = float(d.mean())
+    oc.notes.append("complex values: |a - e| is the modulus of the difference")
+
+
+# --------------------------------------------------------------------------- floats
+
+
+def _compare_floats(a: np.ndarray, e: np.ndarray, oc: OutputComparison, tol: Tolerance,
+                    equal_nan: bool, full_stats: bool, fmt: tuple[int, int] | None) -> None:
+    work = np.dtype(np.float64) if np.float64 in (a.dtype.type, e.dtype.type) or \
+        a.dtype.itemsize > 8 or e.dtype.itemsize > 8 else np.dtype(np.float32)
+    if a.dtype.itemsize > 8 or e.dtype.itemsize > 8:
+        oc.notes.append("extended precision judged in float64")
+    af, ef = np.ravel(a), np.ravel(e)
+    native = all(x.dtype.kind == "f" and x.dtype.itemsize <= 8 for x in (af, ef))
+    scan = _Scanner(af, ef, work, native)
+    n = oc.size
+
+    # pass 1: verdict, cheapest test first -------------------------------------------
+    v = scan.verdict(tol, equal_nan)
+    oc.scale = v.scale
+    oc.max_abs = v.max_abs
+    oc.max_abs_index = None if v.max_abs_index is None else _unravel(v.max_abs_index, a.shape)
+    oc.mismatched = v.mismatched
+    allowed = tol.max_mismatch_fraction * n
+    passed = v.mismatched <= allowed
+    if tol.min_top1 is not None and a.ndim >= 1 and n:
+        oc.top1_agreement = _top1(a, e)
+        if oc.top1_agreement < tol.min_top1:
+            passed = False
+            oc.notes.append(f"top-1 agreement {oc.top1_agreement:.1%} is below the required "
+                            f"{tol.min_top1:.0%}")
+    oc.passed = passed
+    if v.nonfinite_mismatched:
+        oc.notes.append(f"{v.nonfinite_mismatched} mismatched element(s) involve NaN or "
+                        f"infinity{'' if equal_nan else ' (NaN equals NaN only with equal_nan=True)'}")
+    if n == 0 or (passed and not full_stats):
+        return
+
+    # pass 2: full statistics ------------------------------------------------------
+    s = scan.statistics(tol, equal_nan, v.scale, fmt, need_order=allowed > 0)
+    oc.mean_abs = s.mean_abs
+    oc.max_rel = s.max_rel
+    oc.max_rel_index = None if s.max_rel_index is None else _unravel(s.max_rel_index, a.shape)
+    oc.max_ulp = s.max_ulp
+    oc.min_atol = s.min_atol
+    oc.min_rtol = s.min_rtol
+    oc.worst = [(_unravel(i, a.shape), float(x), float(y)) for i, x, y in s.worst]
+    oc.error_histogram = s.histogram
+    const = tol.atol + tol.scale * v.scale
+    if v.max_abs_index is not None:
+        oc.max_abs_allowed = const + tol.rtol * abs(float(ef[v.max_abs_index]))
+    if s.max_rel_index is not None:
+        ev = abs(float(ef[s.max_rel_index]))
+        oc.max_rel_allowed = tol.rtol + const / ev if ev else math.inf
+
+
+def _top1(a: np.ndarray, e: np.ndarray) -> float:
+    """Share of rows (all axes but the last) whose argmax over the last axis agrees."""
+    if a.shape[-1] == 0:
+        return 1.0
+    a2 = a.reshape(-1, a.shape[-1])
+    e2 = e.reshape(-1, e.shape[-1])
+    if a2.shape[0] == 0:
+        return 1.0
+    return float(np.mean(np.argmax(a2, axis=-1) == np.argmax(e2, axis=-1)))
+
+
+@dataclass
+class _Verdict:
+    mismatched: int
+    nonfinite_mismatched: int
+    scale: float
+    max_abs: float | None
+    max_abs_index: int | None
+
+
+@dataclass
+class _Stats:
+    mean_abs: float | None
+    max_rel: float | None
+    max_rel_index: int | None
+    max_ulp: float | None
+    min_atol: float | None
+    min_rtol: float | None
+    worst: list
+    histogram: tuple[list[int], list[float]] | None
+
+
+class _Scanner:
+    """Streams two flat arrays in chunks through preallocated work buffers."""
+
+    def __init__(self, a: np.ndarray, e: np.ndarray, work: np.dtype, native: bool) -> None:
+        self.a, self.e, self.work, self.native = a, e, work, native
+        self.n = e.size
+        size = min(CHUNK, max(self.n, 1))
+        self.d = np.empty(size, work)      # |a - e|
+        self.b = np.empty(size, work)      # bound, or scratch
+        self.t = np.empty(size, work)      # scratch
+
+    def chunks(self):
+        for start in range(0, self.n, CHUNK):
+            stop = min(start + CHUNK, self.n)
+            ac, ec = self.a[start:stop], self.e[start:stop]
+            if not self.native:            # bfloat16 and friends: widen first
+                ac, ec = ac.astype(self.work), ec.astype(self.work)
+            yield start, ac, ec, stop - start
+
+    def _absdiff(self, ac: np.ndarray, ec: np.ndarray, m: int) -> np.ndarray:
+        d = self.d[:m]
+        with np.errstate(invalid="ignore", over="ignore"):
+            np.subtract(ac, ec, out=d, dtype=self.work)
+        np.abs(d, out=d)
+        return d
+
+    def _bound(self, ec: np.ndarray, m: int, rtol: float, const: float) -> np.ndarray:
+        b = self.b[:m]
+        np.abs(ec, out=b, dtype=self.work)
+        with np.errstate(over="ignore", invalid="ignore"):
+            np.multiply(b, rtol, out=b)
+            np.add(b, const, out=b)
+        return b
+
+    @staticmethod
+    def _finite_absmax(ec: np.ndarray) -> float:
+        hi, lo = float(ec.max()), float(ec.min())
+        if math.isfinite(hi) and math.isfinite(lo):
+            return max(hi, -lo)
+        fin = ec[np.isfinite(ec)]
+        return float(np.max(np.abs(fin))) if fin.size else 0.0
+
+    def _ok(self, ac, ec, d, b, equal_nan: bool) -> np.ndarray:
+        """numpy.isclose's rule on one chunk, given |a-e| and the bound."""
+        with np.errstate(invalid="ignore"):
+            ok = np.less_equal(d, b)
+            ok &= np.isfinite(ec)
+            ok |= ac == ec
+            if equal_nan:
+                ok |= np.isnan(ac) & np.isnan(ec)
+        return ok
+
+    def verdict(self, tol: Tolerance, equal_nan: bool) -> _Verdict:
+        rtol, atol, sc = float(tol.rtol), float(tol.atol), float(tol.scale)
+        scale = 0.0
+        best, best_at = -1.0, None            # greatest finite |a - e| and its chunk
+        suspects: list[int] = []              # chunk starts that need a look with the final scale
+        mismatched = nonfinite = 0
+        for start, ac, ec, m in self.chunks():
+            scale = max(scale, self._finite_absmax(ec))
+            d = self._absdiff(ac, ec, m)
+            dmax = float(d.max())
+            if math.isfinite(dmax):
+                if dmax > best:
+                    best, best_at = dmax, start
+                if dmax <= atol + sc * scale:
+                    continue                  # every element of the chunk is within its bound
+            else:
+                fin = np.isfinite(d)
+                if fin.any():
+                    fmax = float(d[fin].max())
+                    if fmax > best:
+                        best, best_at = fmax, start
+            b = self._bound(ec, m, rtol, atol + sc * scale)
+            ok = self._ok(ac, ec, d, b, equal_nan)
+            if ok.all():
+                continue
+            if sc == 0.0:                     # bound does not depend on the scale: count now
+                bad = ~ok
+                mismatched += int(np.count_nonzero(bad))
+                nonfinite += int(np.count_nonzero(bad & ~np.isfinite(d)))
+            else:
+                suspects.append(start)
+        # the scale may have grown after a suspect chunk was seen: judge those with the final one
+        for start in suspects:
+            stop = min(start + CHUNK, self.n)
+            ac, ec = self.a[start:stop], self.e[start:stop]
+            if not self.native:
+                ac, ec = ac.astype(self.work), ec.astype(self.work)
+            m = stop - start
+            d = self._absdiff(ac, ec, m)
+            b = self._bound(ec, m, rtol, atol + sc * scale)
+            ok = self._ok(ac, ec, d, b, equal_nan)
+            bad = ~ok
+            mismatched += int(np.count_nonzero(bad))
+            nonfinite += int(np.count_nonzero(bad & ~np.isfinite(d)))
+        max_abs_index = None
+        if best_at is not None:
+            stop = min(best_at + CHUNK, self.n)
+            ac, ec = self.a[best_at:stop], self.e[best_at:stop]
+            if not self.native:
+                ac, ec = ac.astype(self.work), ec.astype(self.work)
+            d = self._absdiff(ac, ec, stop - best_at)
+            d[~np.isfinite(d)] = -1.0
+            max_abs_index = best_at + int(np.argmax(d))
+        return _Verdict(mismatched, nonfinite, scale, None if best_at is None else best,
+                        max_abs_index)
+
+    def statistics(self, tol: Tolerance, equal_nan: bool, scale: float,
+                   fmt: tuple[int, int] | None, need_order: bool) -> _Stats:
+        rtol, atol, sc = float(tol.rtol), float(tol.atol), float(tol.scale)
+        const = atol + sc * scale
+        total, finite_count = 0.0, 0
+        max_rel, max_rel_at = -1.0, None
+        max_ulp = 0.0
+        need_atol = -math.inf                # max over elements of d - rtol|e|
+        need_rtol = -math.inf                # max over elements of (d - const) / |e|
+        impossible = False                   # a non-finite mismatch: no tolerance passes
+        worst: list[tuple[float, int]] = []  # (excess, flat index), best first
+        nonfinite_worst: list[int] = []
+        excess_all: list[np.ndarray] = [] if need_order else None  # type: ignore[assignment]
+        hist = np.zeros(2100, np.int64)      # binary exponents of |a-e|, offset by 1100
+        nmant, minexp = fmt if fmt is not None else (52, -1022)
+        for start, ac, ec, m in self.chunks():
+            d = self._absdiff(ac, ec, m)
+            fin = np.isfinite(d)
+            all_fin = bool(fin.all())
+            if not all_fin:
+                b = self._bound(ec, m, rtol, const)
+                ok = self._ok(ac, ec, d, b, equal_nan)
+                bad_nf = np.flatnonzero(~ok & ~fin)
+                if bad_nf.size:
+                    impossible = True
+                    nonfinite_worst.extend(int(start + i) for i in bad_nf[:WORST_COUNT])
+                d[~fin] = 0.0                # statistics below are over finite pairs
+                finite_count += int(np.count_nonzero(fin))
+            else:
+                finite_count += m
+            total += float(np.sum(d, dtype=np.float64)) if self.work == np.float64 \
+                else float(d.sum())
+            ae = self.b[:m]
+            np.abs(ec, out=ae, dtype=self.work)
+            if not all_fin:
+                ae[~fin] = 1.0               # keep non-finite pairs out of rel/ulp/rtol
+            t = self.t[:m]
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                # relative difference; 0/0 is NaN and ignored by fmax
+                np.divide(d, ae, out=t)
+                r = float(np.fmax.reduce(t))
+                if r > max_rel:
+                    max_rel, max_rel_at = r, start
+                # smallest rtol: (d - const) / |e|
+                np.subtract(d, const, out=t)
+                np.divide(t, ae, out=t)
+                need_rtol = max(need_rtol, float(np.fmax.reduce(t)))
+                # ULP distance in the less precise dtype: d / ulp(e)
+                _ulp(ae, t, nmant, minexp)
+                np.divide(d, t, out=t)
+                max_ulp = max(max_ulp, float(t.max()))
+                # excess over the rtol part: d - rtol|e|; its max is the smallest atol
+                np.multiply(ae, rtol, out=t)
+                np.subtract(d, t, out=t)
+                if not all_fin:
+                    t[~fin] = -math.inf
+            cmax = float(t.max())
+            need_atol = max(need_atol, cmax)
+            if need_order:
+                excess_all.append(t.copy())
+            if len(worst) < WORST_COUNT or cmax > worst[-1][0]:
+                thr = worst[-1][0] if len(worst) >= WORST_COUNT else -math.inf
+                cand = np.flatnonzero(t > thr) if math.isfinite(thr) else \
+                    np.argsort(-t, kind="stable")[:WORST_COUNT]
+                if cand.size > 4 * WORST_COUNT:
+                    cand = cand[np.argsort(-t[cand], kind="stable")[:WORST_COUNT]]
+                worst.extend((float(t[i]), int(start + i)) for i in cand)
+                worst.sort(key=lambda w: (-w[0], w[1]))
+                del worst[WORST_COUNT:]
+            # histogram of log2|a-e| over nonzero finite differences
+            nz = d[d > 0]
+            if nz.size:
+                _, ex = np.frexp(nz)
+                hist += np.bincount(ex.astype(np.int64) + 1100, minlength=hist.size)[:hist.size]
+        # ------------------------------------------------------------------ summarise
+        mean_abs = total / finite_count if finite_count else None
+        max_rel_index = None
+        if max_rel_at is not None and max_rel >= 0:
+            stop = min(max_rel_at + CHUNK, self.n)
+            ac, ec = self.a[max_rel_at:stop], self.e[max_rel_at:stop]
+            if not self.native:
+                ac, ec = ac.astype(self.work), ec.astype(self.work)
+            d = self._absdiff(ac, ec, stop - max_rel_at)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                rel = d / np.abs(ec.astype(self.work))
+            rel[~np.isfinite(d) | np.isnan(rel)] = -1.0
+            max_rel_index = max_rel_at + int(np.argmax(rel))
+        if finite_count == 0:
+            max_rel = None  # type: ignore[assignment]
+        if impossible:
+            min_atol = min_rtol = math.inf
+        else:
+            if need_order and excess_all:
+                allowed = int(math.floor(tol.max_mismatch_fraction * self.n))
+                ex = np.concatenate(excess_all)
+                k = ex.size - 1 - allowed
+                need_atol = float(np.partition(ex, k)[k]) if k >= 0 else 0.0
+            min_atol = max(0.0, need_atol - sc * scale) if math.isfinite(need_atol) else 0.0
+            min_rtol = max(0.0, need_rtol) if need_rtol != -math.inf else 0.0
+        if any(x > const for x, _ in worst) or nonfinite_worst:
+            worst = [(x, i) for x, i in worst if x > const]   # failing: show mismatches only
+        picks = nonfinite_worst[:WORST_COUNT] + [i for _, i in worst]
+        picks = list(dict.fromkeys(picks))[:WORST_COUNT]
+        worst_rows = [(i, _py(self.a[i]), _py(self.e[i])) for i in picks]
+        histogram = None
+        if hist.any():
+            nzb = np.flatnonzero(hist)
+            lo, hi = int(nzb[0]), int(nzb[-1]) + 1
+            counts = [int(c) for c in hist[lo:hi]]
+            # frexp exponent x means |d| in [2**(x-1), 2**x)
+            edges = [round((k - 1100 - 1) * math.log10(2), 4) for k in range(lo, hi + 1)]
+            histogram = (counts, edges)
+        return _Stats(mean_abs, max_rel if max_rel is None or max_rel >= 0 else None,
+                      max_rel_index, max_ulp if finite_count else None, min_atol, min_rtol,
+                      worst_rows, histogram)
+
+
+def _ulp(ae: np.ndarray, out: np.ndarray, nmant: int, minexp: int) -> np.ndarray:
+    """Spacing of the less precise float format at |e| (subnormal spacing at the bottom)."""
+    _, ex = np.frexp(ae)                    # |e| = m * 2**ex, m in [0.5, 1)
+    np.maximum(ex, minexp + 1, out=ex)
+    ex -= 1 + nmant
+    np.ldexp(out.dtype.type(1.0), ex, out=out)
+    return out
+
+
+def _histogram(d: np.ndarray) -> tuple[list[int], list[float]] | None:
+    if not d.size:
+        return None
+    _, ex = np.frexp(d.astype(np.float64))
+    lo, hi = int(ex.min()), int(ex.max())
+    counts = np.bincount(ex - lo, minlength=hi - lo + 1)
+    return ([int(c) for c in counts],
+            [round((k - 1) * math.log10(2), 4) for k in range(lo, hi + 2)])
