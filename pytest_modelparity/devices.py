@@ -1,0 +1,141 @@
+"""Devices: ``"cpu"``, ``"gpu"``, ``"gpu:1"`` -> TensorFlow device scopes and ONNX providers.
+
+Why a module of its own: every format, the plugin (which turns a missing GPU into a skip)
+and the tolerances (GPU float32 may run with TF32) need the same parsing and the same
+"is it really there" check. TensorFlow and onnxruntime are imported only when asked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from .errors import DeviceUnavailable
+
+__all__ = ["DeviceSpec", "parse_device", "tf_available", "require_tf_device", "tf_device_scope",
+           "tf_device_name", "onnx_providers", "require_cpu_only", "available_devices"]
+
+_DEVICE_RE = re.compile(r"^\s*(?:/?device:)?(cpu|gpu)(?:\s*:\s*(\d+))?\s*$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """A device asked for by name: ``kind`` is "cpu" or "gpu", ``index`` None means the first."""
+
+    kind: str
+    index: int | None = None
+
+    @property
+    def ordinal(self) -> int:
+        return 0 if self.index is None else self.index
+
+    @property
+    def tf_name(self) -> str:
+        """The TensorFlow device string, e.g. ``/device:GPU:1``."""
+        return f"/device:{self.kind.upper()}:{self.ordinal}"
+
+    def __str__(self) -> str:
+        return self.kind if self.index is None else f"{self.kind}:{self.index}"
+
+
+def parse_device(device: str | DeviceSpec) -> DeviceSpec:
+    """Parse ``"cpu"``, ``"gpu"``, ``"gpu:1"`` (case-insensitive; ``"/device:GPU:0"`` too)."""
+    if isinstance(device, DeviceSpec):
+        return device
+    if not isinstance(device, str):
+        raise ValueError(f"device must be a string such as 'cpu', 'gpu' or 'gpu:1', not {type(device).__name__}")
+    match = _DEVICE_RE.match(device)
+    if match is None:
+        raise ValueError(f"unknown device {device!r}; use 'cpu', 'gpu' or 'gpu:N' (e.g. 'gpu:1')")
+    kind, index = match.group(1).lower(), match.group(2)
+    return DeviceSpec(kind, None if index is None else int(index))
+
+
+def tf_device_name(device: str | DeviceSpec) -> str:
+    return parse_device(device).tf_name
+
+
+def _tf_devices(kind: str) -> list[Any]:
+    from .formats._tf import import_tf
+
+    tf = import_tf()
+    # Physical devices for GPUs (what the hardware has); logical ones for CPUs, because a CPU
+    # can be split into several logical devices (that is how placement is tested without a GPU).
+    if kind == "gpu":
+        return list(tf.config.list_physical_devices("GPU"))
+    return list(tf.config.list_logical_devices("CPU"))
+
+
+def tf_available(device: str | DeviceSpec) -> bool:
+    """Whether TensorFlow can run on ``device`` here (imports TensorFlow)."""
+    spec = parse_device(device)
+    return spec.ordinal < len(_tf_devices(spec.kind))
+
+
+def require_tf_device(device: str | DeviceSpec, *, format: str | None = None) -> DeviceSpec:
+    """Return the parsed device, or raise ``DeviceUnavailable`` saying what exists instead."""
+    spec = parse_device(device)
+    found = _tf_devices(spec.kind)
+    if spec.ordinal < len(found):
+        return spec
+    what = f" for format {format!r}" if format else ""
+    if spec.kind == "gpu" and not found:
+        raise DeviceUnavailable(
+            f"device {str(spec)!r} was asked{what} but TensorFlow sees no GPU on this machine "
+            "(tf.config.list_physical_devices('GPU') is empty). Run on a machine with a CUDA GPU "
+            "and a GPU build of TensorFlow (pip install 'tensorflow[and-cuda]'; tensorflow-cpu has "
+            "no GPU support), or use device='cpu'.")
+    raise DeviceUnavailable(
+        f"device {str(spec)!r} was asked{what} but TensorFlow sees only {len(found)} "
+        f"{spec.kind.upper()} device(s) (indices 0..{len(found) - 1}); use one of those.")
+
+
+@contextlib.contextmanager
+def tf_device_scope(device: str | DeviceSpec) -> Iterator[DeviceSpec]:
+    """``with tf.device(...)`` for a checked device; raises ``DeviceUnavailable`` first."""
+    from .formats._tf import import_tf
+
+    spec = require_tf_device(device)
+    with import_tf().device(spec.tf_name):
+        yield spec
+
+
+def onnx_providers(device: str | DeviceSpec, available: list[str] | None = None) -> list[Any]:
+    """onnxruntime ``providers=`` for ``device``: CUDA (with ``device_id``) then CPU for a GPU.
+
+    ``available`` defaults to ``onnxruntime.get_available_providers()``; raises
+    ``DeviceUnavailable`` when a GPU is asked and no CUDA provider is installed.
+    """
+    spec = parse_device(device)
+    if available is None:
+        import onnxruntime
+
+        available = list(onnxruntime.get_available_providers())
+    if spec.kind == "cpu":
+        if spec.ordinal != 0:
+            raise DeviceUnavailable(f"device {str(spec)!r}: onnxruntime has one CPU device; use 'cpu'")
+        return ["CPUExecutionProvider"]
+    if "CUDAExecutionProvider" not in available:
+        raise DeviceUnavailable(
+            f"device {str(spec)!r} was asked for format 'onnx' but onnxruntime has no "
+            f"CUDAExecutionProvider (available: {', '.join(available) or 'none'}). Install "
+            "onnxruntime-gpu on a machine with a CUDA GPU, or use device='cpu'.")
+    return [("CUDAExecutionProvider", {"device_id": spec.ordinal}), "CPUExecutionProvider"]
+
+
+def require_cpu_only(device: str | DeviceSpec, format: str) -> DeviceSpec:
+    """For runtimes that only run on the CPU here (TFLite): accept cpu, refuse gpu clearly."""
+    spec = parse_device(device)
+    if spec.kind != "cpu" or spec.ordinal != 0:
+        raise DeviceUnavailable(
+            f"format {format!r} runs on the CPU only in pytest-modelparity (device {str(spec)!r} "
+            "was asked); use device='cpu' for it.")
+    return spec
+
+
+def available_devices() -> tuple[str, ...]:
+    """``("cpu",)`` plus ``"gpu"``, ``"gpu:1"``... for each GPU TensorFlow sees (imports TF)."""
+    gpus = _tf_devices("gpu")
+    return ("cpu",) + tuple("gpu" if i == 0 else f"gpu:{i}" for i in range(len(gpus)))

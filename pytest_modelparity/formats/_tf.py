@@ -1,0 +1,289 @@
+"""Helpers shared by the TensorFlow formats (keras, h5, saved_model, checkpoint, graphdef).
+
+Why: TensorFlow is imported lazily and quietly in one place; dtype/shape mapping, error
+wrapping and the TF1 session-backed model (used by both checkpoint and graphdef) live here
+so each format module stays small.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from ..errors import ModelLoadError, RuntimeMissing
+from .base import LoadedModel, TensorSpec
+
+_TF: Any = None
+
+
+def import_tf() -> Any:
+    """``import tensorflow`` once, with its C++ and Python logging turned down."""
+    global _TF
+    if _TF is None:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        try:
+            import tensorflow as tf
+        except ImportError as exc:  # pragma: no cover - depends on the install
+            from . import TF_INSTALL
+
+            raise RuntimeMissing("tensorflow", TF_INSTALL) from exc
+        tf.get_logger().setLevel(logging.ERROR)
+        logging.getLogger("absl").setLevel(logging.ERROR)
+        _TF = tf
+    return _TF
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """Silence the Python warnings Keras/TF emit while saving or loading (legacy h5, numpy)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+def np_dtype(tf_dtype: Any) -> np.dtype:
+    tf = import_tf()
+    return np.dtype(tf.as_dtype(tf_dtype).as_numpy_dtype)
+
+
+def shape_tuple(shape: Any) -> tuple[int | None, ...]:
+    """A TF shape (TensorShape, list, proto) as a tuple with None for unknown dims."""
+    tf = import_tf()
+    shape = tf.TensorShape(shape)
+    if shape.rank is None:
+        return ()
+    return tuple(shape.as_list())
+
+
+def spec(name: str, shape: Any, dtype: Any) -> TensorSpec:
+    return TensorSpec(name, shape_tuple(shape), np_dtype(dtype))
+
+
+def tensor_key(name: str) -> str:
+    """The name a graph tensor is shown under: ``"x:0"`` -> ``"x"``, ``"split:1"`` stays."""
+    return name[:-2] if name.endswith(":0") else name
+
+
+def tensor_name(name: str) -> str:
+    """The full tensor name: ``"x"`` -> ``"x:0"``."""
+    return name if re.search(r":\d+$", name) else f"{name}:0"
+
+
+# -- paths and errors --------------------------------------------------------------------
+
+def require_path(path: Path, format: str, *, kind: str = "file") -> Path:
+    """Check ``path`` exists and is a ``kind`` ("file" or "dir"), or raise ModelLoadError."""
+    if not path.exists():
+        raise ModelLoadError(path, format, "no such file or directory", "check the path")
+    if kind == "file" and not path.is_file():
+        raise ModelLoadError(path, format, "is a directory, expected a file",
+                             "pass the model file itself, or the right format=")
+    if kind == "dir" and not path.is_dir():
+        raise ModelLoadError(path, format, "is a file, expected a directory",
+                             "pass the directory that holds saved_model.pb")
+    return path
+
+
+def first_line(exc: BaseException, limit: int = 300) -> str:
+    """The first meaningful line of an exception, for a short error message."""
+    text = str(exc).strip() or type(exc).__name__
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), text)
+    line = f"{type(exc).__name__}: {line}"
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def wrap_load(path: Path, format: str, what: str, fix: str | None = None) -> Callable[[BaseException], ModelLoadError]:
+    """Build the ModelLoadError for an exception raised while loading ``path``."""
+    def make(exc: BaseException) -> ModelLoadError:
+        err = ModelLoadError(path, format, f"{what} ({first_line(exc)})", fix)
+        err.__cause__ = exc
+        return err
+    return make
+
+
+# -- TF1 graphs: automatic inputs and outputs -------------------------------------------
+
+# Ops that never carry a model's prediction: bookkeeping, variables, saving, training.
+_AUX_OP_TYPES = {
+    "NoOp", "Assert", "Print", "PrintV2", "Const", "Placeholder", "PlaceholderWithDefault",
+    "VariableV2", "Variable", "VarHandleOp", "ReadVariableOp", "VarIsInitializedOp",
+    "IsVariableInitialized", "Assign", "AssignVariableOp", "AssignAdd", "AssignSub",
+    "AssignAddVariableOp", "AssignSubVariableOp", "SaveV2", "RestoreV2", "Save", "Restore",
+    "SaveSlices", "RestoreSlice", "MergeV2Checkpoints", "ShardedFilename", "StringJoin",
+    "ScalarSummary", "HistogramSummary", "ImageSummary", "MergeSummary", "TensorSummary",
+    "TensorSummaryV2", "WriteSummary", "ReportUninitializedVariables",
+}
+_AUX_SCOPES = re.compile(r"^(save(_\d+)?|init(_\d+)?|gradients(_\d+)?|report_uninitialized_variables(_\d+)?|"
+                         r"(GradientDescent|Adam|Momentum|RMSProp|Adagrad|Adadelta|Ftrl)(_\d+)?)(/|$)")
+
+
+_GRAD_SCOPE = re.compile(r"^gradients(?:_\d+)?/(.+)_grad/")
+_SHAPE_OPS = {"Shape", "ShapeN", "Size", "Rank"}
+
+
+def _is_root_aux(op: Any) -> bool:
+    return (op.type in _AUX_OP_TYPES or op.type.startswith(("Apply", "ResourceApply", "SparseApply"))
+            or bool(_AUX_SCOPES.match(op.name)) or "/Initializer/" in op.name or not op.outputs)
+
+
+def find_outputs(graph: Any) -> list[str]:
+    """Sinks of ``graph`` that are model outputs: tensors no real op consumes.
+
+    An op is auxiliary (saver, initializer, training, summaries) by type or scope, or when all
+    it feeds is auxiliary (a loss feeds only gradients; an initializer only an Assign).
+    """
+    ops = graph.get_operations()
+    consumers: dict[str, list[Any]] = {op.name: [] for op in ops}
+    for op in ops:
+        for t in op.inputs:
+            consumers[t.op.name].append(op)
+        for c in op.control_inputs:
+            consumers[c.name].append(op)
+    aux: dict[str, bool] = {}
+
+    def is_aux(op: Any, depth: int = 0) -> bool:
+        if op.name in aux:
+            return aux[op.name]
+        aux[op.name] = False  # cycles (TF1 while loops) count as real
+        users = consumers[op.name]
+        result = _is_root_aux(op) or (bool(users) and depth < 500 and all(is_aux(u, depth + 1) for u in users))
+        aux[op.name] = result
+        return result
+
+    # Ops differentiated by tf.gradients get a "gradients/<op>_grad" scope: a sink with one
+    # is a loss, not a prediction.
+    differentiated = {m.group(1) for op in ops for m in [_GRAD_SCOPE.match(op.name)] if m}
+    outputs = []
+    for op in ops:
+        if consumers[op.name] or is_aux(op) or op.type in _SHAPE_OPS or op.name in differentiated:
+            continue
+        outputs.extend(t.name for t in op.outputs)
+    return outputs
+
+
+def find_inputs(graph: Any, output_tensors: Sequence[Any]) -> list[str]:
+    """Placeholders (without default) that the outputs depend on, in graph order."""
+    seen: set[str] = set()
+    stack = [t.op for t in output_tensors]
+    while stack:
+        op = stack.pop()
+        if op.name in seen:
+            continue
+        seen.add(op.name)
+        stack.extend(t.op for t in op.inputs)
+        stack.extend(op.control_inputs)
+    return [op.outputs[0].name for op in graph.get_operations()
+            if op.type == "Placeholder" and op.name in seen]
+
+
+def resolve_tensors(graph: Any, path: Path, format: str, inputs: Sequence[str] | None,
+                    outputs: Sequence[str] | None) -> tuple[list[Any], list[Any]]:
+    """The input and output tensors of a TF1 graph, named by the caller or found automatically."""
+    def get(name: str, role: str) -> Any:
+        try:
+            return graph.get_tensor_by_name(tensor_name(name))
+        except (KeyError, ValueError) as exc:
+            placeholders = [op.name for op in graph.get_operations() if op.type == "Placeholder"]
+            raise ModelLoadError(path, format, f"the graph has no {role} tensor {name!r} ({first_line(exc)})",
+                                 f"pass {role}s=[...] with existing tensor names; Placeholders here: "
+                                 f"{', '.join(placeholders[:20]) or 'none'}; sinks: "
+                                 f"{', '.join(find_outputs(graph)[:20]) or 'none'}") from exc
+
+    if outputs:
+        out_tensors = [get(n, "output") for n in _as_list(outputs)]
+    else:
+        found = find_outputs(graph)
+        if len(found) != 1:
+            listing = ", ".join(found[:30]) + (" ..." if len(found) > 30 else "")
+            raise ModelLoadError(
+                path, format,
+                f"cannot tell the output tensor: the graph has {len(found)} candidate sink(s)"
+                + (f": {listing}" if found else ""),
+                "pass outputs=['name:0', ...] to load_model")
+        out_tensors = [graph.get_tensor_by_name(found[0])]
+    if inputs:
+        in_tensors = [get(n, "input") for n in _as_list(inputs)]
+    else:
+        names = find_inputs(graph, out_tensors)
+        if not names:
+            raise ModelLoadError(path, format, "no Placeholder feeds the outputs "
+                                 f"{[t.name for t in out_tensors]}", "pass inputs=['name:0', ...] to load_model")
+        in_tensors = [graph.get_tensor_by_name(n) for n in names]
+    return in_tensors, out_tensors
+
+
+def _as_list(names: str | Iterable[str]) -> list[str]:
+    return [names] if isinstance(names, str) else list(names)
+
+
+# -- a TF1 graph run in its own Session --------------------------------------------------
+
+class SessionModel(LoadedModel):
+    """A TF1 graph in its own ``tf.Graph`` and ``tf.compat.v1.Session`` (checkpoint, graphdef).
+
+    Placeholders with an unknown batch dim take any batch size: no retracing, one graph.
+    ``native`` is ``(graph, session)``.
+    """
+
+    def __init__(self, *, format: str, graph: Any, session: Any, in_tensors: Sequence[Any],
+                 out_tensors: Sequence[Any], device: str, source: Path,
+                 graph_def: Any = None, weights_fn: Callable[[], dict[str, np.ndarray]] | None = None) -> None:
+        self.format = format
+        self.graph = graph
+        self.session = session
+        self.native = (graph, session)
+        self._in = list(in_tensors)
+        self._out = list(out_tensors)
+        self._graph_def = graph_def
+        self._weights_fn = weights_fn
+        super().__init__(device=device, source=source,
+                         inputs=[spec(tensor_key(t.name), t.shape, t.dtype) for t in self._in],
+                         outputs=[spec(tensor_key(t.name), t.shape, t.dtype) for t in self._out])
+
+    def prepare_batch(self, batch: Any) -> dict[str, np.ndarray]:
+        # Accept "x:0" as well as "x" for the keys of a dict batch.
+        if isinstance(batch, Mapping):
+            batch = {tensor_key(k) if isinstance(k, str) else k: v for k, v in batch.items()}
+        return super().prepare_batch(batch)
+
+    def _predict(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        feed_dict = {t: feeds[s.name] for t, s in zip(self._in, self.inputs)}
+        values = self.session.run(self._out, feed_dict=feed_dict)
+        return {s.name: np.asarray(v) for s, v in zip(self.outputs, values)}
+
+    def graph_defs(self) -> list[Any]:
+        return [self._graph_def if self._graph_def is not None else self.graph.as_graph_def()]
+
+    def weights(self) -> dict[str, np.ndarray] | None:
+        return self._weights_fn() if self._weights_fn is not None else None
+
+    def close(self) -> None:
+        if self.session is not None:
+            self.session.close()
+            self.session = None
+
+
+def new_session(graph: Any) -> Any:
+    """A Session on ``graph``; soft placement lets ops without a GPU kernel fall back to CPU."""
+    tf = import_tf()
+    config = tf.compat.v1.ConfigProto(allow_soft_placement=True)
+    return tf.compat.v1.Session(graph=graph, config=config)
+
+
+def const_weights(graph_def: Any) -> dict[str, np.ndarray]:
+    """Floating-point Const tensors of a GraphDef (the weights of a frozen graph) by node name."""
+    tf = import_tf()
+    out: dict[str, np.ndarray] = {}
+    for node in graph_def.node:
+        if node.op == "Const" and "value" in node.attr:
+            arr = tf.make_ndarray(node.attr["value"].tensor)
+            if arr.dtype.kind == "f" and arr.size > 1:
+                out[node.name] = arr
+    return out

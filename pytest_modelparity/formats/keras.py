@@ -1,0 +1,187 @@
+"""Format ``keras``: an in-memory Keras model, or a Keras 3 ``.keras`` file.
+
+Predictions use ``model(x, training=False)``: bitwise equal to ``model.predict`` here, but
+without its per-call overhead and progress bars, and with dropout and batch-norm in
+inference mode. ``.keras`` files load with ``safe_mode=True`` unless the caller passes
+``safe_mode=False``, so a Lambda layer in a file cannot run code by default.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import ModelLoadError
+from ..devices import require_tf_device
+from ._tf import first_line, import_tf, quiet, require_path
+from .base import LoadedModel, TensorSpec
+
+NAME = "keras"
+EXPORT_REQUIRES: tuple[tuple[str, str], ...] = ()
+
+
+def detect(path: Path) -> bool:
+    return path.suffix.lower() == ".keras" and path.is_file()
+
+
+class KerasModel(LoadedModel):
+    """A Keras model called eagerly in inference mode; ``native`` is the ``keras.Model``."""
+
+    def __init__(self, model: Any, *, device: str, source: str | Path | None = None, format: str = NAME) -> None:
+        self.format = format
+        self.native = model
+        self._device = require_tf_device(device, format=format)
+        self._traced: Any = None
+        super().__init__(device=device, source=source, inputs=_input_specs(model, source, format),
+                         outputs=_output_specs(model))
+
+    def _predict(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        tf = import_tf()
+        xs = [feeds[s.name] for s in self.inputs]
+        with tf.device(self._device.tf_name):
+            result = self.native(_pack_inputs(self.native, xs), training=False)
+        return _name_outputs(result, [s.name for s in self.outputs])
+
+    def traced_function(self) -> Any:
+        """The model traced once as a ``tf.function`` with a free batch dim (for graph_defs)."""
+        if self._traced is None:
+            tf = import_tf()
+            model, names = self.native, [s.name for s in self.outputs]
+            signature = [tf.TensorSpec(s.shape, s.dtype, name=s.name) for s in self.inputs]
+
+            def serve(*xs: Any) -> dict[str, Any]:
+                return _name_outputs(model(_pack_inputs(model, list(xs)), training=False), names, numpy=False)
+
+            self._traced = tf.function(serve, autograph=False).get_concrete_function(*signature)
+        return self._traced
+
+    def graph_defs(self) -> list[Any]:
+        return [self.traced_function().graph.as_graph_def()]
+
+    def weights(self) -> dict[str, np.ndarray]:
+        return {getattr(v, "path", v.name): np.asarray(v.numpy()) for v in self.native.weights}
+
+    def intermediates(self, batch: Any) -> list[tuple[str, str, np.ndarray]] | None:
+        """Every layer's output of a functional/Sequential model, in layer order."""
+        keras = _keras()
+        model = self.native
+        layers = [layer for layer in model.layers if not isinstance(layer, keras.layers.InputLayer)]
+        try:
+            probe = keras.Model(model.inputs, [layer.output for layer in layers])
+        except Exception:  # noqa: BLE001 - subclassed models have no symbolic outputs
+            return None
+        feeds = self.prepare_batch(batch)
+        tf = import_tf()
+        with tf.device(self._device.tf_name):
+            values = probe(_pack_inputs(model, [feeds[s.name] for s in self.inputs]), training=False)
+        return [(layer.name, type(layer).__name__, np.asarray(v)) for layer, v in zip(layers, values)]
+
+
+def _keras() -> Any:
+    import_tf()
+    import keras
+
+    return keras
+
+
+def _input_specs(model: Any, source: Any, format: str) -> list[TensorSpec]:
+    try:
+        tensors = list(model.inputs)
+    except (AttributeError, ValueError) as exc:
+        raise ModelLoadError(source, format, "the Keras model has no defined inputs (a subclassed model, "
+                             "or a Sequential model without an Input)",
+                             "build it with keras.Input(...) (functional or Sequential), or call it once "
+                             "on data before passing it") from exc
+    specs, seen = [], set()
+    for i, t in enumerate(tensors):
+        name = getattr(t, "name", None) or f"input_{i}"
+        name = name[:-2] if name.endswith(":0") else name
+        if name in seen:
+            name = f"{name}_{i}"
+        seen.add(name)
+        specs.append(TensorSpec(name, tuple(t.shape), np.dtype(t.dtype)))
+    return specs
+
+
+def _output_specs(model: Any) -> list[TensorSpec]:
+    outputs = list(model.outputs)
+    names = list(getattr(model, "output_names", None) or [])
+    if len(names) != len(outputs):
+        names = [f"output_{i}" for i in range(len(outputs))]
+    return [TensorSpec(n, tuple(t.shape), np.dtype(t.dtype)) for n, t in zip(names, outputs)]
+
+
+def _pack_inputs(model: Any, xs: list[Any]) -> Any:
+    """Arrange flat inputs the way the model was built (single tensor, list or dict)."""
+    struct = getattr(model, "_inputs_struct", None)
+    if isinstance(struct, dict):
+        return {key: x for key, x in zip(struct, xs)}
+    return xs[0] if len(xs) == 1 else list(xs)
+
+
+def _name_outputs(result: Any, names: list[str], numpy: bool = True) -> dict[str, Any]:
+    conv = (lambda v: np.asarray(v)) if numpy else (lambda v: v)
+    if isinstance(result, dict):
+        values = [result[n] for n in names] if all(n in result for n in names) else list(result.values())
+    elif isinstance(result, (list, tuple)):
+        values = list(result)
+    else:
+        values = [result]
+    return {n: conv(v) for n, v in zip(names, values)}
+
+
+def load_keras_file(path: Path, format: str, *, safe_mode: bool, custom_objects: dict | None) -> Any:
+    """``keras.saving.load_model`` with errors that name the file, the format and the fix."""
+    keras = _keras()
+    try:
+        with quiet():
+            return keras.saving.load_model(str(path), custom_objects=custom_objects, compile=False,
+                                           safe_mode=safe_mode)
+    except Exception as exc:  # noqa: BLE001 - every failure becomes a ModelLoadError
+        text = str(exc)
+        if "safe_mode" in text or "Lambda" in text and "unsafe" in text.lower():
+            raise ModelLoadError(path, format, "the file holds a Lambda layer (Python code), which is not "
+                                 "loaded by default because loading it runs that code",
+                                 "pass safe_mode=False to load_model only if you trust this file") from exc
+        if "Unknown layer" in text or "custom_objects" in text or "Could not locate" in text:
+            raise ModelLoadError(path, format, f"the file uses a class Keras does not know ({first_line(exc)})",
+                                 "pass custom_objects={'Name': cls} to load_model, or import the module "
+                                 "that registers it") from exc
+        raise ModelLoadError(path, format, f"Keras could not read the file ({first_line(exc)})",
+                             "check the file is complete (not truncated) and was saved by Keras") from exc
+
+
+def load(source: Any, *, device: str = "cpu", safe_mode: bool = True,
+         custom_objects: dict | None = None) -> KerasModel:
+    """Load an in-memory Keras model (or a zero-argument factory returning one) or a ``.keras`` file."""
+    if isinstance(source, (str, Path)):
+        path = require_path(Path(source), NAME)
+        if not zipfile.is_zipfile(path):
+            raise ModelLoadError(path, NAME, "not a zip archive (a .keras file is a zip): the file is "
+                                 "corrupt, truncated, or another format",
+                                 "re-save it with model.save('m.keras'), or pass the right format=")
+        require_tf_device(device, format=NAME)
+        model = load_keras_file(path, NAME, safe_mode=safe_mode, custom_objects=custom_objects)
+        return KerasModel(model, device=device, source=path)
+    keras = _keras()
+    model = source
+    if not isinstance(model, keras.Model) and callable(model) and not isinstance(model, keras.layers.Layer):
+        model = model()
+    if not isinstance(model, keras.Model):
+        raise ModelLoadError(None, NAME, f"expected a keras.Model (or a factory returning one), got "
+                             f"{type(model).__name__}", "pass a Keras model, or a path with format=")
+    return KerasModel(model, device=device)
+
+
+def export(model: Any, path: Path, **options: Any) -> Path:
+    """Save ``model`` as a Keras 3 ``.keras`` zip at ``path``."""
+    if path.suffix.lower() != ".keras":
+        raise ValueError(f"a keras export path must end with .keras, got {str(path)!r}")
+    keras = _keras()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with quiet():
+        keras.saving.save_model(model, str(path), **options)
+    return path

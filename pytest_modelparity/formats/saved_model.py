@@ -1,0 +1,129 @@
+"""Format ``saved_model``: a TensorFlow SavedModel directory, run through a signature.
+
+A signature is a concrete function with a free batch dim, so any batch size runs without
+retracing. Inputs are cast to the signature dtype (a signature rejects float64 given for
+float32). Export writes a Keras 3 export archive whose outputs are named like the Keras
+model's outputs, so forms can be compared output by output.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import ModelLoadError
+from ..devices import require_tf_device
+from ._tf import first_line, import_tf, quiet, require_path, spec
+from .base import LoadedModel
+
+NAME = "saved_model"
+EXPORT_REQUIRES: tuple[tuple[str, str], ...] = ()
+
+
+def detect(path: Path) -> bool:
+    if path.is_dir():
+        return (path / "saved_model.pb").is_file() or (path / "saved_model.pbtxt").is_file()
+    return path.name in ("saved_model.pb", "saved_model.pbtxt") and path.is_file()
+
+
+class SavedModelModel(LoadedModel):
+    """A SavedModel signature; ``native`` is the signature's ConcreteFunction."""
+
+    format = NAME
+
+    def __init__(self, loaded: Any, fn: Any, signature: str, *, device: str, source: Path) -> None:
+        self.loaded = loaded  # keeps the variables alive
+        self.native = fn
+        self.signature = signature
+        self._device = require_tf_device(device, format=NAME)
+        args, kwargs = fn.structured_input_signature
+        if args:
+            raise ModelLoadError(source, NAME, f"signature {signature!r} takes positional inputs",
+                                 "export a signature with named inputs (model.export() does)")
+        outputs = fn.structured_outputs
+        if not isinstance(outputs, dict):
+            outputs = {f"output_{i}": t for i, t in enumerate(import_tf().nest.flatten(outputs))}
+        super().__init__(device=device, source=source,
+                         inputs=[spec(name, s.shape, s.dtype) for name, s in kwargs.items()],
+                         outputs=[spec(name, s.shape, s.dtype) for name, s in outputs.items()])
+
+    def _predict(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        tf = import_tf()
+        with tf.device(self._device.tf_name):
+            result = self.native(**{name: tf.constant(x) for name, x in feeds.items()})
+        if not isinstance(result, dict):
+            result = dict(zip((s.name for s in self.outputs), tf.nest.flatten(result)))
+        return {s.name: np.asarray(result[s.name]) for s in self.outputs}
+
+    def graph_defs(self) -> list[Any]:
+        return [self.native.graph.as_graph_def()]
+
+    def weights(self) -> dict[str, np.ndarray]:
+        out = {}
+        for v in self.native.variables:
+            name = v.name[:-2] if v.name.endswith(":0") else v.name
+            out[name] = np.asarray(v.numpy())
+        return out
+
+
+def load(source: Any, *, device: str = "cpu", signature: str | None = None,
+         tags: Sequence[str] | None = None) -> SavedModelModel:
+    """Load a SavedModel directory (or its ``saved_model.pb``) and pick a signature."""
+    path = Path(source)
+    if path.name in ("saved_model.pb", "saved_model.pbtxt") and path.is_file():
+        path = path.parent
+    require_path(path, NAME, kind="dir")
+    if not ((path / "saved_model.pb").is_file() or (path / "saved_model.pbtxt").is_file()):
+        raise ModelLoadError(path, NAME, "the directory has no saved_model.pb",
+                             "pass the directory written by model.export() or tf.saved_model.save()")
+    dev = require_tf_device(device, format=NAME)
+    tf = import_tf()
+    try:
+        with quiet(), tf.device(dev.tf_name):
+            loaded = tf.saved_model.load(str(path), tags=list(tags) if tags else None)
+    except Exception as exc:  # noqa: BLE001 - every failure becomes a ModelLoadError
+        raise ModelLoadError(path, NAME, f"TensorFlow could not load the SavedModel ({first_line(exc)})",
+                             "check saved_model.pb and variables/ are complete (not truncated) and "
+                             "written by a compatible TensorFlow") from exc
+    signatures = dict(loaded.signatures)
+    if not signatures:
+        raise ModelLoadError(path, NAME, "the SavedModel has no signatures",
+                             "export it with model.export(path), or tf.saved_model.save(obj, path, "
+                             "signatures=...) with an input_signature")
+    if signature is None:
+        signature = "serving_default" if "serving_default" in signatures else (
+            next(iter(signatures)) if len(signatures) == 1 else None)
+        if signature is None:
+            raise ModelLoadError(path, NAME, f"no serving_default signature and several others: "
+                                 f"{', '.join(sorted(signatures))}", "pass signature='name' to load_model")
+    elif signature not in signatures:
+        raise ModelLoadError(path, NAME, f"no signature {signature!r}; it has: {', '.join(sorted(signatures))}",
+                             "pass one of those as signature=")
+    return SavedModelModel(loaded, signatures[signature], signature, device=device, source=path)
+
+
+def export(model: Any, path: Path, **options: Any) -> Path:
+    """Write ``model`` as a SavedModel whose ``serving_default`` outputs carry the Keras output names."""
+    if options:
+        raise TypeError(f"saved_model export takes no options, got {sorted(options)}")
+    tf = import_tf()
+    import keras
+
+    from .keras import KerasModel, _name_outputs, _pack_inputs
+
+    km = KerasModel(model, device="cpu")
+    names = [s.name for s in km.outputs]
+    signature = [tf.TensorSpec(s.shape, s.dtype, name=s.name) for s in km.inputs]
+
+    def serve(*xs: Any) -> dict[str, Any]:
+        return _name_outputs(model(_pack_inputs(model, list(xs)), training=False), names, numpy=False)
+
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    archive.add_endpoint("serve", serve, input_signature=signature)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with quiet():
+        archive.write_out(str(path), verbose=False)
+    return path
