@@ -108,12 +108,15 @@ GPU_FLOAT32 = _Row(1e-3, 1e-5, 2e-3, "TF32: ~2 eps of a 10-bit mantissa (derived
 # bench/measure_tolerances.py on tests/models.py's tiny_cnn and mlp (see docs/tolerances.md).
 # (scale, min_top1, max_mismatch_fraction)
 FORMAT_DEFAULTS: dict[str, tuple[float, float | None, float, str]] = {
-    "tflite:float16": (1e-2, 0.9, 0.0,
-                       "float16 weights: measured max error <= 2.5e-3 of scale, top-1 >= 97%"),
-    "tflite:dynamic_range": (0.15, 0.8, 0.0,
-                             "int8 weights: measured max error <= 6.5e-2 of scale, top-1 >= 91%"),
-    "tflite:int8": (0.15, 0.8, 0.0,
-                    "int8 weights and activations: measured max error <= 7e-2 of scale, top-1 >= 88%"),
+    "tflite:float16": (3e-3, None, 0.0,
+                       "float16 weights, float32 compute: max error 1.2e-4..4.5e-4 of scale over 10 "
+                       "models (notes/formats.md: 9.5e-4 abs on a softmax CNN); top-1 100%"),
+    "tflite:dynamic_range": (3e-2, 0.9, 0.02,
+                             "int8 weights: max error <= 2.8e-3 of scale on tiny_cnn, 0% of elements "
+                             "beyond 1e-2 of scale, top-1 >= 98.4% (notes: 0.043 abs, top-1 94%)"),
+    "tflite:int8": (3e-2, 0.9, 0.02,
+                    "int8 weights and activations: max error 1.3e-2..3.9e-1 of scale, but <= 0.5% of "
+                    "elements beyond 3e-2 of scale; top-1 >= 97.7% (notes: top-1 91%)"),
 }
 # Formats that compute in the output dtype: the dtype row applies unchanged.
 EXACT_FORMAT_ALIASES = {"tflite", "tflite:float32", "onnx", "tfjs", "saved_model", "graphdef",
@@ -191,14 +194,12 @@ def default_tolerance(dtype: Any, *, device: str = "cpu", format: str | None = N
     fmt = (format or "").lower() or None
     if fmt is not None and fmt in FORMAT_DEFAULTS:
         scale, top1, frac, _why = FORMAT_DEFAULTS[fmt]
-        tol = replace(tol, rtol=max(tol.rtol, scale), scale=max(tol.scale, scale),
-                      min_top1=top1, max_mismatch_fraction=frac)
+        tol = replace(tol, scale=max(tol.scale, scale), min_top1=top1, max_mismatch_fraction=frac)
         where.append(fmt)
     elif fmt is not None and fmt not in EXACT_FORMAT_ALIASES and fmt.startswith("tflite:"):
         # An unknown TFLite variant: be as loose as the loosest quantised one we measured.
         scale, top1, frac, _why = FORMAT_DEFAULTS["tflite:int8"]
-        tol = replace(tol, rtol=max(tol.rtol, scale), scale=max(tol.scale, scale),
-                      min_top1=top1, max_mismatch_fraction=frac)
+        tol = replace(tol, scale=max(tol.scale, scale), min_top1=top1, max_mismatch_fraction=frac)
         where.append(f"{fmt} (unknown variant: int8 bounds)")
     return tol.with_source(", ".join(where) + " (scaled rule)")
 

@@ -1,0 +1,539 @@
+"""The three assertions: outputs close, deterministic, batch invariant.
+
+Each takes arrays (or nested dicts/lists of them) or models — any callable taking a batch:
+a Keras model, a ``tf.function``, a ``LoadedModel``, a plain function — runs what must be
+run, compares with ``compare.compare`` under the tolerance resolved by ``tolerances``,
+hands the report to ``recording.emit`` (pass or fail) and on failure asks ``diagnose`` why
+and raises ``ParityError``. Nothing here imports TensorFlow or pytest.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from . import diagnose, recording
+from . import tolerances as tol_mod
+from .compare import ComparisonReport, compare
+from .errors import ParityError
+from .tolerances import Tolerance
+
+__all__ = ["assert_outputs_close", "assert_deterministic", "assert_batch_invariant"]
+
+# Calibrated mode: the candidate may be this many times the reference's own float noise...
+CALIBRATED_MULTIPLE = 8.0
+# ...and the noise floor is taken as at least this many epsilons of the output dtype, so a
+# reference that happens to be bitwise batch-invariant (TFLite, onnxruntime) does not make
+# every other implementation's rounding a failure.
+CALIBRATED_MIN_FLOOR_EPS = 8.0
+# Rows used to measure the reference's drift (per-row runs cost one call each).
+CALIBRATION_ROWS = 64
+
+
+# --------------------------------------------------------------------------------------
+# Public assertions
+# --------------------------------------------------------------------------------------
+
+def assert_outputs_close(actual: Any, expected: Any, *, inputs: Any = None, rtol: float | None = None,
+                         atol: float | None = None, equal_nan: bool = False, msg: str | None = None,
+                         tolerance: Tolerance | str | None = None) -> ComparisonReport:
+    """Assert ``actual`` matches ``expected`` (arrays, nested outputs, or models run on ``inputs``).
+
+    Tolerance: explicit ``rtol``/``atol`` (plain per-element rule) > marker > ini > the
+    built-in scale-aware default for the output dtype, device and format. ``tolerance=`` a
+    ``Tolerance`` uses it as given; ``tolerance="calibrated"`` measures the reference
+    (``expected``, which must then be a model) against its own batch-order drift and allows
+    the candidate ``CALIBRATED_MULTIPLE`` times that noise.
+    """
+    __tracebackhide__ = True
+    actual_model = actual if _is_model(actual) else None
+    expected_model = expected if _is_model(expected) else None
+    if (actual_model is not None or expected_model is not None) and inputs is None:
+        which = "actual" if actual_model is not None else "expected"
+        raise TypeError(f"assert_outputs_close: {which} is a model ({_name(actual_model or expected_model)}); "
+                        "pass inputs=<a batch> so it can be run")
+    act = _run(actual_model, inputs) if actual_model is not None else _to_numpy(actual)
+    exp = _run(expected_model, inputs) if expected_model is not None else _to_numpy(expected)
+    device, fmt = _context(actual_model, expected_model)
+    meta: dict[str, Any] = {"check": "outputs_close", "device": device, "format": fmt}
+    calibration = None
+    if isinstance(tolerance, str):
+        if tolerance != "calibrated":
+            raise ValueError(f"tolerance={tolerance!r}: pass a Tolerance, None or the string 'calibrated'")
+        if rtol is not None or atol is not None:
+            raise ValueError("tolerance='calibrated' and rtol=/atol= exclude each other: pass one of them")
+        if expected_model is None:
+            raise TypeError("tolerance='calibrated' measures the reference's own float noise, so expected must "
+                            "be a model (a callable taking a batch) and inputs must be given; got arrays")
+        calibration = _calibrate_split(expected_model, inputs, exp)
+        tol_fn = calibration.tolerance_for
+        meta["calibration"] = calibration.meta
+    else:
+        tol_fn = _tolerance_fn(act, tolerance, rtol=rtol, atol=atol, device=device, fmt=fmt)
+    report = compare(act, exp, tolerance=tol_fn, equal_nan=equal_nan, full_stats=calibration is not None)
+    report.title = f"{_name(actual_model) if actual_model is not None else 'actual'} vs " \
+                   f"{_name(expected_model) if expected_model is not None else 'expected'}"
+    report.meta.update(meta)
+    if calibration is not None:
+        calibration.summarise(report)
+
+    def why() -> list:
+        return diagnose.diagnose_comparison(report, actual=act, expected=exp, actual_model=actual_model,
+                                            expected_model=expected_model, inputs=inputs)
+
+    return _finish("outputs_close", report, msg, why)
+
+
+def assert_deterministic(model: Callable, inputs: Any, *, runs: int = 3, rtol: float = 0.0,
+                         atol: float = 0.0) -> ComparisonReport:
+    """Assert ``model`` gives the same outputs on ``inputs`` every time (exact by default).
+
+    The report says which run differed from the first and by how much
+    (``report.meta["runs"]``).
+    """
+    __tracebackhide__ = True
+    _require_model(model, "assert_deterministic")
+    if not isinstance(runs, int) or runs < 2:
+        raise ValueError(f"assert_deterministic: runs={runs!r}; pass an int >= 2 (the first run is the reference)")
+    outputs = [_run(model, inputs) for _ in range(runs)]
+    first = outputs[0]
+    if rtol == 0 and atol == 0:
+        tolerance = tol_mod.exact_tolerance("assert_deterministic default")
+    else:
+        tolerance = tol_mod.resolve_tolerance("float32", rtol=rtol, atol=atol, layers=())
+    if runs == 2:
+        actual, expected = outputs[1], first
+    else:
+        actual = {f"run {i + 1}": out for i, out in enumerate(outputs[1:], start=1)}
+        expected = {f"run {i + 1}": first for i in range(1, runs)}
+    report = compare(actual, expected, tolerance=tolerance)
+    report.title = f"{_name(model)}: {runs} runs on the same inputs, each vs run 1"
+    per_run = []
+    for i, out in enumerate(outputs[1:], start=2):
+        diff = _max_abs_tree(out, first)
+        per_run.append({"run": i, "identical": diff == 0.0, "max_abs": diff})
+    differing = [r["run"] for r in per_run if not r["identical"]]
+    report.meta.update({"check": "deterministic", "runs": runs, "per_run": per_run,
+                        "differing_runs": differing,
+                        "first_differing_run": differing[0] if differing else None})
+    device, fmt = _context(model, None)
+    report.meta.update({"device": device, "format": fmt})
+
+    def why() -> list:
+        return diagnose.diagnose_nondeterminism(report, model=model, inputs=inputs, runs=outputs)
+
+    return _finish("deterministic", report, None, why)
+
+
+def assert_batch_invariant(model: Callable, inputs: Any, *, batch_sizes: Sequence[int] = (1,),
+                           rtol: float | None = None, atol: float | None = None,
+                           tolerance: Tolerance | str | None = None) -> ComparisonReport:
+    """Assert the rows of ``inputs`` give the same outputs at once and in sub-batches.
+
+    For each size in ``batch_sizes`` the batch is cut into consecutive sub-batches of that
+    size (the last may be smaller; dict inputs are cut together along axis 0), the outputs
+    concatenated and compared with the whole-batch outputs. Default tolerance: the
+    dtype-aware built-in (float drift between batch sizes is expected, seed 004);
+    ``rtol=0, atol=0`` demands bitwise equality and reports the ULP distance.
+    ``tolerance="calibrated"`` allows ``CALIBRATED_MULTIPLE`` times the drift the model shows
+    when the same batch is evaluated in reversed row order.
+    """
+    __tracebackhide__ = True
+    _require_model(model, "assert_batch_invariant")
+    n = _batch_length(inputs)
+    sizes = _check_batch_sizes(batch_sizes)
+    batched = _run(model, inputs)
+    splits = {}
+    for size in sizes:
+        parts = [_run(model, _slice(inputs, start, min(start + size, n))) for start in range(0, n, size)]
+        splits[size] = _concat(parts, where=f"outputs of {_name(model)}")
+    device, fmt = _context(model, None)
+    meta: dict[str, Any] = {"check": "batch_invariant", "batch": n, "batch_sizes": list(sizes),
+                            "device": device, "format": fmt}
+    if len(sizes) == 1:
+        actual, expected = splits[sizes[0]], batched
+    else:
+        actual = {f"sub-batches of {s}": splits[s] for s in sizes}
+        expected = {f"sub-batches of {s}": batched for s in sizes}
+    calibration = None
+    if isinstance(tolerance, str):
+        if tolerance != "calibrated":
+            raise ValueError(f"tolerance={tolerance!r}: pass a Tolerance, None or the string 'calibrated'")
+        if rtol is not None or atol is not None:
+            raise ValueError("tolerance='calibrated' and rtol=/atol= exclude each other: pass one of them")
+        calibration = _calibrate_reversed(model, inputs, batched, wrap=None if len(sizes) == 1 else
+                                          [f"sub-batches of {s}" for s in sizes])
+        tol_fn = calibration.tolerance_for
+        meta["calibration"] = calibration.meta
+    else:
+        tol_fn = _tolerance_fn(actual, tolerance, rtol=rtol, atol=atol, device=device, fmt=fmt)
+    report = compare(actual, expected, tolerance=tol_fn, full_stats=calibration is not None)
+    sizes_text = ", ".join(str(s) for s in sizes)
+    report.title = f"{_name(model)}: batch of {n} at once vs sub-batches of {sizes_text}"
+    report.meta.update(meta)
+    if calibration is not None:
+        calibration.summarise(report)
+
+    def why() -> list:
+        return diagnose.diagnose_batch_variance(report, model=model, inputs=inputs, batched=batched, split=splits)
+
+    return _finish("batch_invariant", report, None, why)
+
+
+# --------------------------------------------------------------------------------------
+# Finishing: emit, diagnose, raise
+# --------------------------------------------------------------------------------------
+
+def _finish(kind: str, report: ComparisonReport, msg: str | None, why: Callable[[], list]) -> ComparisonReport:
+    __tracebackhide__ = True
+    if not report.passed:
+        try:
+            hints = why()
+            report.hints = list(hints or [])
+        except Exception as exc:  # noqa: BLE001 - a diagnosis crash must never hide the failure
+            report.hints = []
+            report.meta["diagnosis_error"] = f"{type(exc).__name__}: {exc}"
+    recording.emit(kind, report)
+    if report.passed:
+        return report
+    text = str(report)
+    summary = report.meta.get("calibration", {}).get("summary")
+    if summary and summary not in text:
+        text += f"\n{summary}"
+    if msg:
+        text = f"{msg}\n{text}"
+    raise ParityError(text, report)
+
+
+# --------------------------------------------------------------------------------------
+# Tolerances per output
+# --------------------------------------------------------------------------------------
+
+def _tolerance_fn(actual: Any, tolerance: Tolerance | None, *, rtol, atol, device, fmt):
+    """A ``(expected_dtype, path) -> Tolerance`` using the less precise of the two dtypes."""
+    if isinstance(tolerance, Tolerance):
+        if rtol is not None or atol is not None:
+            raise ValueError("pass either tolerance=Tolerance(...) or rtol=/atol=, not both")
+        return tolerance
+    if tolerance is not None:
+        raise TypeError(f"tolerance={tolerance!r}: pass a Tolerance, None or the string 'calibrated'")
+    actual_dtypes = {path: arr.dtype for path, arr in _leaves(actual)}
+    # Resolve the layers now: the ContextVar is read in the caller's context.
+    layers = tol_mod.current_layers()
+
+    def for_output(expected_dtype: Any, path: str) -> Tolerance:
+        dtype = expected_dtype
+        if path in actual_dtypes:
+            try:
+                dtype = tol_mod.less_precise(actual_dtypes[path], expected_dtype)
+            except TypeError:
+                dtype = expected_dtype
+        return tol_mod.resolve_tolerance(dtype, rtol=rtol, atol=atol, device=device, format=fmt, layers=layers)
+
+    return for_output
+
+
+class _Calibration:
+    """Noise floor of the reference per output path, as a fraction of the output's scale."""
+
+    def __init__(self, floors: dict[str, float], measured: dict[str, float], method: str,
+                 dtypes: dict[str, np.dtype]) -> None:
+        self.floors = floors
+        self.method = method
+        self.dtypes = dtypes
+        self.meta: dict[str, Any] = {
+            "method": method, "multiple_allowed": CALIBRATED_MULTIPLE,
+            "min_floor_eps": CALIBRATED_MIN_FLOOR_EPS,
+            "measured_drift": dict(measured), "floor": dict(floors),
+        }
+
+    def tolerance_for(self, expected_dtype: Any, path: str) -> Tolerance:
+        dtype = np.dtype(expected_dtype) if not isinstance(expected_dtype, np.dtype) else expected_dtype
+        if dtype.kind not in "fc" and not tol_mod.eps_of(dtype):
+            return tol_mod.exact_tolerance("calibrated (exact for non-float outputs)")
+        floor = self.floors.get(path)
+        if floor is None:  # an output the calibration did not see: fall back to the built-in
+            return tol_mod.default_tolerance(dtype).with_source("built-in (no calibration for this output)")
+        eps = tol_mod.eps_of(dtype)
+        return Tolerance(0.0, eps, scale=CALIBRATED_MULTIPLE * floor,
+                         source=f"calibrated: {CALIBRATED_MULTIPLE:g}x the reference's float noise "
+                                f"(floor {floor:.2g} of scale, {self.method})")
+
+    def summarise(self, report: ComparisonReport) -> None:
+        ratios = {}
+        for out in report.outputs:
+            floor = self.floors.get(out.path)
+            if floor is None or out.max_abs is None or not out.scale:
+                continue
+            ratios[out.path] = (out.max_abs / out.scale) / floor if floor else float("inf")
+        self.meta["ratio"] = ratios
+        if not ratios:
+            self.meta["summary"] = "calibrated: no floating output to calibrate"
+            return
+        worst = max(ratios, key=lambda p: ratios[p])
+        where = f" in output {worst}" if worst else ""
+        floor = self.floors[worst]
+        clamp = ""
+        measured = self.meta["measured_drift"].get(worst)
+        if measured is not None and measured < floor:
+            clamp = f"; measured drift {measured:.2g}, raised to {CALIBRATED_MIN_FLOOR_EPS:g} eps"
+        self.meta["worst_output"] = worst
+        self.meta["summary"] = (f"max error {_times(ratios[worst])} the reference's own float noise{where} "
+                                f"(floor {floor:.2g} of scale{clamp}; allowed {CALIBRATED_MULTIPLE:g}x; "
+                                f"noise measured by {self.method})")
+
+
+def _times(ratio: float) -> str:
+    if ratio >= 100 and ratio != float("inf"):
+        return f"{ratio:,.0f}x"
+    return f"{ratio:.2g}x"
+
+
+def _floors(drifts: list[tuple[Any, Any]], reference: Any) -> tuple[dict[str, float], dict[str, float], dict]:
+    """Per path: max over ``drifts`` of max|a - b| / max|b|, and the floor with its minimum."""
+    measured: dict[str, float] = {}
+    dtypes: dict[str, np.dtype] = {}
+    for other, base in drifts:
+        base_leaves = dict(_leaves(base))
+        for path, arr in _leaves(other):
+            ref = base_leaves.get(path)
+            if ref is None or ref.dtype.kind not in "fc" or arr.shape != ref.shape:
+                continue
+            scale = float(np.max(np.abs(ref))) if ref.size else 0.0
+            if scale == 0.0 or not np.isfinite(scale):
+                drift = 0.0
+            else:
+                d = np.abs(arr.astype(np.float64) - ref.astype(np.float64))
+                drift = float(np.nanmax(d) / scale) if d.size else 0.0
+            measured[path] = max(measured.get(path, 0.0), drift)
+            dtypes[path] = tol_mod.less_precise(arr.dtype, ref.dtype)
+    floors = {p: max(v, CALIBRATED_MIN_FLOOR_EPS * tol_mod.eps_of(dtypes[p])) for p, v in measured.items()}
+    return floors, measured, dtypes
+
+
+def _calibrate_split(model: Any, inputs: Any, whole: Any) -> _Calibration:
+    """Reference noise: its drift between the whole batch and single rows (first rows only),
+    and between the batch and the same rows in reversed order."""
+    n = _batch_length(inputs)
+    rows = min(n, CALIBRATION_ROWS)
+    head = _slice(inputs, 0, rows)
+    head_whole = _slice_tree(whole, 0, rows)
+    per_row = _concat([_run(model, _slice(head, i, i + 1)) for i in range(rows)], where=f"outputs of {_name(model)}")
+    drifts = [(per_row, head_whole)]
+    if n > 1:
+        drifts.append((_reverse_tree(_run(model, _reverse(inputs, n))), whole))
+    floors, measured, dtypes = _floors(drifts, whole)
+    method = f"batch of {n} vs {rows} single rows and vs reversed row order"
+    return _Calibration(floors, measured, method, dtypes)
+
+
+def _calibrate_reversed(model: Any, inputs: Any, batched: Any, wrap: list[str] | None) -> _Calibration:
+    n = _batch_length(inputs)
+    reversed_out = _reverse_tree(_run(model, _reverse(inputs, n)))
+    floors, measured, dtypes = _floors([(reversed_out, batched)], batched)
+    if wrap:
+        floors = {f"[{k!r}]{p}": v for k in wrap for p, v in floors.items()}
+        measured = {f"[{k!r}]{p}": v for k in wrap for p, v in measured.items()}
+        dtypes = {f"[{k!r}]{p}": v for k in wrap for p, v in dtypes.items()}
+    return _Calibration(floors, measured, f"batch of {n} vs the same rows in reversed order", dtypes)
+
+
+# --------------------------------------------------------------------------------------
+# Models, inputs and nested outputs
+# --------------------------------------------------------------------------------------
+
+def _is_model(obj: Any) -> bool:
+    return callable(obj) and not isinstance(obj, (np.ndarray, Mapping, list, tuple, np.generic))
+
+
+def _require_model(model: Any, where: str) -> None:
+    if not _is_model(model):
+        raise TypeError(f"{where}: model must be a callable taking a batch (a Keras model, tf.function, "
+                        f"LoadedModel or function), got {type(model).__name__}")
+
+
+def _name(model: Any) -> str:
+    if model is None:
+        return "?"
+    fmt = getattr(model, "format_variant", None) or getattr(model, "format", None)
+    if isinstance(fmt, str) and _is_loaded_model(model):
+        return fmt
+    name = getattr(model, "name", None) or getattr(model, "__name__", None)
+    return str(name) if name else type(model).__name__
+
+
+def _is_loaded_model(model: Any) -> bool:
+    try:
+        from .formats.base import LoadedModel
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(model, LoadedModel)
+
+
+def _context(actual_model: Any, expected_model: Any) -> tuple[str, str | None]:
+    """Device and format that decide the default tolerance: the candidate's (``actual``)
+    format first, then the reference's; ``gpu`` if either side ran on a GPU."""
+    device, fmt = "cpu", None
+    for model in (actual_model, expected_model):
+        if model is None or not _is_loaded_model(model):
+            continue
+        dev = str(getattr(model, "device", "cpu") or "cpu")
+        if dev.lower().startswith(("gpu", "cuda")):
+            device = "gpu"
+        if fmt is None:
+            fmt = getattr(model, "format_variant", None) or getattr(model, "format", None)
+    return device, fmt
+
+
+def _run(model: Any, batch: Any) -> Any:
+    return _to_numpy(model(batch))
+
+
+def _to_numpy(obj: Any) -> Any:
+    """Model outputs as numpy: dicts stay dicts, lists/tuples become lists, tensors arrays."""
+    if isinstance(obj, Mapping):
+        return {k: _to_numpy(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)) and not _looks_numeric_list(obj):
+        return [_to_numpy(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return obj
+    numpy = getattr(obj, "numpy", None)
+    if callable(numpy) and not isinstance(obj, np.generic):
+        try:
+            return np.asarray(numpy())
+        except Exception:  # noqa: BLE001 - fall back to the array protocol
+            pass
+    return np.asarray(obj)
+
+
+def _looks_numeric_list(obj: Sequence) -> bool:
+    """A plain list of numbers (``[1.0, 2.0]``) is one array, not a list of outputs."""
+    return len(obj) > 0 and all(isinstance(v, (int, float, complex, bool, np.number, np.bool_)) for v in obj)
+
+
+def _leaves(tree: Any, prefix: str = ""):
+    """``(path, array)`` pairs with the same path spelling as ``compare`` ("['a'][0]")."""
+    if isinstance(tree, Mapping):
+        for k, v in tree.items():
+            yield from _leaves(v, f"{prefix}[{k!r}]")
+    elif isinstance(tree, (list, tuple)):
+        for i, v in enumerate(tree):
+            yield from _leaves(v, f"{prefix}[{i}]")
+    else:
+        yield prefix, np.asarray(tree)
+
+
+def _max_abs_tree(a: Any, b: Any) -> float:
+    worst = 0.0
+    b_leaves = dict(_leaves(b))
+    for path, x in _leaves(a):
+        y = b_leaves.get(path)
+        if y is None or x.shape != y.shape:
+            return float("inf")
+        if x.size == 0:
+            continue
+        if x.dtype.kind in "fc" or y.dtype.kind in "fc":
+            xf, yf = x.astype(np.float64), y.astype(np.float64)
+            same = (xf == yf) | (np.isnan(xf) & np.isnan(yf))
+            d = np.where(same, 0.0, np.abs(xf - yf))
+            worst = max(worst, float(np.nanmax(np.where(np.isnan(d), np.inf, d))))
+        else:
+            worst = max(worst, float(np.max(x != y)))
+    return worst
+
+
+def _first_array(inputs: Any) -> Any:
+    if isinstance(inputs, Mapping):
+        if not inputs:
+            raise ValueError("inputs is an empty dict; pass at least one input array")
+        return next(iter(inputs.values()))
+    if isinstance(inputs, (list, tuple)) and inputs and not _looks_numeric_list(inputs):
+        return inputs[0]
+    return inputs
+
+
+def _batch_length(inputs: Any) -> int:
+    first = _first_array(inputs)
+    shape = getattr(first, "shape", None)
+    if shape is None:
+        shape = np.shape(first)
+    if len(shape) == 0:
+        raise ValueError("inputs have no batch axis (a scalar); pass a batch whose axis 0 indexes the rows")
+    n = int(shape[0])
+    for other in _all_arrays(inputs):
+        other_shape = getattr(other, "shape", None) or np.shape(other)
+        if len(other_shape) == 0 or int(other_shape[0]) != n:
+            raise ValueError(f"inputs disagree on the batch size (axis 0): {n} vs "
+                             f"{other_shape[0] if len(other_shape) else 'a scalar'}; every input must have the same rows")
+    return n
+
+
+def _all_arrays(inputs: Any):
+    if isinstance(inputs, Mapping):
+        yield from inputs.values()
+    elif isinstance(inputs, (list, tuple)) and not _looks_numeric_list(inputs):
+        yield from inputs
+    else:
+        yield inputs
+
+
+def _slice(inputs: Any, start: int, stop: int) -> Any:
+    if isinstance(inputs, Mapping):
+        return {k: v[start:stop] for k, v in inputs.items()}
+    if isinstance(inputs, (list, tuple)) and not _looks_numeric_list(inputs):
+        return type(inputs)(v[start:stop] for v in inputs)
+    return inputs[start:stop]
+
+
+def _reverse(inputs: Any, n: int) -> Any:
+    order = np.arange(n - 1, -1, -1)
+    if isinstance(inputs, Mapping):
+        return {k: np.asarray(v)[order] for k, v in inputs.items()}
+    if isinstance(inputs, (list, tuple)) and not _looks_numeric_list(inputs):
+        return type(inputs)(np.asarray(v)[order] for v in inputs)
+    return np.asarray(inputs)[order]
+
+
+def _reverse_tree(tree: Any) -> Any:
+    if isinstance(tree, Mapping):
+        return {k: _reverse_tree(v) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_reverse_tree(v) for v in tree]
+    arr = np.asarray(tree)
+    return arr[::-1] if arr.ndim else arr
+
+
+def _slice_tree(tree: Any, start: int, stop: int) -> Any:
+    if isinstance(tree, Mapping):
+        return {k: _slice_tree(v, start, stop) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_slice_tree(v, start, stop) for v in tree]
+    arr = np.asarray(tree)
+    return arr[start:stop] if arr.ndim else arr
+
+
+def _concat(parts: list[Any], *, where: str, path: str = "") -> Any:
+    first = parts[0]
+    if isinstance(first, Mapping):
+        return {k: _concat([p[k] for p in parts], where=where, path=f"{path}[{k!r}]") for k in first}
+    if isinstance(first, list):
+        return [_concat([p[i] for p in parts], where=where, path=f"{path}[{i}]") for i in range(len(first))]
+    arrays = [np.asarray(p) for p in parts]
+    if any(a.ndim == 0 for a in arrays):
+        raise ValueError(f"{where}{' ' + path if path else ''} is a scalar per call: batch invariance needs "
+                         "outputs whose axis 0 is the batch")
+    return np.concatenate(arrays, axis=0)
+
+
+def _check_batch_sizes(batch_sizes: Any) -> list[int]:
+    if isinstance(batch_sizes, int):
+        batch_sizes = (batch_sizes,)
+    sizes = []
+    for s in batch_sizes:
+        if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1:
+            raise ValueError(f"batch_sizes={batch_sizes!r}: every size must be an int >= 1, e.g. batch_sizes=(1, 7)")
+        sizes.append(int(s))
+    if not sizes:
+        raise ValueError("batch_sizes is empty; pass at least one sub-batch size, e.g. batch_sizes=(1,)")
+    return sizes
