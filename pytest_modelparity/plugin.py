@@ -1,1 +1,267 @@
-"""pytest plugin entry point (placeholder until the plugin work lands)."""
+"""pytest plugin entry point: wires options, fixtures, marker, reports and zero-code mode.
+
+Only wiring lives here; each concern has its module (options, fixtures, strategies,
+zero_code, summary, html_report). Nothing imported at module level imports TensorFlow, so
+``pytest --help`` and test runs that never touch a model stay fast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from . import recording
+from .fixtures import (STATE_KEY, ParitySession, get_state, modelparity_device,  # noqa: F401 - fixtures
+                       modelparity_format, modelparity_source, parity_batch, parity_candidate,
+                       parity_reference)
+from .options import add_options, expand_devices, parse_options
+
+MARKER = ("modelparity(formats=None, devices=None, rtol=None, atol=None): narrow the format x device "
+          "matrix of this test and set its tolerance (above the ini value, below explicit arguments)")
+_ROWS_KEY = "modelparity_rows"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    add_options(parser)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", MARKER)
+    from .strategies import register_profile
+
+    register_profile()
+    if config.option.help:
+        return  # never refuse to show help because of a bad ini value
+    state = config.stash[STATE_KEY] = ParitySession(parse_options(config))
+    config.pluginmanager.register(OutcomeRecorder(state), "modelparity-outcomes")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    state = config.stash.get(STATE_KEY, None)
+    if state is not None:
+        state.close()
+
+
+# -- parametrization --------------------------------------------------------------------
+
+def _marker_list(marker: Any, key: str) -> list[str] | None:
+    value = marker.kwargs.get(key) if marker is not None else None
+    if value is None:
+        return None
+    return [value] if isinstance(value, str) else list(value)
+
+
+def _already_parametrized(metafunc: pytest.Metafunc, name: str) -> bool:
+    for mark in metafunc.definition.iter_markers("parametrize"):
+        names = mark.args[0] if mark.args else mark.kwargs.get("argnames", "")
+        if isinstance(names, str):
+            names = [n.strip() for n in names.split(",")]
+        if name in names:
+            return True
+    return False
+
+
+def select_matrix(state: ParitySession, marker: Any, where: str) -> tuple[list[str], list[str]]:
+    """The formats and devices one test runs on: the options narrowed by its marker."""
+    from .formats import ALL_FORMATS
+    from .options import parse_devices
+
+    opts = state.options
+    formats = list(opts.formats)
+    wanted = _marker_list(marker, "formats")
+    if wanted is not None:
+        unknown = [f for f in wanted if f not in ALL_FORMATS]
+        if unknown:
+            raise pytest.UsageError(f"{where}: @pytest.mark.modelparity(formats=...) names unknown format(s) "
+                                    f"{unknown}; valid formats: {', '.join(ALL_FORMATS)}")
+        # With --modelparity-formats the marker narrows it; without, the marker chooses (a format
+        # whose runtime is missing then skips with the install hint instead of vanishing).
+        formats = [f for f in formats if f in wanted] if opts.formats_explicit else list(dict.fromkeys(wanted))
+    devices = list(expand_devices(opts.devices))
+    wanted_devices = _marker_list(marker, "devices")
+    if wanted_devices is not None:
+        try:
+            wanted_norm = parse_devices(",".join(wanted_devices))
+        except pytest.UsageError as exc:
+            raise pytest.UsageError(f"{where}: @pytest.mark.modelparity(devices=...): {exc}") from None
+        wanted_norm = expand_devices(wanted_norm)
+        devices = [d for d in devices if d in wanted_norm]
+    return formats, devices
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    names = metafunc.fixturenames
+    wants = [n for n in ("modelparity_format", "modelparity_device") if n in names
+             and not _already_parametrized(metafunc, n)]
+    if not wants:
+        return
+    state = get_state(metafunc.config)
+    marker = metafunc.definition.get_closest_marker("modelparity")
+    formats, devices = select_matrix(state, marker, metafunc.definition.nodeid)
+    for name, values, what in (("modelparity_format", formats, "--modelparity-formats"),
+                               ("modelparity_device", devices, "--modelparity-device")):
+        if name not in wants:
+            continue
+        if values:
+            metafunc.parametrize(name, values, indirect=True, scope="session", ids=[str(v) for v in values])
+        else:
+            reason = (f"modelparity: the marker's {name.split('_')[1]}s are not among those selected by "
+                      f"{what} ({', '.join(state.options.formats if 'format' in name else state.options.devices)})")
+            metafunc.parametrize(name, [pytest.param(None, marks=pytest.mark.skip(reason=reason), id="none")],
+                                 indirect=True, scope="session")
+
+
+# -- running a test: tolerance layers and report collection -----------------------------
+
+def item_matrix(item: pytest.Item) -> tuple[str | None, str | None]:
+    """The (format, device) a test item runs on, or None where it has none."""
+    fixed = getattr(item, "modelparity_matrix", None)
+    if fixed is not None:
+        return fixed
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return params.get("modelparity_format"), params.get("modelparity_device")
+
+
+def _layers(item: pytest.Item, state: ParitySession) -> list[tuple]:
+    layers = []
+    marker = item.get_closest_marker("modelparity")
+    if marker is not None and (marker.kwargs.get("rtol") is not None or marker.kwargs.get("atol") is not None):
+        layers.append(("marker", marker.kwargs.get("rtol"), marker.kwargs.get("atol")))
+    if state.options.rtol is not None or state.options.atol is not None:
+        layers.append(("ini", state.options.rtol, state.options.atol))
+    return layers
+
+
+@contextlib.contextmanager
+def collecting(item: pytest.Item) -> Iterator[None]:
+    """Record every ComparisonReport made while the test runs, under its tolerance layers."""
+    from . import tolerances
+    from .summary import merge_rows, rows_from_report
+
+    state = get_state(item.config)
+    fmt, dev = item_matrix(item)
+    seen: list[tuple[str, Any]] = []
+
+    def listener(kind: str, report: Any) -> None:
+        seen.append((kind, report))
+
+    layers_cm = getattr(tolerances, "tolerance_layers", None)
+    recording.subscribe(listener)
+    try:
+        with (layers_cm(_layers(item, state)) if layers_cm else contextlib.nullcontext()):
+            yield
+    finally:
+        recording.unsubscribe(listener)
+        rows = []
+        for seq, (kind, report) in enumerate(seen):
+            rows.extend(rows_from_report(report, nodeid=item.nodeid, format=fmt, device=dev, kind=kind, seq=seq))
+        state.rows.extend(merge_rows(rows))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    with collecting(item):
+        return (yield)
+
+
+def _state_or_none(config: Any) -> ParitySession | None:
+    return config.stash.get(STATE_KEY, None)
+
+
+class OutcomeRecorder:
+    """Remembers each test's outcome for the JSON report (on the xdist controller too,
+    where the workers' reports are replayed through the same hook)."""
+
+    def __init__(self, state: ParitySession) -> None:
+        self.state = state
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        final = report.when == "call" or report.outcome != "passed"
+        entry = self.state.tests.setdefault(report.nodeid, {"outcome": "passed"})
+        if not final or entry["outcome"] in ("failed", "error"):
+            return
+        outcome = report.outcome
+        if outcome == "failed" and report.when != "call":
+            outcome = "error"
+        if hasattr(report, "wasxfail"):
+            outcome = "xfailed" if report.skipped else "xpassed"
+        entry["outcome"] = outcome
+        if report.skipped and isinstance(report.longrepr, tuple):
+            entry["reason"] = str(report.longrepr[2])
+
+
+# -- zero-code mode ---------------------------------------------------------------------
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
+    state = get_state(config)
+    if state.options.model:
+        from .zero_code import suite_items
+
+        items.extend(suite_items(session, state))
+
+
+# -- pytest-xdist: workers hand their rows to the controller ----------------------------
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    state = _state_or_none(node.config)
+    output = getattr(node, "workeroutput", None) or {}
+    payload = output.get(_ROWS_KEY)
+    if state is None or not payload:
+        return
+    state.rows.extend(payload.get("rows", []))
+    state.artifacts.extend(payload.get("artifacts", []))
+    state.workers += 1
+
+
+# -- end of session: terminal summary, JSON and HTML ------------------------------------
+
+def _options_doc(state: ParitySession) -> dict:
+    o = state.options
+    return {"devices": list(o.devices), "formats": list(o.formats), "strict": o.strict, "model": o.model,
+            "cache": o.cache, "cache_dir": str(o.cache_dir), "ini_rtol": o.rtol, "ini_atol": o.atol}
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    config = session.config
+    state = _state_or_none(config)
+    if state is None:
+        return
+    workeroutput = getattr(config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: the controller writes the reports
+        workeroutput[_ROWS_KEY] = {"rows": state.rows, "artifacts": state.artifacts}
+        return
+    if not state.rows and not (state.options.report or state.options.html):
+        return
+    from .summary import build_document, write_json
+
+    doc = build_document(rows=state.rows, tests=state.tests, artifacts=state.artifacts,
+                         options=_options_doc(state), workers=state.workers)
+    state.document = doc
+    if state.options.report:
+        write_json(state.options.report, doc)
+    if state.options.html:
+        from .html_report import write_html
+
+        write_html(state.options.html, doc)
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    state = _state_or_none(config)
+    if state is None or getattr(config, "workeroutput", None) is not None:
+        return
+    if state.rows:
+        from .summary import format_table, sort_rows
+
+        terminalreporter.write_sep("=", "model parity summary")
+        width = getattr(terminalreporter, "_tw", None)
+        width = getattr(width, "fullwidth", 160) if width is not None else 160
+        for line in format_table(sort_rows(state.rows), width=max(width, 100)):
+            terminalreporter.write_line(line)
+    for what, path in (("JSON", state.options.report), ("HTML", state.options.html)):
+        if path is not None and Path(path).exists():
+            terminalreporter.write_line(f"modelparity: {what} report written to {path}")

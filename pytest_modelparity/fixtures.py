@@ -1,0 +1,299 @@
+"""The plugin's fixtures and the session state behind them.
+
+Why a session object instead of fixture scopes alone: a model must be built, exported and
+loaded once per session per (format, device) even when several conftests (or the zero-code
+suite, which has no fixtures) ask for it, and a runtime that is missing must be found once
+and then skip every test that needs it with the same reason. ``ParitySession`` holds those
+caches, keyed by the source object, so two suites with different models never mix.
+TensorFlow is imported only when a model is actually resolved or loaded.
+"""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .errors import DeviceUnavailable, ModelLoadError, RuntimeMissing
+from .options import ParityOptions
+
+STATE_KEY = pytest.StashKey["ParitySession"]()
+BATCH_SIZE = 4
+BATCH_SEED = 0
+
+# File names used when exporting without the shared cache (and the suffix each format wants).
+_EXPORT_NAMES = {"keras": "model.keras", "h5": "model.h5", "saved_model": "saved_model",
+                 "checkpoint": "model.ckpt", "graphdef": "model.pb", "tflite": "model.tflite",
+                 "tfjs": "tfjs_model", "onnx": "model.onnx"}
+
+
+@dataclass
+class Source:
+    """What ``modelparity_source`` resolved to: a Keras model and/or a model path."""
+
+    label: str
+    keras_model: Any = None          # an in-memory Keras model, when there is one
+    path: Path | None = None         # a model file or directory, when given as a path
+    path_format: str | None = None   # the detected format of ``path``
+    keep: Any = None                 # the object the user returned (kept alive for id())
+
+
+@dataclass
+class _Entry:
+    value: Any = None
+    error: BaseException | None = None
+
+
+@dataclass
+class ParitySession:
+    """Per-session caches: resolved sources, references, exports and candidates, rows."""
+
+    options: ParityOptions
+    sources: dict[int, Source] = field(default_factory=dict)
+    references: dict[tuple, _Entry] = field(default_factory=dict)
+    exports: dict[tuple, _Entry] = field(default_factory=dict)
+    candidates: dict[tuple, _Entry] = field(default_factory=dict)
+    artifacts: list[dict] = field(default_factory=list)
+    rows: list[dict] = field(default_factory=list)
+    tests: dict[str, dict] = field(default_factory=dict)
+    workers: int = 0
+    document: dict | None = None
+    _tmp: Path | None = None
+    _cache: Any = None
+
+    # -- sources --------------------------------------------------------------------
+    def source(self, obj: Any) -> Source:
+        key = id(obj)
+        if key not in self.sources:
+            self.sources[key] = resolve_source(obj)
+            self.sources[key].keep = obj
+        return self.sources[key]
+
+    # -- models ---------------------------------------------------------------------
+    def reference(self, obj: Any, device: str) -> Any:
+        """The source loaded as a ``LoadedModel`` on ``device`` (once per session)."""
+        src = self.source(obj)
+        return self._once(self.references, (id(obj), device), lambda: _load_reference(src, device))
+
+    def candidate(self, obj: Any, format: str, device: str) -> Any:
+        """The source exported to ``format`` (once) and loaded on ``device`` (once)."""
+        src = self.source(obj)
+
+        def build() -> Any:
+            from .formats import load_model, missing_runtime
+
+            missing = missing_runtime(format)
+            if missing is not None:
+                raise missing
+            path = self.export(obj, format)
+            return load_model(path, format, device=device)
+
+        return self._once(self.candidates, (id(obj), format, device), build)
+
+    def export(self, obj: Any, format: str) -> Path:
+        src = self.source(obj)
+        return self._once(self.exports, (id(obj), format), lambda: self._export(src, format))
+
+    def _export(self, src: Source, format: str) -> Path:
+        from .formats import missing_runtime
+
+        if src.path is not None and src.path_format == format:
+            return src.path  # the source already is this format: load it as is, never rewrite it
+        missing = missing_runtime(format, export=True)
+        if missing is not None:
+            raise missing
+        model = src.keras_model if src.keras_model is not None else _keras_from_path(src)
+        start = time.perf_counter()
+        cache = self._export_cache()
+        if cache is not None:
+            path = Path(cache.export(model, format))
+        else:
+            from .formats import export_model
+
+            if self._tmp is None:
+                self._tmp = Path(tempfile.mkdtemp(prefix="modelparity-"))
+            target = self._tmp / f"{len(self.artifacts)}-{format}" / _EXPORT_NAMES[format]
+            path = export_model(model, format, target)
+        self.artifacts.append({"source": src.label, "format": format, "path": str(path),
+                               "seconds": round(time.perf_counter() - start, 3)})
+        return path
+
+    def _export_cache(self) -> Any:
+        if self._cache is None:
+            try:
+                cache_mod = importlib.import_module("pytest_modelparity.cache")
+            except ImportError:
+                return None
+            self._cache = cache_mod.ExportCache(self.options.cache_dir, enabled=self.options.cache)
+        return self._cache
+
+    @staticmethod
+    def _once(table: dict, key: tuple, build: Any) -> Any:
+        entry = table.get(key)
+        if entry is None:
+            entry = table[key] = _Entry()
+            try:
+                entry.value = build()
+            except BaseException as exc:  # noqa: BLE001 - remembered and re-raised for every test
+                if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                    del table[key]
+                    raise
+                entry.error = exc
+        if entry.error is not None:
+            raise entry.error
+        return entry.value
+
+    # -- skip or fail ---------------------------------------------------------------
+    def unavailable(self, exc: BaseException, what: str) -> None:
+        """A runtime or device is missing: skip with the install hint, or fail if strict."""
+        reason = f"modelparity: {what}: {exc}"
+        if self.options.strict:
+            pytest.fail(reason + " [--modelparity-strict turns this skip into a failure]", pytrace=False)
+        pytest.skip(reason)
+
+    def close(self) -> None:
+        for table in (self.candidates, self.references):
+            for entry in table.values():
+                close = getattr(entry.value, "close", None)
+                if close is not None:
+                    try:
+                        close()
+                    except Exception:  # noqa: BLE001 - closing must not mask results
+                        pass
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+def get_state(config: pytest.Config) -> ParitySession:
+    return config.stash[STATE_KEY]
+
+
+# -- resolving a source -----------------------------------------------------------------
+
+def _is_keras_model(obj: Any) -> bool:
+    return hasattr(obj, "layers") and hasattr(obj, "inputs") and callable(obj)
+
+
+def resolve_source(obj: Any, *, _depth: int = 0) -> Source:
+    """A Keras model, a factory returning one, a path, ``module:factory`` or ``demo``."""
+    if _is_keras_model(obj):
+        return Source(label=getattr(obj, "name", type(obj).__name__), keras_model=obj)
+    if isinstance(obj, (str, Path)):
+        text = str(obj)
+        path = Path(text).expanduser()
+        if text == "demo" and not path.exists():
+            from .demo import build_demo_model
+
+            return Source(label="demo", keras_model=build_demo_model())
+        if not path.exists() and ":" in text and not text.startswith(("/", ".")):
+            module_name, _, attr = text.partition(":")
+            try:
+                factory = getattr(importlib.import_module(module_name), attr)
+            except (ImportError, AttributeError) as exc:
+                raise ModelLoadError(None, None, f"cannot import {text!r} ({exc})",
+                                     "pass module:factory where `import module` works and factory is a "
+                                     "zero-argument function returning a Keras model") from exc
+            src = resolve_source(factory, _depth=_depth + 1)
+            src.label = text
+            return src
+        from .formats import detect_format
+
+        fmt = detect_format(path)  # raises ModelLoadError naming the path when unknown or missing
+        return Source(label=str(path), path=path.resolve(), path_format=fmt)
+    if callable(obj) and _depth < 2:
+        src = resolve_source(obj(), _depth=_depth + 1)
+        src.label = getattr(obj, "__qualname__", src.label)
+        return src
+    raise TypeError(
+        f"modelparity_source returned {type(obj).__name__}; return a Keras model, a zero-argument "
+        "factory returning one, or a path to a saved model (.keras, .h5, SavedModel dir, .pb, "
+        ".tflite, model.json, .onnx)")
+
+
+def _load_reference(src: Source, device: str) -> Any:
+    from .formats import load_model
+
+    if src.keras_model is not None:
+        return load_model(src.keras_model, "keras", device=device)
+    return load_model(src.path, src.path_format, device=device)
+
+
+def _keras_from_path(src: Source) -> Any:
+    """Other formats are exported from a Keras model; a file source must hold one."""
+    assert src.path is not None
+    if src.path_format in ("keras", "h5"):
+        from .formats import load_model
+
+        return load_model(src.path, src.path_format, device="cpu").native
+    return src.path  # let the format's exporter decide whether it converts from this path
+
+
+# -- fixtures ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def modelparity_source(request: pytest.FixtureRequest) -> Any:
+    """Override in conftest.py (session scope) to return a Keras model, a factory or a path.
+
+    The default returns ``--modelparity-model`` when given.
+    """
+    model = get_state(request.config).options.model
+    if model:
+        return model
+    pytest.fail(
+        "modelparity: no model to test. Define a session-scoped fixture in conftest.py:\n\n"
+        "    @pytest.fixture(scope='session')\n"
+        "    def modelparity_source():\n"
+        "        return build_my_keras_model()   # or a factory, or a path such as 'model.keras'\n\n"
+        "or pass --modelparity-model=PATH|module:factory|demo", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def modelparity_device(request: pytest.FixtureRequest) -> str:
+    """The device this test runs on (parametrized by ``--modelparity-device`` and the marker)."""
+    return getattr(request, "param", "cpu")
+
+
+@pytest.fixture(scope="session")
+def modelparity_format(request: pytest.FixtureRequest) -> str:
+    """The export format of ``parity_candidate`` (parametrized by ``--modelparity-formats``)."""
+    if not hasattr(request, "param"):
+        pytest.fail("modelparity_format is parametrized by the plugin; it cannot be used here", pytrace=False)
+    return request.param
+
+
+@pytest.fixture(scope="session")
+def parity_reference(request: pytest.FixtureRequest, modelparity_source: Any, modelparity_device: str) -> Any:
+    """The source as a ``LoadedModel`` on ``modelparity_device`` (built once per session)."""
+    state = get_state(request.config)
+    try:
+        return state.reference(modelparity_source, modelparity_device)
+    except (RuntimeMissing, DeviceUnavailable) as exc:
+        state.unavailable(exc, f"reference on {modelparity_device}")
+
+
+@pytest.fixture(scope="session")
+def parity_candidate(request: pytest.FixtureRequest, modelparity_source: Any, modelparity_format: str,
+                     modelparity_device: str) -> Any:
+    """The source exported to ``modelparity_format`` (cached) and loaded on the device."""
+    state = get_state(request.config)
+    try:
+        return state.candidate(modelparity_source, modelparity_format, modelparity_device)
+    except (RuntimeMissing, DeviceUnavailable) as exc:
+        state.unavailable(exc, f"format {modelparity_format!r} on {modelparity_device}")
+
+
+@pytest.fixture(scope="session")
+def parity_batch(parity_reference: Any) -> Any:
+    """A seeded batch (size 4) fitting the reference's inputs; read-only because it is shared."""
+    from .strategies import seeded_batch
+
+    batch = seeded_batch(parity_reference, batch_size=BATCH_SIZE, seed=BATCH_SEED)
+    for arr in batch.values():
+        arr.setflags(write=False)
+    return batch

@@ -1,0 +1,260 @@
+"""Rows of the parity summary, the terminal table and the JSON report.
+
+A row is one output of one comparison made during one test: plain JSON values only, so
+rows travel from pytest-xdist workers to the controller unchanged and the JSON report, the
+terminal table and the HTML page are all built from the same list. The schema is documented
+in docs/report-schema.md; versions are read with importlib.metadata (no TensorFlow import).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+SCHEMA_VERSION = 1
+# Distributions whose versions explain a parity result (first installed name wins).
+_PACKAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("tensorflow", ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tf-nightly")),
+    ("keras", ("keras",)),
+    ("numpy", ("numpy",)),
+    ("ai-edge-litert", ("ai-edge-litert",)),
+    ("onnxruntime", ("onnxruntime", "onnxruntime-gpu")),
+    ("tf2onnx", ("tf2onnx",)),
+    ("onnx", ("onnx",)),
+    ("tensorflowjs", ("tensorflowjs",)),
+    ("hypothesis", ("hypothesis",)),
+    ("pytest", ("pytest",)),
+    ("pytest-modelparity", ("pytest-modelparity",)),
+)
+
+
+def _num(value: Any) -> float | str | None:
+    """A JSON-safe number: floats stay floats, inf/nan become the strings "inf"/"-inf"/"nan"."""
+    if value is None:
+        return None
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return None
+    if math.isnan(f):
+        return "nan"
+    if math.isinf(f):
+        return "inf" if f > 0 else "-inf"
+    return f
+
+
+def _plain(value: Any) -> Any:
+    """Recursively convert numpy scalars/arrays and tuples into JSON values."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return _num(value)
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if hasattr(value, "tolist"):
+        return _plain(value.tolist())
+    if hasattr(value, "__float__"):
+        return _num(value)
+    return str(value)
+
+
+def _tolerance_fields(tol: Any) -> dict:
+    if tol is None:
+        return {"tolerance": None, "tolerance_source": None, "tolerance_rule": None}
+    describe = getattr(tol, "describe", None)
+    return {
+        "tolerance": describe() if callable(describe) else str(tol),
+        "tolerance_source": getattr(tol, "source", None),
+        "tolerance_rule": getattr(tol, "rule", None),
+        "rtol": _num(getattr(tol, "rtol", None)),
+        "atol": _num(getattr(tol, "atol", None)),
+        "scale": _num(getattr(tol, "scale", None)),
+    }
+
+
+def rows_from_report(report: Any, *, nodeid: str, format: str | None, device: str | None,
+                     kind: str, seq: int) -> list[dict]:
+    """One row per output of a ``ComparisonReport`` (``seq`` orders comparisons in a test)."""
+    rows: list[dict] = []
+    hints = [getattr(h, "message", str(h)) for h in (getattr(report, "hints", None) or [])]
+    title = getattr(report, "title", kind)
+    for out in getattr(report, "outputs", []) or []:
+        g = lambda name: getattr(out, name, None)  # noqa: E731 - tolerant of older report versions
+        hist = g("error_histogram")
+        row = {
+            "nodeid": nodeid,
+            "format": format,
+            "device": device,
+            "check": kind,
+            "title": title,
+            "seq": seq,
+            "output": g("path") or "",
+            "verdict": "pass" if g("passed") else "fail",
+            "max_abs": _num(g("max_abs")),
+            "max_abs_index": _plain(g("max_abs_index")),
+            "max_rel": _num(g("max_rel")),
+            "max_ulp": _num(g("max_ulp")),
+            "mean_abs": _num(g("mean_abs")),
+            "min_atol": _num(g("min_atol")),
+            "min_rtol": _num(g("min_rtol")),
+            "size": _plain(g("size")),
+            "mismatched": _plain(g("mismatched")),
+            "shape": _plain(g("expected_shape")),
+            "dtype": g("expected_dtype"),
+            "problem": g("problem"),
+            "notes": _plain(list(g("notes") or [])),
+            "hints": hints,
+            "error_histogram": None if not hist else {"counts": _plain(hist[0]), "log10_edges": _plain(hist[1])},
+        }
+        row.update(_tolerance_fields(g("tolerance")))
+        rows.append(row)
+    return rows
+
+
+def _badness(row: dict) -> tuple:
+    m = row.get("max_abs")
+    m = float("inf") if isinstance(m, str) else (m or 0.0)
+    return (row["verdict"] == "fail", m)
+
+
+def merge_rows(rows: Sequence[dict]) -> list[dict]:
+    """Keep the worst row per (check, title, output) of one test, counting the runs merged.
+
+    A ``@given`` test compares once per example; the table wants one line per output, and
+    the worst example (a failure first, then the largest error) is the one worth showing.
+    """
+    merged: dict[tuple, dict] = {}
+    for row in rows:
+        key = (row["nodeid"], row["check"], row["title"], row["output"])
+        runs = merged[key]["runs"] + 1 if key in merged else 1
+        if key not in merged or _badness(row) > _badness(merged[key]):
+            merged[key] = dict(row)
+        merged[key]["runs"] = runs
+    return list(merged.values())
+
+
+# -- terminal table ---------------------------------------------------------------------
+
+def _fmt(value: Any, spec: str = ".3g") -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, str):
+        return value
+    return format(value, spec)
+
+
+def _short_tolerance(row: dict) -> str:
+    if row.get("rtol") is None:
+        return row.get("tolerance") or "-"
+    text = f"rtol={_fmt(row['rtol'])} atol={_fmt(row['atol'])}"
+    if row.get("scale"):
+        text += f" scale={_fmt(row['scale'])}"
+    return f"{text} ({row.get('tolerance_source') or '?'})"
+
+
+def format_table(rows: Sequence[dict], width: int = 160) -> list[str]:
+    """The terminal summary: one line per (test, format, device, check, output)."""
+    header = ("test", "format", "device", "check", "output", "verdict", "max abs", "max rel", "max ULP", "tolerance")
+    body = []
+    for r in rows:
+        test = r["nodeid"].rsplit("::", 1)[-1]
+        body.append((test, r.get("format") or "-", r.get("device") or "-", r.get("check") or "-",
+                     r.get("output") or "-", r["verdict"].upper(), _fmt(r.get("max_abs")),
+                     _fmt(r.get("max_rel")), _fmt(r.get("max_ulp"), ".4g"), _short_tolerance(r)))
+    widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(header)]
+    widths[0] = min(widths[0], 48)
+    lines = []
+    for cells in (header, *body):
+        cells = tuple(c if len(c) <= widths[i] else c[: widths[i] - 1] + "~" for i, c in enumerate(cells))
+        lines.append("  ".join(c.ljust(widths[i]) for i, c in enumerate(cells)).rstrip()[:width])
+    return lines
+
+
+# -- JSON report ------------------------------------------------------------------------
+
+def _version(names: Iterable[str]) -> str | None:
+    for name in names:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _node_version() -> str | None:
+    node = shutil.which("node")
+    if node is None:
+        return None
+    try:
+        out = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=10)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _tfjs_version() -> str | None:
+    pkg = Path(__file__).parent / "tfjs_runner" / "node_modules" / "@tensorflow" / "tfjs" / "package.json"
+    try:
+        return json.loads(pkg.read_text()).get("version")
+    except (OSError, ValueError):
+        return None
+
+
+def environment() -> dict:
+    """Python, platform and the versions of TF and every runtime, without importing them."""
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "packages": {label: _version(names) for label, names in _PACKAGES},
+        "node": _node_version(),
+        "tfjs_npm": _tfjs_version(),
+        "env": {k: os.environ[k] for k in ("TF_ENABLE_ONEDNN_OPTS", "CUDA_VISIBLE_DEVICES") if k in os.environ},
+    }
+
+
+def sort_rows(rows: Iterable[dict]) -> list[dict]:
+    return sorted(rows, key=lambda r: (r["nodeid"], r.get("seq", 0)))
+
+
+def build_document(*, rows: Sequence[dict], tests: dict[str, dict], artifacts: Sequence[dict],
+                   options: dict, workers: int = 0) -> dict:
+    rows = sort_rows(rows)
+    verdicts = [r["verdict"] for r in rows]
+    return {
+        "schema": "pytest-modelparity/report",
+        "schema_version": SCHEMA_VERSION,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join(sys.argv),
+        "environment": environment(),
+        "options": _plain(options),
+        "workers": workers,
+        "summary": {"comparisons": len({(r["nodeid"], r.get("seq")) for r in rows}), "rows": len(rows),
+                    "passed": verdicts.count("pass"), "failed": verdicts.count("fail"),
+                    "tests": len(tests)},
+        "tests": [dict(nodeid=k, **v) for k, v in sorted(tests.items())],
+        "artifacts": _plain(list(artifacts)),
+        "rows": _plain(rows),
+    }
+
+
+def write_json(path: Path, document: dict) -> Path:
+    """Write atomically (a temp file renamed into place) so a crash never leaves half a report."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(document, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path

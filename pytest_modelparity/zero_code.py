@@ -1,0 +1,101 @@
+"""Zero-code mode: ``pytest --modelparity-model=SOURCE`` runs a built-in parity suite.
+
+No test file: the plugin appends these items during collection, one per check x format x
+device, so ``-k``, ``-x``, ``--lf`` and pytest-xdist treat them like any other test. The
+checks are the three ways parity breaks: the exported form disagrees with the source on
+Hypothesis-drawn batches, it is not deterministic, or it depends on the batch size.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from .errors import DeviceUnavailable, ParityError, RuntimeMissing
+from .fixtures import BATCH_SEED, ParitySession, get_state
+
+CHECKS = ("outputs_close", "deterministic", "batch_invariant")
+SUITE_NODEID = "modelparity"
+HYPOTHESIS_EXAMPLES = 10
+MAX_BATCH = 8
+
+
+class ParitySuite(pytest.Collector):
+    """The parent node of the built-in checks (its items are made by ``suite_items``)."""
+
+    def collect(self) -> list[pytest.Item]:
+        return []
+
+
+class ParityCheck(pytest.Item):
+    """One built-in check of the source against one format on one device."""
+
+    def __init__(self, *, check: str, format: str, device: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.check = check
+        self.modelparity_matrix = (format, device)
+
+    def runtest(self) -> None:
+        state = get_state(self.config)
+        fmt, device = self.modelparity_matrix
+        source = state.options.model
+        try:
+            reference = state.reference(source, device)
+            candidate = state.candidate(source, fmt, device)
+        except (RuntimeMissing, DeviceUnavailable) as exc:
+            state.unavailable(exc, f"format {fmt!r} on {device}")
+        getattr(self, f"_{self.check}")(reference, candidate)
+
+    def _outputs_close(self, reference: Any, candidate: Any) -> None:
+        from hypothesis import given, settings
+        from hypothesis import strategies as st
+
+        from .assertions import assert_outputs_close
+        from .strategies import PROFILE, batches
+
+        @settings(settings.get_profile(PROFILE), max_examples=HYPOTHESIS_EXAMPLES, database=None)
+        @given(batch=batches(reference, batch_size=st.integers(1, MAX_BATCH)))
+        def outputs_close(batch: Any) -> None:
+            assert_outputs_close(candidate, reference, inputs=batch)
+
+        outputs_close()
+
+    def _deterministic(self, reference: Any, candidate: Any) -> None:
+        from .assertions import assert_deterministic
+        from .strategies import seeded_batch
+
+        assert_deterministic(candidate, seeded_batch(reference, batch_size=4, seed=BATCH_SEED))
+
+    def _batch_invariant(self, reference: Any, candidate: Any) -> None:
+        from .assertions import assert_batch_invariant
+        from .strategies import seeded_batch
+
+        assert_batch_invariant(candidate, seeded_batch(reference, batch_size=MAX_BATCH, seed=BATCH_SEED),
+                               batch_sizes=(1,))
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        exc = excinfo.value
+        if isinstance(exc, ParityError):
+            notes = "\n".join(getattr(exc, "__notes__", []) or [])
+            return f"{exc}\n{notes}".rstrip()
+        return super().repr_failure(excinfo, style=style)
+
+    def reportinfo(self) -> tuple[Any, int | None, str]:
+        fmt, device = self.modelparity_matrix
+        return self.path, None, f"modelparity {self.check} [{fmt}-{device}]"
+
+
+def suite_items(session: pytest.Session, state: ParitySession) -> list[ParityCheck]:
+    """The built-in checks for every selected format x device, in a stable order (xdist)."""
+    from .plugin import select_matrix
+
+    formats, devices = select_matrix(state, None, "--modelparity-model")
+    suite = ParitySuite.from_parent(session, name=SUITE_NODEID, path=session.path, nodeid=SUITE_NODEID)
+    items = []
+    for check in CHECKS:
+        for fmt in formats:
+            for device in devices:
+                items.append(ParityCheck.from_parent(suite, name=f"test_{check}[{fmt}-{device}]",
+                                                     check=check, format=fmt, device=device))
+    return items
