@@ -258,9 +258,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         from .summary import format_table, sort_rows
 
         terminalreporter.write_sep("=", "model parity summary")
-        width = getattr(terminalreporter, "_tw", None)
-        width = getattr(width, "fullwidth", 160) if width is not None else 160
-        for line in format_table(sort_rows(state.rows), width=max(width, 100)):
+        for line in format_table(sort_rows(state.rows)):
             terminalreporter.write_line(line)
     for what, path in (("JSON", state.options.report), ("HTML", state.options.html)):
         if path is not None and Path(path).exists():

@@ -165,7 +165,7 @@ def _short_tolerance(row: dict) -> str:
     return f"{text} ({row.get('tolerance_source') or '?'})"
 
 
-def format_table(rows: Sequence[dict], width: int = 160) -> list[str]:
+def format_table(rows: Sequence[dict]) -> list[str]:
     """The terminal summary: one line per (test, format, device, check, output)."""
     header = ("test", "format", "device", "check", "output", "verdict", "max abs", "max rel", "max ULP", "tolerance")
     body = []
@@ -179,7 +179,7 @@ def format_table(rows: Sequence[dict], width: int = 160) -> list[str]:
     lines = []
     for cells in (header, *body):
         cells = tuple(c if len(c) <= widths[i] else c[: widths[i] - 1] + "~" for i, c in enumerate(cells))
-        lines.append("  ".join(c.ljust(widths[i]) for i, c in enumerate(cells)).rstrip()[:width])
+        lines.append("  ".join(c.ljust(widths[i]) for i, c in enumerate(cells)).rstrip())
     return lines
 
 
