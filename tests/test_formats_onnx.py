@@ -1,0 +1,114 @@
+"""ONNX: a real Keras CNN exported by real tf2onnx, run by the real onnxruntime."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from models import images, mlp, tiny_cnn
+from pytest_modelparity import DeviceUnavailable, export_model, load_model
+from pytest_modelparity.formats import onnx as onnx_format
+
+ort = pytest.importorskip("onnxruntime", reason="install onnxruntime: pip install 'pytest-modelparity[onnx]'")
+pytest.importorskip("tf2onnx", reason="the exporter needs tf2onnx: pip install 'pytest-modelparity[onnx]'")
+HAS_CUDA = "CUDAExecutionProvider" in ort.get_available_providers()
+
+
+@pytest.fixture(scope="module")
+def cnn():
+    return tiny_cnn()
+
+
+@pytest.fixture(scope="module")
+def cnn_onnx(cnn, tmp_path_factory) -> Path:
+    return export_model(cnn, "onnx", tmp_path_factory.mktemp("onnx") / "cnn.onnx")
+
+
+@pytest.mark.parametrize("batch", [1, 3, 17])
+def test_export_matches_keras(cnn, cnn_onnx, batch):
+    model = load_model(cnn_onnx, "onnx")
+    x = images(batch, seed=batch)
+    out = model.predict(x)
+    assert list(out) == ["probs"]
+    np.testing.assert_allclose(out["probs"], np.asarray(cnn(x, training=False)), rtol=0, atol=1e-5)
+
+
+def test_specs_have_a_free_batch_dim_and_keras_names(cnn_onnx):
+    model = load_model(cnn_onnx, "onnx")
+    assert [(s.name, s.shape, s.dtype.name) for s in model.inputs] == [("image", (None, 8, 8, 3), "float32")]
+    assert [(s.name, s.shape, s.dtype.name) for s in model.outputs] == [("probs", (None, 4), "float32")]
+    assert model.format_variant == "onnx:opset17"
+    assert model.providers == ["CPUExecutionProvider"]
+    assert isinstance(model.native, ort.InferenceSession)
+
+
+def test_opset_option(tmp_path):
+    path = export_model(mlp(), "onnx", tmp_path / "m13.onnx", opset=13)
+    assert load_model(path, "onnx").opset == 13
+
+
+def test_dict_and_float64_batches(cnn_onnx):
+    model = load_model(cnn_onnx, "onnx")
+    x = images(2)
+    a = model.predict(x)["probs"]
+    np.testing.assert_array_equal(model.predict({"image": x.astype("float64")})["probs"], a)
+
+
+def test_weights_are_the_initializers(cnn, cnn_onnx):
+    weights = load_model(cnn_onnx, "onnx").weights()
+    kernel = cnn.get_layer("logits").get_weights()[0]
+    assert any(w.shape == kernel.shape and np.array_equal(w, kernel) for w in weights.values())
+
+
+def test_op_types(cnn_onnx):
+    ops = [op for _, op in load_model(cnn_onnx, "onnx").op_types()]
+    assert {"Conv", "Relu", "MatMul", "Softmax"} <= set(ops)
+    assert ops[-1] == "Softmax"
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="this machine has CUDA: the no-GPU error cannot happen")
+def test_gpu_without_cuda_provider_is_a_clear_error(cnn_onnx):
+    with pytest.raises(DeviceUnavailable, match="no CUDA provider.*onnxruntime-gpu"):
+        load_model(cnn_onnx, "onnx", device="gpu")
+
+
+def test_bad_device_names(cnn_onnx):
+    with pytest.raises(DeviceUnavailable, match="unknown device"):
+        load_model(cnn_onnx, "onnx", device="tpu")
+    with pytest.raises(DeviceUnavailable, match="index must be a number"):
+        load_model(cnn_onnx, "onnx", device="gpu:x")
+
+
+def test_gpu_index_selects_the_cuda_device(monkeypatch):
+    # Provider selection only (no session): what load() would ask onnxruntime for.
+    monkeypatch.setattr(ort, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    assert onnx_format.providers_for("gpu:1") == (
+        "gpu:1", [("CUDAExecutionProvider", {"device_id": 1}), "CPUExecutionProvider"])
+    assert onnx_format.providers_for("cuda")[0] == "gpu:0"
+    assert onnx_format.providers_for("CPU") == ("cpu", ["CPUExecutionProvider"])
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="needs an onnxruntime whose CUDA provider cannot start")
+@pytest.mark.filterwarnings("ignore:Specified provider 'CUDAExecutionProvider'")
+def test_silent_cpu_fallback_is_refused(cnn_onnx, monkeypatch):
+    # The provider list claims CUDA, but the real onnxruntime here cannot start it and
+    # would quietly run on CPU: a GPU test must not pass on the CPU.
+    monkeypatch.setattr(ort, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    with pytest.raises(DeviceUnavailable, match="could not start its CUDA provider"):
+        load_model(cnn_onnx, "onnx", device="gpu")
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs onnxruntime-gpu and an NVIDIA GPU (pip install onnxruntime-gpu)")
+def test_runs_on_cuda_and_matches_cpu(cnn_onnx):
+    x = images(17)
+    gpu = load_model(cnn_onnx, "onnx", device="gpu")
+    assert gpu.providers[0] == "CUDAExecutionProvider" and gpu.device == "gpu:0"
+    cpu = load_model(cnn_onnx, "onnx", device="cpu")
+    np.testing.assert_allclose(gpu.predict(x)["probs"], cpu.predict(x)["probs"], rtol=0, atol=1e-4)
+
+
+def test_detect_by_suffix(tmp_path, cnn_onnx):
+    assert onnx_format.detect(cnn_onnx)
+    assert not onnx_format.detect(tmp_path / "model.tflite")
