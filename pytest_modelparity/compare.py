@@ -32,7 +32,7 @@ import numpy as np
 
 from .tolerances import Tolerance, default_tolerance
 
-__all__ = ["compare", "ComparisonReport", "OutputComparison", "ToleranceSpec"]
+__all__ = ["compare", "elementwise_close", "ComparisonReport", "OutputComparison", "ToleranceSpec"]
 
 ToleranceSpec = Union[Tolerance, Callable[[np.dtype, str], Tolerance], None]
 
@@ -435,6 +435,36 @@ def _compare_complex(a: np.ndarray, e: np.ndarray, oc: OutputComparison, tol: To
 # --------------------------------------------------------------------------- floats
 
 
+def elementwise_close(actual: Any, expected: Any, tolerance: Tolerance, *,
+                      equal_nan: bool = False) -> np.ndarray:
+    """Per-element verdict of the value rule (same chunks and kernel as ``compare``).
+
+    For floating arrays of one shape; the rule is ``numpy.isclose``'s with the ``scale``
+    term added (and float16/bfloat16 judged in float32). Tests and diagnosis use it to see
+    *which* elements are out; ``compare`` only counts them.
+    """
+    a, e = np.asarray(actual), np.asarray(expected)
+    if a.shape != e.shape:
+        raise ValueError(f"shapes differ: actual {a.shape}, expected {e.shape}")
+    if _float_format(a.dtype) is None or _float_format(e.dtype) is None:
+        return np.asarray(a == e, dtype=bool).reshape(a.shape)
+    af, ef = np.ravel(a), np.ravel(e)
+    work = np.dtype(np.float64) if np.float64 in (a.dtype.type, e.dtype.type) or \
+        a.dtype.itemsize > 8 or e.dtype.itemsize > 8 else np.dtype(np.float32)
+    native = all(x.dtype.kind == "f" and x.dtype.itemsize <= 8 for x in (af, ef))
+    scan = _Scanner(af, ef, work, native)
+    scale = 0.0
+    for _, _, ec, _ in scan.chunks():
+        scale = max(scale, scan._finite_absmax(ec))
+    out = np.empty(af.size, bool)
+    const = float(tolerance.atol) + float(tolerance.scale) * scale
+    for start, ac, ec, m in scan.chunks():
+        d = scan._absdiff(ac, ec, m)
+        b = scan._bound(ec, m, float(tolerance.rtol), const)
+        out[start:start + m] = scan._ok(ac, ec, d, b, equal_nan)
+    return out.reshape(a.shape)
+
+
 def _compare_floats(a: np.ndarray, e: np.ndarray, oc: OutputComparison, tol: Tolerance,
                     equal_nan: bool, full_stats: bool, fmt: tuple[int, int] | None) -> None:
     work = np.dtype(np.float64) if np.float64 in (a.dtype.type, e.dtype.type) or \
@@ -655,8 +685,11 @@ class _Scanner:
                 finite_count += int(np.count_nonzero(fin))
             else:
                 finite_count += m
-            total += float(np.sum(d, dtype=np.float64)) if self.work == np.float64 \
-                else float(d.sum())
+            with np.errstate(over="ignore"):
+                part = float(d.sum())
+                if math.isinf(part):         # float32 sum overflowed: redo it wider
+                    part = float(np.sum(d, dtype=np.float64))
+            total += part
             ae = self.b[:m]
             np.abs(ec, out=ae, dtype=self.work)
             if not all_fin:
@@ -700,7 +733,8 @@ class _Scanner:
                 _, ex = np.frexp(nz)
                 hist += np.bincount(ex.astype(np.int64) + 1100, minlength=hist.size)[:hist.size]
         # ------------------------------------------------------------------ summarise
-        mean_abs = total / finite_count if finite_count else None
+        mean_abs = (total / finite_count if math.isfinite(total)
+                    else float(np.finfo(np.float64).max)) if finite_count else None
         max_rel_index = None
         if max_rel_at is not None and max_rel >= 0:
             stop = min(max_rel_at + CHUNK, self.n)
@@ -708,7 +742,7 @@ class _Scanner:
             if not self.native:
                 ac, ec = ac.astype(self.work), ec.astype(self.work)
             d = self._absdiff(ac, ec, stop - max_rel_at)
-            with np.errstate(divide="ignore", invalid="ignore"):
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
                 rel = d / np.abs(ec.astype(self.work))
             rel[~np.isfinite(d) | np.isnan(rel)] = -1.0
             max_rel_index = max_rel_at + int(np.argmax(rel))
@@ -759,3 +793,20 @@ def _histogram(d: np.ndarray) -> tuple[list[int], list[float]] | None:
     counts = np.bincount(ex - lo, minlength=hi - lo + 1)
     return ([int(c) for c in counts],
             [round((k - 1) * math.log10(2), 4) for k in range(lo, hi + 2)])
+
+
+# ``pytest_modelparity.compare`` is both this submodule and the public function ``compare``.
+# Importing the submodule (``from .compare import ...`` anywhere) makes the import system set
+# the package attribute to the *module*, so ``from pytest_modelparity import compare`` would
+# then give a module. Making the module callable keeps ``compare(actual, expected)`` working
+# whichever import happened first.
+import sys as _sys  # noqa: E402
+import types as _types  # noqa: E402
+
+
+class _CallableModule(_types.ModuleType):
+    def __call__(self, actual: Any, expected: Any, **kwargs: Any) -> ComparisonReport:
+        return compare(actual, expected, **kwargs)
+
+
+_sys.modules[__name__].__class__ = _CallableModule

@@ -1,0 +1,168 @@
+"""Property tests: the engine's per-element verdict is numpy.isclose's, and it never crashes.
+
+Deliberate differences from ``numpy.isclose`` (documented in compare.py), which the
+reference below reproduces explicitly rather than hiding:
+- float16 is judged in float32 arithmetic (numpy.isclose computes in float16, where
+  ``a - e`` can overflow to inf), so the reference is ``isclose`` on float32 copies;
+- mixed float32/float64 pairs are judged in float64 (as numpy does too);
+- integers and bools compare exactly whatever the tolerance.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import importlib
+
+compare_mod = importlib.import_module("pytest_modelparity.compare")
+from pytest_modelparity.compare import compare, elementwise_close
+from pytest_modelparity.tolerances import Tolerance
+
+FLOATS = [np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)]
+EXACT = [np.dtype(np.int8), np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.uint16),
+         np.dtype(np.bool_)]
+
+shapes = hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=6)
+tolerances = st.builds(
+    lambda r, a: Tolerance(rtol=r, atol=a, source="hypothesis"),
+    st.sampled_from([0.0, 1e-7, 1.3e-6, 1e-3, 0.1, 0.5]),
+    st.sampled_from([0.0, 1e-45, 1e-8, 1e-5, 1e-2, 1.0]),
+)
+
+
+def _special_floats(dtype: np.dtype):
+    """Ordinary values, NaN, both infinities, zeros of both signs and subnormals."""
+    info = np.finfo(dtype)
+    tiny = float(info.smallest_subnormal)
+    return st.one_of(
+        hnp.from_dtype(dtype, allow_nan=True, allow_infinity=True, allow_subnormal=True),
+        st.sampled_from([0.0, -0.0, math.nan, math.inf, -math.inf, tiny, -tiny,
+                         2 * tiny, float(info.tiny), 1.0, 1.0 + float(info.eps)]),
+    )
+
+
+@st.composite
+def float_pairs(draw):
+    dtype = draw(st.sampled_from(FLOATS))
+    shape = draw(shapes)
+    e = draw(hnp.arrays(dtype, shape, elements=_special_floats(dtype)))
+    # actual: either unrelated values or expected plus small noise (so both verdicts occur)
+    if draw(st.booleans()):
+        a = draw(hnp.arrays(dtype, shape, elements=_special_floats(dtype)))
+    else:
+        noise = draw(hnp.arrays(np.float64, shape, elements=st.sampled_from(
+            [0.0, 1e-9, -1e-7, 1e-6, 1e-4, -1e-2, 0.3])))
+        with np.errstate(all="ignore"):
+            a = (e.astype(np.float64) * (1 + noise) + noise).astype(dtype)
+    return a, e
+
+
+@pytest.fixture
+def small_chunks():
+    """Chunks of 7 elements so every chunk boundary path runs on tiny arrays."""
+    old = compare_mod.CHUNK
+    compare_mod.CHUNK = 7
+    try:
+        yield
+    finally:
+        compare_mod.CHUNK = old
+
+
+def _reference(a: np.ndarray, e: np.ndarray, tol: Tolerance, equal_nan: bool) -> np.ndarray:
+    if a.dtype == np.float16:                     # judged in float32, see module docstring
+        a, e = a.astype(np.float32), e.astype(np.float32)
+    with np.errstate(all="ignore"):
+        return np.isclose(a, e, rtol=tol.rtol, atol=tol.atol, equal_nan=equal_nan)
+
+
+def _check_same_verdict(a, e, tol, equal_nan):
+    ref = np.asarray(_reference(a, e, tol, equal_nan), dtype=bool).reshape(a.shape)
+    mask = elementwise_close(a, e, tol, equal_nan=equal_nan)
+    np.testing.assert_array_equal(mask, ref)
+    report = compare(a, e, tolerance=tol, equal_nan=equal_nan)
+    (oc,) = report.outputs
+    assert oc.problem is None
+    assert oc.size == a.size
+    assert oc.mismatched == int(np.count_nonzero(~ref))
+    assert oc.passed == bool(ref.all())
+    json.dumps(report.to_dict(), allow_nan=False)
+    str(report)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pair=float_pairs(), tol=tolerances, equal_nan=st.booleans())
+def test_float_verdict_matches_numpy_isclose(pair, tol, equal_nan):
+    a, e = pair
+    _check_same_verdict(a, e, tol, equal_nan)
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(pair=float_pairs(), tol=tolerances, equal_nan=st.booleans())
+def test_float_verdict_matches_numpy_isclose_across_chunks(small_chunks, pair, tol, equal_nan):
+    a, e = pair
+    _check_same_verdict(a, e, tol, equal_nan)
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data(), dtype=st.sampled_from(EXACT), shape=shapes, tol=tolerances)
+def test_integers_and_bools_compare_exactly(data, dtype, shape, tol):
+    a = data.draw(hnp.arrays(dtype, shape))
+    e = data.draw(hnp.arrays(dtype, shape))
+    (oc,) = compare(a, e, tolerance=tol).outputs
+    assert oc.mismatched == int(np.count_nonzero(a != e))
+    assert oc.passed == bool(np.array_equal(a, e))
+    assert oc.tolerance is not None and oc.tolerance.atol == 0 and oc.tolerance.rtol == 0
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(pair=float_pairs(), scale=st.sampled_from([1e-7, 1e-5, 1e-3, 0.5]),
+       tol=tolerances, equal_nan=st.booleans())
+def test_scaled_rule_matches_isclose_with_atol_grown_by_scale(small_chunks, pair, scale, tol,
+                                                              equal_nan):
+    """scale > 0 is isclose with atol + scale * max|finite expected| (judged on the final
+    maximum even when it only appears in a later chunk)."""
+    a, e = pair
+    tol = Tolerance(tol.rtol, tol.atol, scale=scale, source="hypothesis")
+    wide = e.astype(np.float64)
+    fin = wide[np.isfinite(wide)]
+    top = float(np.max(np.abs(fin))) if fin.size else 0.0
+    plain = Tolerance(tol.rtol, tol.atol + scale * top, source="reference")
+    ref = np.asarray(_reference(a, e, plain, equal_nan), dtype=bool).reshape(a.shape)
+    (oc,) = compare(a, e, tolerance=tol, equal_nan=equal_nan).outputs
+    np.testing.assert_array_equal(elementwise_close(a, e, tol, equal_nan=equal_nan), ref)
+    assert oc.mismatched == int(np.count_nonzero(~ref))
+    assert oc.scale == pytest.approx(top)
+
+
+@settings(max_examples=200, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(pair=float_pairs(), tol=tolerances)
+def test_smallest_passing_tolerances_really_pass(small_chunks, pair, tol):
+    """min_atol / min_rtol are the edge: a hair above passes, clearly below fails."""
+    a, e = pair
+    (oc,) = compare(a, e, tolerance=tol, full_stats=True).outputs
+    if a.size == 0:
+        return
+    assert oc.min_atol is not None and oc.min_rtol is not None
+    if math.isfinite(oc.min_atol):
+        up = Tolerance(tol.rtol, oc.min_atol * (1 + 1e-5) + 1e-300, source="t")
+        assert compare(a, e, tolerance=up).passed
+        if oc.min_atol > 1e-30 and tol.rtol == 0 and a.dtype != np.float16:
+            down = Tolerance(tol.rtol, oc.min_atol * 0.5, source="t")
+            assert not compare(a, e, tolerance=down).passed
+    else:
+        # a NaN/inf mismatch: no finite atol (of the dtype judged in) makes it pass
+        huge = 1e300 if a.dtype == np.float64 else float(np.finfo(np.float32).max) / 2
+        assert not compare(a, e, tolerance=Tolerance(tol.rtol, huge, source="t")).passed
+    if math.isfinite(oc.min_rtol) and oc.min_rtol < 1:
+        up = Tolerance(oc.min_rtol * (1 + 1e-5) + 1e-12, tol.atol, source="t")
+        assert compare(a, e, tolerance=up).passed
