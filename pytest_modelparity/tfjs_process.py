@@ -55,12 +55,13 @@ def encode_tensors(tensors: Mapping[str, np.ndarray]) -> bytes:
     parts = [struct.pack("<H", len(tensors))]
     for name, value in tensors.items():
         arr = np.asarray(value)
-        if arr.dtype not in _DTYPE_CODES:
+        native = arr.dtype.newbyteorder("=")
+        if native not in _DTYPE_CODES:
             raise TypeError(f"tfjs input {name!r} has dtype {arr.dtype.name}; tfjs takes float32, int32 or bool")
-        arr = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<"))
+        arr = arr.astype(native.newbyteorder("<"), order="C", copy=False)  # keeps rank 0
         raw_name = name.encode("utf-8")
         parts.append(struct.pack(f"<H{len(raw_name)}sBB{arr.ndim}I", len(raw_name), raw_name,
-                                 _DTYPE_CODES[arr.dtype], arr.ndim, *arr.shape))
+                                 _DTYPE_CODES[native], arr.ndim, *arr.shape))
         parts.append(arr.tobytes())
     return b"".join(parts)
 

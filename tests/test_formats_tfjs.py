@@ -1,0 +1,349 @@
+"""The tfjs format with real Node.js running real @tensorflow/tfjs (CPU and wasm backends).
+
+Node.js missing or npm packages not installable -> these tests skip with the reason (the
+plugin does the same for users). Models are tiny and exported once per module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pytest_modelparity import errors
+from pytest_modelparity.tfjs_process import NodeProcessDied, decode_tensors, encode_tensors
+
+import models
+
+_started_pids: list[int] = []
+
+
+def _load(path, **options):
+    from pytest_modelparity import load_model
+
+    try:
+        model = load_model(path, "tfjs", **options)
+    except errors.RuntimeMissing as exc:
+        pytest.skip(f"tfjs runtime missing: {exc}")
+    _started_pids.append(model.process.pid)
+    return model
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie, exited but not yet reaped, counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _wait_gone(pid: int, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_node_left_behind():
+    """Every node process these tests started is gone once the models are closed or collected."""
+    yield
+    import gc
+
+    gc.collect()
+    left = [pid for pid in _started_pids if not _wait_gone(pid, 5.0)]
+    assert not left, f"node processes left running: {left}"
+
+
+@pytest.fixture(scope="module")
+def cnn():
+    return models.tiny_cnn(seed=3)
+
+
+@pytest.fixture(scope="module")
+def cnn_tfjs(cnn, tmp_path_factory):
+    from pytest_modelparity import export_model
+
+    try:
+        return export_model(cnn, "tfjs", tmp_path_factory.mktemp("tfjs") / "cnn")
+    except errors.RuntimeMissing as exc:
+        pytest.skip(f"tfjs converter missing: {exc}")
+
+
+def _copy_model(src_json: Path, dst: Path) -> Path:
+    shutil.copytree(src_json.parent, dst)
+    return dst / "model.json"
+
+
+# -- the acceptance checks ----------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", ["cpu", "wasm"])
+def test_cnn_matches_keras_on_batches_1_4_9(cnn, cnn_tfjs, backend):
+    from pytest_modelparity import assert_outputs_close
+
+    with _load(cnn_tfjs, backend=backend) as model:
+        assert model.process.meta["backend"] == backend
+        assert [s.name for s in model.inputs] == ["image"]
+        assert model.inputs[0].shape == (None, 8, 8, 3)
+        pid = model.process.pid
+        for batch in (1, 4, 9):
+            x = models.images(batch, seed=batch)
+            got = model.predict(x)
+            assert list(got) == ["output_0"] and got["output_0"].shape == (batch, 4)
+            assert got["output_0"].dtype == np.float32
+            assert_outputs_close(got["output_0"], cnn(x, training=False).numpy())
+            assert model.last_compute_ms is not None and model.last_compute_ms > 0
+        # The same process served every call, and a repeat gives the same answer.
+        x = models.images(4, seed=4)
+        again = model.predict(x)["output_0"]
+        np.testing.assert_array_equal(again, model.predict(x)["output_0"])
+        assert model.process.pid == pid and model.process.alive
+    assert _wait_gone(pid), "close() must stop the node process"
+
+
+def test_doubled_softmax_fails_assert_outputs_close(cnn, tmp_path):
+    """Seed 003's bug: the JS side applies softmax to probabilities again (0.96 becomes ~0.46)."""
+    import keras
+
+    from pytest_modelparity import ParityError, assert_outputs_close, export_model
+
+    doubled = keras.Model(cnn.inputs, keras.layers.Softmax(name="softmax_again")(cnn.outputs[0]))
+    path = export_model(doubled, "tfjs", tmp_path / "doubled")
+    x = models.images(9, seed=7)
+    expected = cnn(x, training=False).numpy()
+    with _load(path) as model:
+        actual = model.predict(x)["output_0"]
+        assert any(op == "Softmax" for _, op in model.op_types())
+        assert sum(op == "Softmax" for _, op in model.op_types()) == 2
+    # It really is softmax(expected): the form runs, the numbers are just wrong.
+    e = np.exp(expected - expected.max(-1, keepdims=True))
+    np.testing.assert_allclose(actual, e / e.sum(-1, keepdims=True), atol=1e-5)
+    with pytest.raises(ParityError) as info:
+        assert_outputs_close(actual, expected)
+    assert not info.value.report.passed
+
+
+def test_killed_process_gives_clear_error_then_fresh_load_works(cnn, cnn_tfjs):
+    x = models.images(2)
+    model = _load(cnn_tfjs)
+    first = model.predict(x)["output_0"]
+    pid = model.process.pid
+    os.kill(pid, signal.SIGKILL)
+    assert _wait_gone(pid)
+    with pytest.raises(NodeProcessDied) as info:
+        model.predict(x)
+    text = str(info.value)
+    assert str(pid) in text and "SIGKILL" in text
+    assert "stderr tail" in text and "TensorFlow.js" in text  # tfjs's Node banner went to stderr
+    assert "load the model again" in text and str(cnn_tfjs) in text
+    with pytest.raises(NodeProcessDied, match="SIGKILL"):  # and it keeps saying so
+        model.predict(x)
+    model.close()
+    with _load(cnn_tfjs) as fresh:
+        assert fresh.process.pid != pid
+        np.testing.assert_array_equal(fresh.predict(x)["output_0"], first)
+
+
+@pytest.mark.parametrize("how", ["exit", "sigkill"])
+def test_no_orphan_node_when_python_exits(cnn_tfjs, tmp_path, how):
+    """A Python that exits without close(), or is SIGKILLed, takes its node process with it."""
+    script = textwrap.dedent(f"""
+        import os, signal, sys
+        from pytest_modelparity import load_model
+        m = load_model({str(cnn_tfjs)!r}, "tfjs")
+        m.predict(__import__("numpy").zeros((1, 8, 8, 3), "float32"))
+        print(m.process.pid, flush=True)
+        if {how!r} == "sigkill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    lines = proc.stdout.split()
+    if proc.returncode not in (0, -signal.SIGKILL) or not lines:
+        raise AssertionError(f"child failed: rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+    pid = int(lines[0])
+    assert _wait_gone(pid), f"node pid {pid} outlived its Python ({how})"
+
+
+def test_no_node_left_after_a_pytest_session(cnn_tfjs, pytester):
+    """A test that never closes its model still leaves no node behind once pytest exits."""
+    pid_file = pytester.path / "pid.txt"
+    pytester.makepyfile(test_inner=f"""
+        from pytest_modelparity import load_model
+        KEEP = []
+        def test_leaky():
+            m = load_model({str(cnn_tfjs)!r}, "tfjs", backend="wasm")
+            m.predict(__import__("numpy").zeros((1, 8, 8, 3), "float32"))
+            KEEP.append(m)
+            open({str(pid_file)!r}, "w").write(str(m.process.pid))
+        """)
+    result = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    assert _wait_gone(int(pid_file.read_text())), "node outlived the pytest session"
+
+
+# -- bad model files ----------------------------------------------------------------------
+
+def test_weight_path_outside_the_model_directory_is_refused(cnn_tfjs, tmp_path):
+    path = _copy_model(cnn_tfjs, tmp_path / "evil")
+    shard = path.parent / "group1-shard1of1.bin"
+    shutil.copy(shard, tmp_path / "outside.bin")
+    spec = json.loads(path.read_text())
+    for bad in ("../outside.bin", str(tmp_path / "outside.bin")):
+        spec["weightsManifest"][0]["paths"] = [bad]
+        path.write_text(json.dumps(spec))
+        with pytest.raises(errors.ModelLoadError) as info:
+            _load(path)
+        text = str(info.value)
+        assert "outside" in text and "'tfjs'" in text and bad in text and "fix:" in text
+
+
+def test_truncated_weights_file_is_a_clear_error(cnn_tfjs, tmp_path):
+    path = _copy_model(cnn_tfjs, tmp_path / "cut")
+    shard = path.parent / "group1-shard1of1.bin"
+    data = shard.read_bytes()
+    shard.write_bytes(data[: len(data) // 2])
+    with pytest.raises(errors.ModelLoadError) as info:
+        _load(path)
+    text = str(info.value)
+    assert "truncated" in text and "group1-shard1of1.bin" in text and "'tfjs'" in text
+    assert f"{len(data) // 2} bytes" in text and f"needs {len(data)} bytes" in text
+    shard.unlink()
+    with pytest.raises(errors.ModelLoadError, match="missing"):
+        _load(path)
+
+
+def test_layers_model_and_non_model_json_are_refused(tmp_path):
+    layers = tmp_path / "layers" / "model.json"
+    layers.parent.mkdir()
+    layers.write_text(json.dumps({"format": "layers-model", "modelTopology": {"class_name": "Sequential"},
+                                  "weightsManifest": []}))
+    with pytest.raises(errors.ModelLoadError, match="layers"):
+        _load(layers)
+    other = tmp_path / "other" / "model.json"
+    other.parent.mkdir()
+    other.write_text('{"hello": 1}')
+    with pytest.raises(errors.ModelLoadError, match="modelTopology"):
+        _load(other)
+    with pytest.raises(errors.ModelLoadError, match="no such file"):
+        _load(tmp_path / "nothing" / "model.json")
+
+
+def test_loading_never_modifies_the_users_files(cnn_tfjs):
+    def digest() -> dict[str, str]:
+        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in cnn_tfjs.parent.iterdir()}
+
+    before = digest()
+    with _load(cnn_tfjs, backend="wasm") as model:
+        model.predict(models.images(1))
+    assert digest() == before
+
+
+def test_gpu_device_and_unknown_backend_are_refused(cnn_tfjs):
+    from pytest_modelparity import load_model
+
+    with pytest.raises(errors.DeviceUnavailable, match="Node.js on the CPU"):
+        load_model(cnn_tfjs, "tfjs", device="gpu")
+    with pytest.raises(ValueError, match="cpu, wasm"):
+        load_model(cnn_tfjs, "tfjs", backend="webgl")
+
+
+# -- diagnosis hooks ----------------------------------------------------------------------
+
+def test_op_types_and_weights_come_from_model_json(cnn, cnn_tfjs):
+    with _load(cnn_tfjs) as model:
+        ops = model.op_types()
+        weights = model.weights()
+    assert ("image", "Placeholder") in ops
+    assert any(op == "Softmax" for _, op in ops)
+    dense = [w for name, w in weights.items() if w.shape == (256, 4)]
+    assert len(dense) == 1
+    np.testing.assert_array_equal(dense[0], cnn.get_layer("logits").get_weights()[0])
+
+
+def test_detection_finds_model_json_and_its_directory(cnn_tfjs):
+    from pytest_modelparity.formats import detect_format
+
+    assert detect_format(cnn_tfjs) == "tfjs"
+    assert detect_format(cnn_tfjs.parent) == "tfjs"
+
+
+# -- environment: converter import, runtime missing ----------------------------------------
+
+def test_converter_import_leaves_no_stand_in_modules(cnn_tfjs):
+    """Exporting happened (fixture); no fake jax/tfdf/tf_keras may remain importable."""
+    import importlib.util
+
+    for name in ("jax", "jax.experimental", "jax.experimental.jax2tf", "tensorflow_decision_forests", "tf_keras"):
+        mod = sys.modules.get(name)
+        assert mod is None or "stand-in" not in (mod.__doc__ or ""), f"stand-in {name} left in sys.modules"
+    hub = sys.modules.get("tensorflow_hub")
+    assert hub is None or importlib.util.find_spec("tf_keras") is not None
+    import keras
+
+    assert keras.layers.Dense(2)(np.ones((1, 3), "float32")).shape == (1, 2)
+
+
+def test_no_node_on_path_raises_runtime_missing(cnn_tfjs, monkeypatch, tmp_path):
+    from pytest_modelparity import load_model
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(errors.RuntimeMissing) as info:
+        load_model(cnn_tfjs, "tfjs")
+    assert "Node.js" in str(info.value) and "install" in str(info.value)
+
+
+def test_failed_npm_install_raises_runtime_missing_and_leaves_no_cache(monkeypatch, tmp_path):
+    """Real npm against an unreachable registry: the error says what to run, the cache stays clean."""
+    from pytest_modelparity import tfjs_runner
+
+    if shutil.which("npm") is None:
+        pytest.skip("npm is not installed: apt-get install nodejs npm")
+    monkeypatch.setenv("MODELPARITY_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("npm_config_registry", "http://127.0.0.1:9/")
+    monkeypatch.setenv("npm_config_fetch_retries", "0")
+    monkeypatch.setenv("npm_config_cache", str(tmp_path / "npm-cache"))
+    monkeypatch.setenv("npm_config_offline", "false")
+    with pytest.raises(errors.RuntimeMissing) as info:
+        tfjs_runner.ensure_node_modules(quiet=True)
+    text = str(info.value)
+    assert "npm ci failed" in text and tfjs_runner.INSTALL_COMMAND in text
+    assert not tfjs_runner.is_installed()
+    left = [p.name for p in (tmp_path / "cache" / "tfjs-node-modules").iterdir() if not p.name.endswith(".lock")]
+    assert left == []
+
+
+# -- the protocol ---------------------------------------------------------------------------
+
+def test_protocol_round_trips_raw_little_endian_arrays():
+    tensors = {
+        "f": np.arange(24, dtype=np.float32).reshape(2, 3, 4) / 7,
+        "i": np.array([[-3, 2**31 - 1]], dtype=np.int32),
+        "b": np.array([True, False, True]),
+        "scalar": np.float32(2.5) * np.ones((), np.float32),
+        "empty": np.zeros((0, 5), np.float32),
+        "ünï": np.ones((1,), np.float32),
+    }
+    raw = encode_tensors(tensors)
+    back = decode_tensors(raw)
+    assert list(back) == list(tensors)
+    for name, value in tensors.items():
+        assert back[name].dtype == value.dtype and back[name].shape == value.shape
+        np.testing.assert_array_equal(back[name], value)
+    # Big-endian input is sent little-endian.
+    be = np.arange(3, dtype=">f4")
+    np.testing.assert_array_equal(decode_tensors(encode_tensors({"x": be}))["x"], be)
+    with pytest.raises(TypeError, match="float64"):
+        encode_tensors({"x": np.zeros(2)})
