@@ -1,0 +1,313 @@
+"""Why two results differ, and where they start to differ.
+
+CONTRACT (assertions.py calls these; each returns a list of ``Hint``, empty when no check
+applies; none may raise):
+
+    diagnose_comparison(report, *, actual, expected, actual_model=None, expected_model=None,
+                        inputs=None) -> list[Hint]
+    diagnose_nondeterminism(report, *, model, inputs, runs) -> list[Hint]
+    diagnose_batch_variance(report, *, model, inputs, batched, split) -> list[Hint]
+    localize_divergence(reference, candidate, inputs) -> list[LayerDiff]
+
+Every hint carries the measurement behind it; a check that does not apply, or fails, stays
+silent. Cheap checks (noise, output transforms) run on arrays; the heavy ones (re-runs,
+input transforms, layer-by-layer localisation) only when both models and inputs are given.
+Nothing here imports TensorFlow at import time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from ._util import fits, flatten, is_keras_model, max_abs_diff, native_of, pick, run_model
+from .localize import LayerDiff, first_divergence, format_rows, localize_divergence
+from .noise import accumulation_noise, noise_hint, reduction_length
+from .random_ops import RandomOp, describe_ops, find_random_ops
+from .transforms import input_transform, output_transform
+from .weights import weight_hint_parts, weights_of
+
+__all__ = ["Hint", "LayerDiff", "RandomOp", "diagnose_batch_variance", "diagnose_comparison",
+           "diagnose_nondeterminism", "find_random_ops", "format_rows", "localize_divergence"]
+
+
+@dataclass(frozen=True)
+class Hint:
+    cause: str      # short machine-readable name, e.g. "random_ops", "double_softmax"
+    message: str    # one line for the "Likely cause" section
+    evidence: str   # what was measured that supports it
+
+    def __str__(self) -> str:
+        return f"{self.message} [{self.cause}]\n    evidence: {self.evidence}"
+
+
+def _safe(hints: list[Hint], check: Callable[[], Any]) -> Any:
+    """Run one check; a check that fails is dropped, never raised into the assertion."""
+    try:
+        return check()
+    except Exception:  # noqa: BLE001 - diagnosis must never mask the real failure
+        return None
+
+
+def _failed(report: Any) -> list[Any]:
+    outs = getattr(report, "outputs", None) or []
+    return [o for o in outs if not getattr(o, "passed", True) and not getattr(o, "problem", None)]
+
+
+def _hint(parts: tuple[str, str, str] | None, prefix: str = "") -> Hint | None:
+    if parts is None:
+        return None
+    cause, message, evidence = parts
+    return Hint(cause, f"{prefix}{message}", evidence)
+
+
+def _n_terms(*models: Any) -> int | None:
+    for m in models:
+        if m is None:
+            continue
+        n = _safe([], lambda m=m: reduction_length(weights_of(m)))
+        if n:
+            return n
+    return None
+
+
+def _label(path: str, many: bool) -> str:
+    return f"output {path}: " if many and path else ""
+
+
+# -- assert_outputs_close ----------------------------------------------------------------
+
+def diagnose_comparison(report: Any, *, actual: Any = None, expected: Any = None, actual_model: Any = None,
+                        expected_model: Any = None, inputs: Any = None, **_: Any) -> list[Hint]:
+    """Hints for a failed actual-vs-expected comparison (actual = candidate, expected = reference)."""
+    try:
+        return _diagnose_comparison(report, actual, expected, actual_model, expected_model, inputs)
+    except Exception:  # noqa: BLE001
+        return []
+
+
+def _diagnose_comparison(report: Any, actual: Any, expected: Any, cand_model: Any, ref_model: Any,
+                         inputs: Any) -> list[Hint]:
+    failed = _failed(report)
+    if not failed or actual is None or expected is None:
+        return []
+    flat_a, flat_e = flatten(actual), flatten(expected)
+    pairs = []
+    for o in failed:
+        a, e = pick(flat_a, o.path), pick(flat_e, o.path)
+        if a is not None and e is not None and np.shape(a) == np.shape(e):
+            pairs.append((o, a, e))
+    many = len(report.outputs) > 1
+    hints: list[Hint] = []
+    both = cand_model is not None and ref_model is not None and inputs is not None
+
+    # 1. Accumulation noise: when every failure is noise-sized, that is the whole story.
+    n_terms = _n_terms(ref_model, cand_model)
+    noise = []
+    for o, a, e in pairs:
+        h = _safe(hints, lambda: noise_hint(o.path, a, e, n_terms=n_terms, reference=ref_model, inputs=inputs))
+        if h is not None:
+            noise.append(_hint(h, _label(o.path, many)))
+    if pairs and len(noise) == len(pairs):
+        return noise
+
+    # 2. Nondeterminism of either form (random ops, training mode).
+    nondeterministic = False
+    if both:
+        found = _safe(hints, lambda: _nondeterminism_hints(cand_model, ref_model, inputs, flat_a, flat_e))
+        if found:
+            hints += found
+            nondeterministic = True
+
+    # 3. Weights.
+    if cand_model is not None and ref_model is not None:
+        w = _safe(hints, lambda: weight_hint_parts(ref_model, cand_model))
+        if w is not None:
+            hints.append(_hint(w))
+
+    # 4. Input transforms (both models), then output transforms (arrays only).
+    input_found = False
+    if both and not nondeterministic:
+        tols = {o.path: o.tolerance for o, _, _ in pairs}
+        h = _safe(hints, lambda: input_transform(ref_model, inputs, actual, [o.path for o, _, _ in pairs], tols))
+        if h is not None:
+            hints.append(_hint(h))
+            input_found = True
+    output_found = False
+    if not input_found:
+        for o, a, e in pairs:
+            h = _safe(hints, lambda: output_transform(a, e, o.tolerance))
+            if h is not None:
+                hints.append(_hint(h, _label(o.path, many)))
+                output_found = True
+
+    # 5. Training mode of a deterministic candidate against a Keras reference.
+    if both and not nondeterministic and not input_found and not output_found:
+        h = _safe(hints, lambda: _training_mode_match(ref_model, inputs, pairs))
+        if h is not None:
+            hints.append(h)
+
+    # 6. Where the forms start to differ.
+    if both and not nondeterministic and not input_found and not output_found:
+        h = _safe(hints, lambda: _localize_hint(ref_model, cand_model, inputs))
+        if h is not None:
+            hints.append(h)
+    return [h for h in hints if h is not None] + [h for h in noise if h is not None]
+
+
+def _rerun_gap(model: Any, inputs: Any, first: dict[str, np.ndarray]) -> float:
+    again = flatten(run_model(model, inputs))
+    gap = 0.0
+    for path, arr in first.items():
+        other = pick(again, path)
+        if other is not None and np.shape(other) == np.shape(arr):
+            gap = max(gap, max_abs_diff(arr, other))
+    return gap
+
+
+def _nondeterminism_hints(cand: Any, ref: Any, inputs: Any, flat_a: dict, flat_e: dict) -> list[Hint]:
+    hints = []
+    for role, model, first in (("candidate", cand, flat_a), ("reference", ref, flat_e)):
+        gap = _rerun_gap(model, inputs, first)
+        if gap == 0:
+            continue
+        ops, bn = _safe([], lambda m=model: find_random_ops(m)) or ([], [])
+        evidence = f"two runs of the {role} on the same inputs differ by up to {gap:.3g}"
+        if ops:
+            hints.append(Hint("random_ops", f"the {role} is nondeterministic; its graph draws random numbers at "
+                              f"{describe_ops(ops)}", evidence + f"; {len(ops)} random op(s) in its graph"))
+        other_gap = _rerun_gap(ref if model is cand else cand, inputs, flat_e if model is cand else flat_a)
+        if other_gap == 0:
+            drop = [o for o in ops if "dropout" in o.name.lower()]
+            where = f" (dropout ops: {describe_ops(drop)})" if drop else ""
+            hints.append(Hint("training_mode", f"dropout/batch-norm may run in training mode in the {role} form{where}",
+                              evidence + f", while the {'reference' if model is cand else 'candidate'} repeats bitwise"))
+        elif not ops:
+            hints.append(Hint("nondeterministic", f"the {role} is nondeterministic", evidence))
+    return hints
+
+
+def _training_mode_match(ref: Any, inputs: Any, pairs: list) -> Hint | None:
+    """actual ≈ reference(x, training=True) on a Keras reference (batch-norm batch statistics)."""
+    native = native_of(ref)
+    if not is_keras_model(native):
+        return None
+    saved = [v.numpy() for v in native.variables]
+    try:
+        train = flatten(run_model(native, inputs, training=True))
+    finally:
+        for v, s in zip(native.variables, saved):
+            v.assign(s)
+    evid = []
+    for o, a, e in pairs:
+        t = pick(train, o.path)
+        if t is None:
+            return None
+        err = max_abs_diff(a, e)
+        ok, resid = fits(a, t, err, o.tolerance)
+        if not ok:
+            return None
+        evid.append(f"max |actual - reference(training=True)| = {resid:.3g}, against {err:.3g} for training=False")
+    return Hint("training_mode", "the candidate runs in training mode (batch-norm uses batch statistics, "
+                "dropout on): export the model with training=False", "; ".join(evid))
+
+
+def _localize_hint(ref: Any, cand: Any, inputs: Any) -> Hint | None:
+    diffs = localize_divergence(ref, cand, inputs)
+    got = first_divergence(diffs)
+    if got is None:
+        return None
+    row, before = got
+    inputs_note = (f"its input `{before.layer}` agrees (max abs {before.max_abs:.3g})" if before is not None
+                   else "it is the first layer")
+    cand = f" (candidate {row.candidate_op} `{row.candidate}`)" if row.candidate else ""
+    return Hint("first_divergent_layer",
+                f"the forms start to differ at layer `{row.layer}` ({row.op}){cand}",
+                f"max abs {row.max_abs:.3g} (rel {row.max_rel:.3g}) there while {inputs_note}\n" + format_rows(diffs))
+
+
+# -- assert_deterministic ----------------------------------------------------------------
+
+def diagnose_nondeterminism(report: Any, *, model: Any = None, inputs: Any = None, runs: int = 3, **_: Any) -> list[Hint]:
+    """Hints for outputs that differ between runs of one model."""
+    try:
+        return _diagnose_nondeterminism(report, model, inputs, runs)
+    except Exception:  # noqa: BLE001
+        return []
+
+
+def _diagnose_nondeterminism(report: Any, model: Any, inputs: Any, runs: int) -> list[Hint]:
+    if model is None:
+        return []
+    if not isinstance(runs, int):  # assertions pass the list of outputs, one per run
+        runs = len(runs)
+    failed = _failed(report)
+    worst = max((o.max_abs or 0.0 for o in failed), default=0.0)
+    measured = f"outputs differ by up to {worst:.3g} across {runs} runs" if worst else f"outputs differ across {runs} runs"
+    hints = []
+    ops, bn = _safe(hints, lambda: find_random_ops(model)) or ([], [])
+    if ops:
+        hints.append(Hint("random_ops", f"{runs} runs differ; the graph draws random numbers at {describe_ops(ops)}",
+                          f"{measured}; {len(ops)} random op(s) in the graph: " + describe_ops(ops, limit=10)))
+        drop = [o for o in ops if "dropout" in o.name.lower()]
+        if drop:
+            hints.append(Hint("training_mode", "dropout runs in training mode in this form: export/freeze the "
+                              "inference graph (training=False, keep_prob=1 removed)",
+                              f"random op(s) inside dropout: {describe_ops(drop)}"))
+    elif getattr(model, "device", "cpu") == "gpu":
+        hints.append(Hint("gpu_nondeterminism", "no random op in the graph: GPU kernels that accumulate with atomics "
+                          "reorder sums run to run; call tf.config.experimental.enable_op_determinism()",
+                          f"{measured} on device 'gpu' with no random op in the graph"))
+    return hints
+
+
+# -- assert_batch_invariant --------------------------------------------------------------
+
+def diagnose_batch_variance(report: Any, *, model: Any = None, inputs: Any = None, batched: Any = None,
+                            split: Any = None, **_: Any) -> list[Hint]:
+    """Hints for outputs that change with the batch size."""
+    try:
+        return _diagnose_batch_variance(report, model, inputs, batched, split)
+    except Exception:  # noqa: BLE001
+        return []
+
+
+def _diagnose_batch_variance(report: Any, model: Any, inputs: Any, batched: Any, split: Any) -> list[Hint]:
+    failed = _failed(report)
+    if not failed or batched is None or split is None:
+        return []
+    if isinstance(split, dict) and split and all(isinstance(k, int) for k in split):
+        # assertions pass {sub-batch size: concatenated outputs}; rebuild the compared trees
+        if len(split) == 1:
+            split = next(iter(split.values()))
+        else:
+            batched = {f"sub-batches of {k}": batched for k in split}
+            split = {f"sub-batches of {k}": v for k, v in split.items()}
+    flat_b, flat_s = flatten(batched), flatten(split)
+    many = len(report.outputs) > 1
+    n_terms = _n_terms(model)
+    hints: list[Hint] = []
+    large = False
+    for o in failed:
+        b, s = pick(flat_b, o.path), pick(flat_s, o.path)
+        if b is None or s is None or np.shape(b) != np.shape(s):
+            continue
+        h = _safe(hints, lambda: accumulation_noise(s, b, n_terms))
+        if h is not None:
+            hints.append(_hint(h, _label(o.path, many)))
+        else:
+            large = True
+    if large and model is not None and inputs is not None:
+        gap = _safe(hints, lambda: _rerun_gap(model, inputs, flat_b))
+        ops, bn = _safe(hints, lambda: find_random_ops(model)) or ([], [])
+        if gap and ops:
+            hints.append(Hint("random_ops", f"the model is nondeterministic; its graph draws random numbers at "
+                              f"{describe_ops(ops)}", f"two runs of the same batch differ by up to {gap:.3g}"))
+        elif gap == 0 and bn:
+            hints.append(Hint("training_mode", "batch-norm runs in training mode: each row's output depends on "
+                              "the other rows through the batch statistics",
+                              f"the same batch repeats bitwise, yet rows change with the batch; "
+                              f"training-mode batch-norm at {describe_ops(bn)}"))
+    return hints

@@ -1,0 +1,280 @@
+"""Find the first layer where two forms start to differ.
+
+Run both forms with their intermediate tensors exposed (Keras: a model over every layer's
+output; TFLite: preserved tensors; graphs: fetch every op's output), walk the reference's
+layers in execution order, match each to a candidate tensor (by name, else by size and
+order), and report the first layer whose output diverges while its inputs did not."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ._util import first_input, hook, is_keras_model, native_of, rows, scale_of
+
+DIVERGE_REL = 1e-4  # share of a tensor's largest value; float noise here stays <= 5e-6
+MAX_ROWS = 8        # rows of the batch used: enough to see a divergence, cheap to run
+
+
+@dataclass
+class LayerDiff:
+    """One row of the divergence table: a reference layer and how its output compares."""
+
+    layer: str
+    op: str
+    max_abs: float | None
+    max_rel: float | None          # max abs over the layer output's largest magnitude
+    diverged: bool
+    candidate: str | None = None   # the matched candidate tensor
+    candidate_op: str | None = None
+    note: str = ""
+    first: bool = False            # the first divergent layer
+
+    def __str__(self) -> str:
+        return format_rows([self])
+
+    def as_tuple(self) -> tuple:
+        return (self.layer, self.op, self.max_abs, self.max_rel, self.diverged)
+
+
+def format_rows(diffs: list[LayerDiff]) -> str:
+    """A plain-text table of divergence rows."""
+    head = f"{'layer':<24} {'op':<18} {'max abs':>10} {'max rel':>10}  status"
+    lines = [head]
+    for d in diffs:
+        status = ("FIRST DIVERGENCE" if d.first else "diverged") if d.diverged else (d.note or "ok")
+        cand = f"  <- {d.candidate_op or '?'} `{d.candidate}`" if d.candidate else ""
+        ma = "-" if d.max_abs is None else f"{d.max_abs:.3g}"
+        mr = "-" if d.max_rel is None else f"{d.max_rel:.3g}"
+        lines.append(f"{d.layer[:24]:<24} {d.op[:18]:<18} {ma:>10} {mr:>10}  {status}{cand}")
+    return "\n".join(lines)
+
+
+# -- exposing intermediates ------------------------------------------------------------
+
+Entry = tuple[str, str, np.ndarray]
+
+
+def intermediates_of(model: Any, batch: Any) -> list[Entry] | None:
+    """(name, op, value) of every intermediate tensor in execution order, or None."""
+    got = hook(model, "intermediates", batch)
+    if got:
+        return [(str(n), str(o), np.asarray(v)) for n, o, v in got]
+    native = native_of(model)
+    if is_keras_model(native):
+        return _keras_intermediates(native, batch)
+    source = getattr(model, "source", None)
+    if getattr(model, "format", None) == "tflite" and source and str(source).endswith(".tflite"):
+        return _tflite_intermediates(str(source), model.prepare_batch(batch))
+    if hasattr(native, "_get_ops_details"):
+        return None  # an interpreter without preserved tensors reuses their memory
+    try:
+        import tensorflow as tf
+    except ImportError:
+        return None
+    feeds = model.prepare_batch(batch) if hasattr(model, "prepare_batch") else None
+    if isinstance(native, tuple) and native and isinstance(native[0], tf.Graph) and feeds is not None:
+        return _graph_intermediates(native[0], native[1], feeds)
+    if hasattr(native, "graph") and hasattr(native, "structured_input_signature") and feeds is not None:
+        return _function_intermediates(native, feeds)
+    return None
+
+
+def _keras_intermediates(model: Any, batch: Any) -> list[Entry]:
+    import keras
+
+    layers, outputs = [], []
+    for layer in model.layers:
+        if isinstance(layer, keras.layers.InputLayer):
+            continue
+        try:
+            out = layer.output
+        except Exception:  # noqa: BLE001 - a layer used twice has no single output
+            continue
+        if isinstance(out, (list, tuple)):
+            continue
+        layers.append(layer)
+        outputs.append(out)
+    probe = keras.Model(model.inputs, outputs)
+    values = probe(batch, training=False)
+    if not isinstance(values, (list, tuple)):
+        values = [values]
+    return [(l.name, type(l).__name__, np.asarray(v)) for l, v in zip(layers, values)]
+
+
+def _tflite_intermediates(path: str, feeds: dict[str, np.ndarray]) -> list[Entry]:
+    import warnings
+
+    from ai_edge_litert.interpreter import Interpreter
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        it = Interpreter(model_path=path, experimental_preserve_all_tensors=True)
+    inputs = it.get_input_details()
+    arrays = list(feeds.values())
+    by_name = {d["name"]: d for d in inputs}
+    order = [by_name.get(n) for n in feeds] if all(n in by_name for n in feeds) else inputs
+    for det, arr in zip(order, arrays):
+        it.resize_tensor_input(det["index"], arr.shape)
+    it.allocate_tensors()
+    for det, arr in zip(order, arrays):
+        it.set_tensor(det["index"], arr.astype(det["dtype"]))
+    it.invoke()
+    details = {d["index"]: d for d in it.get_tensor_details()}
+    out: list[Entry] = []
+    seen: set[int] = set()
+    for op in it._get_ops_details():
+        if op["op_name"] == "DELEGATE":
+            continue
+        for idx in op["outputs"]:
+            if idx < 0 or idx in seen:
+                continue
+            seen.add(idx)
+            try:
+                out.append((details[idx]["name"], op["op_name"], np.array(it.get_tensor(idx))))
+            except ValueError:
+                continue
+    return out
+
+
+def _graph_intermediates(graph: Any, sess: Any, feeds: dict[str, np.ndarray]) -> list[Entry]:
+    feed_dict = {}
+    for name, arr in feeds.items():
+        tname = name if ":" in name else f"{name}:0"
+        feed_dict[graph.get_tensor_by_name(tname)] = arr
+    fetch = []
+    for op in graph.get_operations():
+        if op.type in ("Const", "Placeholder", "NoOp", "VarHandleOp", "ReadVariableOp", "Identity") or op.name.endswith("/read"):
+            continue
+        for t in op.outputs:
+            if t.dtype.is_floating:
+                fetch.append((op.name, op.type, t))
+    values = sess.run([t for _, _, t in fetch], feed_dict=feed_dict)
+    return [(n, o, np.asarray(v)) for (n, o, _), v in zip(fetch, values)]
+
+
+def _function_intermediates(fn: Any, feeds: dict[str, np.ndarray]) -> list[Entry]:
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+    frozen = convert_variables_to_constants_v2(fn)
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.graph_util.import_graph_def(frozen.graph.as_graph_def(), name="")
+    placeholders = [op for op in graph.get_operations() if op.type == "Placeholder"]
+    by_name = {op.name: op for op in placeholders}
+    fd = {}
+    for i, (name, arr) in enumerate(feeds.items()):
+        op = by_name.get(name) or (placeholders[i] if i < len(placeholders) else None)
+        if op is None:
+            return []
+        fd[op.name] = arr
+    with tf.compat.v1.Session(graph=graph) as sess:
+        return _graph_intermediates(graph, sess, fd)
+
+
+# -- matching and comparing --------------------------------------------------------------
+
+def _layer_token(name: str) -> str:
+    """The layer a reference entry belongs to: a Keras layer name, or a graph op's scope."""
+    parts = [p for p in re.split(r"[/;:]", name) if p]
+    return parts[-2] if len(parts) >= 2 else (parts[0] if parts else name)
+
+
+def _name_matches(layer: str, candidate_name: str) -> bool:
+    pattern = re.compile(re.escape(layer) + r"(_\d+)?")
+    return any(pattern.fullmatch(tok) for tok in re.split(r"[/;:]", candidate_name) if tok)
+
+
+def _diff(ref: np.ndarray, cand: np.ndarray) -> tuple[float, float]:
+    r = np.asarray(ref, np.float64)
+    c = np.asarray(cand, np.float64).reshape(r.shape)
+    d = np.abs(r - c)
+    d = d[np.isfinite(d)]
+    max_abs = float(d.max()) if d.size else 0.0
+    scale = max(scale_of(r), 1e-30)
+    return max_abs, max_abs / scale
+
+
+def compare_intermediates(ref: list[Entry], cand: list[Entry], *, rel: float = DIVERGE_REL) -> list[LayerDiff]:
+    """Rows for each reference entry; marks the first divergent layer (see module doc)."""
+    ref = [e for e in ref if np.asarray(e[2]).dtype.kind == "f" and np.ndim(e[2]) >= 1]
+    cand = [e for e in cand if np.asarray(e[2]).dtype.kind == "f" and np.ndim(e[2]) >= 1]
+    rows_out: list[LayerDiff] = []
+    status: list[str] = []
+    pos = 0
+    for name, op, r in ref:
+        token = name if "/" not in name else _layer_token(name)
+        pool = [j for j in range(pos, len(cand)) if cand[j][2].size == r.size]
+        diffs = {j: _diff(r, cand[j][2]) for j in pool}
+        close = [j for j in pool if diffs[j][1] <= rel]
+        named = [j for j in pool if _name_matches(token, cand[j][0])]
+        if close:
+            named_close = [j for j in close if j in named]
+            j = named_close[-1] if named_close else close[0]
+            st = "match"
+            pos = j
+        elif named:
+            j = named[-1]
+            st = "differs"
+            pos = j
+        elif pool:
+            j = min(pool, key=lambda k: diffs[k][0])
+            st = "differs"
+        else:
+            rows_out.append(LayerDiff(name, op, None, None, False, note="no counterpart"))
+            status.append("absent")
+            continue
+        rows_out.append(LayerDiff(name, op, diffs[j][0], diffs[j][1], False, cand[j][0], cand[j][1]))
+        status.append(st)
+    last_match = max((i for i, s in enumerate(status) if s == "match"), default=-1)
+    first_marked = False
+    for i, (row, st) in enumerate(zip(rows_out, status)):
+        if st == "differs" and i < last_match:
+            row.note = "fused or not exposed in the candidate"
+            row.max_abs = row.max_rel = None
+            row.candidate = row.candidate_op = None
+        elif st == "differs":
+            row.diverged = True
+            if not first_marked:
+                row.first = first_marked = True
+    return rows_out
+
+
+def localize_divergence(reference: Any, candidate: Any, inputs: Any, *, rel: float = DIVERGE_REL) -> list[LayerDiff]:
+    """Rows (layer, op, max abs, max rel, diverged) comparing the two forms layer by layer.
+
+    ``reference`` and ``candidate`` are LoadedModels or Keras models. Raises ValueError when
+    a form cannot expose its intermediate tensors (say which, and how to get them).
+    """
+    batch = rows(inputs, slice(0, MAX_ROWS))
+    if first_input(batch) is None and not isinstance(batch, dict):
+        batch = inputs
+    ref = intermediates_of(reference, batch)
+    if not ref:
+        raise ValueError(f"cannot expose the intermediate tensors of the reference ({_describe(reference)}); "
+                         "pass a Keras model, a TFLite file, a GraphDef or a SavedModel")
+    cand = intermediates_of(candidate, batch)
+    if not cand:
+        raise ValueError(f"cannot expose the intermediate tensors of the candidate ({_describe(candidate)}); "
+                         "for TFLite load it from a .tflite file (preserve_all_tensors=True)")
+    return compare_intermediates(ref, cand, rel=rel)
+
+
+def _describe(model: Any) -> str:
+    fmt = getattr(model, "format", None)
+    return f"format {fmt!r}" if fmt else type(model).__name__
+
+
+def first_divergence(diffs: list[LayerDiff]) -> tuple[LayerDiff, LayerDiff | None] | None:
+    """(first divergent row, the last agreeing row before it) or None."""
+    before = None
+    for d in diffs:
+        if d.first:
+            return d, before
+        if d.max_abs is not None and not d.diverged:
+            before = d
+    return None

@@ -1,0 +1,188 @@
+"""Compare the weights of two forms (seed 002: variables re-initialised after loading).
+
+Match tensors by name, then the rest by shape in order; count those that differ, show the
+worst, and say when the candidate's weights look freshly initialised while the reference's
+do not (zero biases, unit scales, kernels spread like glorot_uniform/glorot_normal)."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ._util import hook, is_keras_model, native_of
+
+
+# Converters fold batch-norm into kernels and transpose them: their constants differ from the
+# reference's without any bug, so these forms are left to layer-by-layer localisation.
+_TRANSFORMED_FORMATS = {"tflite", "tfjs", "onnx"}
+
+
+def weights_of(model: Any) -> dict[str, np.ndarray] | None:
+    """A model's weights by name when its form exposes them (None otherwise).
+
+    TFLite is left out on purpose: the converter folds batch-norm into convolutions, so its
+    constants differ from the reference's without any bug.
+    """
+    if getattr(model, "format", None) in _TRANSFORMED_FORMATS:
+        return None
+    got = hook(model, "weights")
+    if got:
+        return {str(k): np.asarray(v) for k, v in got.items()}
+    native = native_of(model)
+    if is_keras_model(native):
+        return {v.path: np.asarray(v.numpy()) for v in native.weights}
+    try:
+        import tensorflow as tf
+    except ImportError:
+        return None
+    if isinstance(native, tuple) and len(native) == 2 and isinstance(native[0], tf.Graph):
+        graph, sess = native
+        with graph.as_default():
+            variables = tf.compat.v1.global_variables()
+            if variables:
+                return {v.op.name: np.asarray(a) for v, a in zip(variables, sess.run(variables))}
+        return _graph_constants(graph.as_graph_def())
+    if hasattr(native, "node") and hasattr(native, "library"):
+        return _graph_constants(native)
+    variables = getattr(native, "variables", None)
+    if variables:
+        try:
+            return {_var_name(v): np.asarray(v.numpy()) for v in variables}
+        except Exception:  # noqa: BLE001
+            return None
+    return None
+
+
+def _var_name(v: Any) -> str:
+    return getattr(v, "path", None) or v.name
+
+
+def _graph_constants(graph_def: Any) -> dict[str, np.ndarray]:
+    from tensorflow.python.framework import tensor_util
+
+    out = {}
+    for node in graph_def.node:
+        if node.op == "Const" and "value" in node.attr:
+            arr = tensor_util.MakeNdarray(node.attr["value"].tensor)
+            if arr.dtype.kind == "f" and arr.size >= 2:
+                out[node.name] = arr
+    return out
+
+
+def _norm(name: str) -> str:
+    """'model/dense_1/kernel:0' -> 'dense_1/kernel' (last two path parts, no ':0')."""
+    name = re.sub(r":\d+$", "", name)
+    parts = [p for p in re.split(r"[/.]", name) if p]
+    return "/".join(parts[-2:])
+
+
+@dataclass(frozen=True)
+class WeightDiff:
+    name: str
+    candidate_name: str
+    shape: tuple
+    max_abs: float
+    max_rel: float       # max abs over max |reference|
+    fresh: str | None    # why the candidate looks freshly initialised, if it does
+
+
+def match_weights(reference: dict[str, np.ndarray], candidate: dict[str, np.ndarray]) -> list[tuple[str, str]]:
+    """Pairs (reference name, candidate name): by exact name, normalised name, then shape in order."""
+    pairs: list[tuple[str, str]] = []
+    left = dict(candidate)
+    rest = []
+    norm_index: dict[str, list[str]] = {}
+    for cname in candidate:
+        norm_index.setdefault(_norm(cname), []).append(cname)
+    for rname, rval in reference.items():
+        cname = rname if rname in left and left[rname].shape == rval.shape else None
+        if cname is None:
+            for c in norm_index.get(_norm(rname), []):
+                if c in left and left[c].shape == rval.shape:
+                    cname = c
+                    break
+        if cname is None:
+            rest.append(rname)
+            continue
+        pairs.append((rname, cname))
+        del left[cname]
+    for rname in rest:
+        shape = reference[rname].shape
+        for cname in list(left):
+            if left[cname].shape == shape:
+                pairs.append((rname, cname))
+                del left[cname]
+                break
+    return pairs
+
+
+def fresh_init_reason(name: str, value: np.ndarray) -> str | None:
+    """Why ``value`` looks like an initializer's output, or None."""
+    v = np.asarray(value, np.float64)
+    if v.size == 0:
+        return None
+    lname = name.lower()
+    if v.ndim == 1:
+        if np.all(v == 0) and not any(k in lname for k in ("gamma", "variance")):
+            return "all zero"
+        if np.all(v == 1) and any(k in lname for k in ("gamma", "variance", "scale")):
+            return "all one"
+        return None
+    if v.size < 16:
+        return None
+    receptive = int(np.prod(v.shape[:-2])) if v.ndim > 2 else 1
+    fan_in, fan_out = v.shape[-2] * receptive, v.shape[-1] * receptive
+    limit = math.sqrt(6.0 / (fan_in + fan_out))
+    std = float(v.std())
+    if np.abs(v).max() <= limit * 1.0001 and abs(std - limit / math.sqrt(3)) <= 0.15 * limit / math.sqrt(3):
+        return f"uniform in +-{limit:.3g} with std {std:.3g}, like glorot_uniform"
+    gstd = math.sqrt(2.0 / (fan_in + fan_out))
+    if np.abs(v).max() <= 2 * gstd * 1.0001 and abs(std - 0.88 * gstd) <= 0.15 * gstd:
+        return f"truncated normal with std {std:.3g}, like glorot_normal"
+    return None
+
+
+def compare_weights(reference: dict[str, np.ndarray], candidate: dict[str, np.ndarray]) -> tuple[list[WeightDiff], int]:
+    """(differing tensors, worst first; number of matched tensors)."""
+    diffs = []
+    pairs = match_weights(reference, candidate)
+    for rname, cname in pairs:
+        r = np.asarray(reference[rname], np.float64)
+        c = np.asarray(candidate[cname], np.float64)
+        if r.dtype.kind not in "fc" and c.dtype.kind not in "fc":
+            continue
+        max_abs = float(np.max(np.abs(r - c))) if r.size else 0.0
+        scale = float(np.max(np.abs(r))) if r.size else 0.0
+        if max_abs <= 1e-6 * scale + 1e-12:
+            continue
+        fresh = fresh_init_reason(cname, c)
+        if fresh is not None and fresh_init_reason(rname, r) is not None:
+            fresh = None  # the reference looks the same way: no evidence
+        diffs.append(WeightDiff(rname, cname, tuple(r.shape), max_abs, max_abs / scale if scale else math.inf, fresh))
+    diffs.sort(key=lambda d: d.max_rel, reverse=True)
+    return diffs, len(pairs)
+
+
+def weight_hint_parts(reference_model: Any, candidate_model: Any) -> tuple[str, str, str] | None:
+    """(cause, message, evidence) when both forms expose weights and some differ."""
+    ref = weights_of(reference_model)
+    cand = weights_of(candidate_model)
+    if not ref or not cand:
+        return None
+    diffs, matched = compare_weights(ref, cand)
+    if not diffs or matched == 0:
+        return None
+    worst = "; ".join(f"`{d.name}` {d.shape} max |diff| {d.max_abs:.3g} ({d.max_rel:.1%} of its largest value)"
+                      for d in diffs[:3])
+    fresh = [d for d in diffs if d.fresh]
+    evidence = f"{len(diffs)} of {matched} matched weight tensors differ; worst: {worst}"
+    if fresh:
+        evidence += "; " + "; ".join(f"candidate `{d.candidate_name}` is {d.fresh}" for d in fresh[:3])
+        message = (f"the candidate's weights differ from the reference's and {len(fresh)} of them look freshly "
+                   "initialised: variables were probably re-initialised after loading (or never restored)")
+        return "weights_reinitialised", message, evidence
+    return "weights_differ", "the two forms hold different weights", evidence
