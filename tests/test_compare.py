@@ -1,0 +1,301 @@
+"""compare(): structure, shape, dtype checks in order; the value rule; every statistic."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+
+import numpy as np
+import pytest
+
+from pytest_modelparity.compare import ComparisonReport, compare, elementwise_close
+from pytest_modelparity.tolerances import Tolerance
+
+compare_mod = importlib.import_module("pytest_modelparity.compare")
+
+PLAIN = Tolerance(rtol=1.3e-6, atol=1e-5, source="argument")
+
+
+def only(report: ComparisonReport):
+    (oc,) = report.outputs
+    return oc
+
+
+# ----------------------------------------------------------------- structure / shape / dtype
+
+
+def test_nested_structures_name_every_path():
+    e = {"logits": np.zeros((2, 3), np.float32), "aux": [np.ones(2), {"b": np.arange(3)}]}
+    a = {"logits": np.zeros((2, 3), np.float32), "aux": [np.ones(2), {"b": np.arange(3)}]}
+    r = compare(a, e)
+    assert r.passed
+    assert [o.path for o in r.outputs] == ["['logits']", "['aux'][0]", "['aux'][1]['b']"]
+
+
+def test_bare_array_has_empty_path():
+    assert only(compare(np.ones(3), np.ones(3))).path == ""
+
+
+def test_missing_and_extra_keys_are_their_own_failures():
+    r = compare({"a": np.ones(2), "extra": np.ones(1)}, {"a": np.ones(2), "logits": np.ones(4)})
+    by_path = {o.path: o for o in r.outputs}
+    assert by_path["['a']"].passed
+    assert "missing output" in by_path["['logits']"].problem
+    assert "'logits'" in by_path["['logits']"].problem
+    assert by_path["['logits']"].expected_shape == (4,)
+    assert "unexpected output" in by_path["['extra']"].problem
+    assert not r.passed and len(r.failed) == 2
+
+
+def test_sequence_length_mismatch_names_the_index():
+    r = compare([np.ones(2), np.ones(2)], [np.ones(2), np.ones(2), np.ones(3)])
+    assert [o.path for o in r.failed] == ["[2]"]
+    assert "actual has 2 outputs, expected 3" in r.failed[0].problem
+
+
+def test_mapping_against_sequence_is_a_structure_problem():
+    oc = only(compare({"a": np.ones(1)}, [np.ones(1)]))
+    assert "structure differs" in oc.problem and "mapping" in oc.problem
+
+
+def test_shape_checked_before_values():
+    oc = only(compare(np.ones((2, 3)), np.ones((3, 2))))
+    assert not oc.passed
+    assert oc.problem == "shape differs: actual (2, 3), expected (3, 2)"
+    assert oc.max_abs is None                      # values never compared
+
+
+def test_no_broadcasting():
+    assert "shape differs" in only(compare(np.ones((1, 3)), np.ones(3))).problem
+
+
+def test_float_against_int_is_a_dtype_problem():
+    oc = only(compare(np.ones(3, np.float32), np.ones(3, np.int64)))
+    assert not oc.passed and "dtype differs" in oc.problem
+
+
+def test_float32_against_float64_is_allowed_and_noted():
+    e = np.linspace(0, 1, 50)
+    oc = only(compare(e.astype(np.float32), e))
+    assert oc.passed
+    assert any("float32 compared against float64" in n for n in oc.notes)
+    assert oc.tolerance.source.startswith("built-in float32")   # the less precise dtype judges
+
+
+def test_python_scalars_take_the_other_dtype():
+    oc = only(compare(0.5, np.float32(0.5)))
+    assert oc.passed and oc.notes == []
+
+
+def test_flat_list_of_numbers_is_one_array():
+    oc = only(compare([1.0, 2.0, 3.0], np.array([1.0, 2.0, 3.5])))
+    assert oc.path == "" and oc.mismatched == 1
+
+
+def test_bad_tolerance_argument_says_what_to_pass():
+    with pytest.raises(TypeError, match="Tolerance"):
+        compare(np.ones(1), np.ones(1), tolerance=1e-3)
+
+
+# ----------------------------------------------------------------- values
+
+
+def test_integers_and_bools_exact_even_with_loose_tolerance():
+    loose = Tolerance(rtol=0.5, atol=10, source="argument")
+    oc = only(compare(np.array([1, 2, 3]), np.array([1, 2, 4]), tolerance=loose))
+    assert not oc.passed and oc.mismatched == 1
+    assert oc.max_abs_index == (2,)
+    assert "compare exactly" in oc.tolerance.source
+    assert only(compare(np.array([True, False]), np.array([True, True]))).mismatched == 1
+
+
+def test_int_widths_compared_exactly_with_a_note():
+    oc = only(compare(np.arange(4, dtype=np.int32), np.arange(4, dtype=np.int64)))
+    assert oc.passed and "int32 compared against int64" in oc.notes[0]
+
+
+def test_nan_only_equal_with_equal_nan():
+    a = np.array([1.0, np.nan], np.float32)
+    assert not compare(a, a.copy(), tolerance=PLAIN).passed
+    assert compare(a, a.copy(), tolerance=PLAIN, equal_nan=True).passed
+    oc = only(compare(a, np.array([1.0, 2.0], np.float32), tolerance=PLAIN, equal_nan=True))
+    assert oc.mismatched == 1 and any("NaN" in n for n in oc.notes)
+
+
+def test_infinities_must_match_in_sign():
+    a = np.array([np.inf, -np.inf, 1.0])
+    assert compare(a, a.copy(), tolerance=PLAIN).passed
+    oc = only(compare(a, np.array([np.inf, np.inf, 1.0]), tolerance=PLAIN))
+    assert oc.mismatched == 1
+    oc = only(compare(np.array([1e308]), np.array([np.inf]),
+                      tolerance=Tolerance(1.0, 1e308, source="argument")))
+    assert not oc.passed
+    assert oc.min_atol == math.inf                # no tolerance fixes an infinity mismatch
+
+
+def test_size_zero_and_scalars():
+    assert compare(np.zeros((0, 4), np.float32), np.zeros((0, 4), np.float32)).passed
+    assert only(compare(np.float64(1.0), np.float64(1.0 + 1e-12))).passed
+
+
+def test_scaled_rule_judges_against_the_output_magnitude():
+    """Seed 004's numbers: relative 1.5e-6 fails a plain rtol 1.3e-6, passes a scaled rule."""
+    e = np.array([729026.4375, 12.0, -3.0], np.float32)
+    a = np.array([729027.5625, 12.0, -3.0], np.float32)
+    plain = only(compare(a, e, tolerance=PLAIN))
+    assert not plain.passed and plain.max_ulp == 18
+    scaled = only(compare(a, e, tolerance=Tolerance(1.3e-6, 1e-5, scale=1e-5, source="s")))
+    assert scaled.passed and scaled.scale == pytest.approx(729026.4375)
+    # the same absolute error on a small element also passes: it is judged against max|e|
+    a2 = e.copy()
+    a2[1] += 1.125
+    assert compare(a2, e, tolerance=Tolerance(1.3e-6, 1e-5, scale=1e-5, source="s")).passed
+    assert not compare(a2, e, tolerance=PLAIN).passed
+
+
+def test_scale_that_grows_after_a_suspect_chunk(monkeypatch):
+    """A chunk that looks bad under the running maximum is re-judged with the final one."""
+    monkeypatch.setattr(compare_mod, "CHUNK", 4)
+    e = np.array([1, 1, 1, 1, 1, 1, 1, 1000], np.float32)
+    a = e.copy()
+    a[0] += 0.5                                   # 0.5 <= 1e-3 * 1000 only with the final scale
+    tol = Tolerance(0.0, 0.0, scale=1e-3, source="s")
+    assert compare(a, e, tolerance=tol).passed
+    a[0] += 0.6
+    oc = only(compare(a, e, tolerance=tol))
+    assert oc.mismatched == 1 and oc.max_abs_index == (0,)
+
+
+def test_max_mismatch_fraction_and_its_min_atol():
+    e = np.zeros(100, np.float32)
+    a = e.copy()
+    a[:3] = [0.5, 0.2, 0.1]
+    tol = Tolerance(0.0, 0.01, max_mismatch_fraction=0.02, source="format")
+    oc = only(compare(a, e, tolerance=tol, full_stats=True))
+    assert not oc.passed and oc.mismatched == 3
+    assert oc.min_atol == pytest.approx(0.1)      # 2 of 100 may stay out: the third decides
+    a[2] = 0
+    assert compare(a, e, tolerance=tol).passed
+
+
+def test_top1_agreement():
+    e = np.array([[0.1, 0.9], [0.8, 0.2], [0.4, 0.6], [0.3, 0.7]], np.float32)
+    a = e.copy()
+    a[0] = [0.9, 0.1]
+    tol = Tolerance(0.0, 1.0, min_top1=0.9, source="format")
+    oc = only(compare(a, e, tolerance=tol))
+    assert oc.top1_agreement == 0.75 and not oc.passed
+    assert compare(a, e, tolerance=Tolerance(0.0, 1.0, min_top1=0.75, source="f")).passed
+
+
+def test_bfloat16_judged_in_float32():
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="bfloat16 needs ml_dtypes (ships with TF)")
+    e = np.array([1.0, 2.0, 3.0], dtype=ml_dtypes.bfloat16)
+    a = np.array([1.0, 2.0, 3.015625], dtype=ml_dtypes.bfloat16)   # one bfloat16 ULP at 3 (2**-6)
+    oc = only(compare(a, e, tolerance=PLAIN, full_stats=True))
+    assert oc.mismatched == 1 and oc.max_ulp == 1.0
+
+
+def test_strings_compare_exactly():
+    oc = only(compare(np.array(["cat", "dog"]), np.array(["cat", "cow"])))
+    assert oc.mismatched == 1 and oc.worst[0][0] == (1,)
+
+
+# ----------------------------------------------------------------- statistics
+
+
+@pytest.fixture
+def known_pair():
+    e = np.linspace(-3, 3, 640, dtype=np.float32).reshape(64, 10)
+    a = e.copy()
+    a[3, 4] += 0.01
+    a[5, 5] *= 1.001
+    return a, e
+
+
+def test_statistics_of_a_known_pair(known_pair):
+    a, e = known_pair
+    oc = only(compare(a, e, tolerance=PLAIN))
+    assert not oc.passed
+    assert (oc.size, oc.mismatched) == (640, 2)
+    assert oc.max_abs_index == (3, 4)
+    assert oc.max_abs == pytest.approx(0.01, rel=1e-4)
+    assert oc.max_abs_allowed == pytest.approx(1e-5 + 1.3e-6 * abs(float(e[3, 4])))
+    assert oc.max_rel_index == (3, 4)
+    assert oc.max_rel == pytest.approx(0.01 / abs(float(e[3, 4])), rel=1e-4)
+    assert oc.mean_abs == pytest.approx(float(np.abs(a - e).mean()), rel=1e-5)
+    ulp = np.spacing(np.abs(e[3, 4]))
+    assert oc.max_ulp == pytest.approx(float(abs(a[3, 4] - e[3, 4]) / ulp))
+    assert [w[0] for w in oc.worst] == [(3, 4), (5, 5)]
+    assert oc.worst[0][1] == pytest.approx(float(a[3, 4]))
+    assert oc.min_atol == pytest.approx(float(abs(a[3, 4] - e[3, 4])) - 1.3e-6 * abs(float(e[3, 4])),
+                                        rel=1e-5)
+    assert compare(a, e, tolerance=Tolerance(1.3e-6, oc.min_atol * 1.0001, source="t")).passed
+    assert compare(a, e, tolerance=Tolerance(oc.min_rtol * 1.0001, 1e-5, source="t")).passed
+    assert not compare(a, e, tolerance=Tolerance(oc.min_rtol * 0.99, 1e-5, source="t")).passed
+    counts, edges = oc.error_histogram
+    assert sum(counts) == int(np.count_nonzero(a != e)) and len(edges) == len(counts) + 1
+
+
+def test_passing_output_gets_cheap_stats_unless_full_stats(known_pair):
+    _, e = known_pair
+    a = e + np.float32(1e-7)
+    oc = only(compare(a, e, tolerance=PLAIN))
+    assert oc.passed and oc.max_abs is not None and oc.max_ulp is None
+    oc = only(compare(a, e, tolerance=PLAIN, full_stats=True))
+    assert oc.max_ulp is not None and oc.mean_abs is not None and oc.error_histogram is not None
+    assert 0 < oc.min_atol <= PLAIN.atol and oc.min_rtol == 0.0   # passing: within bounds
+
+
+def test_statistics_identical_across_chunk_sizes(known_pair, monkeypatch):
+    a, e = known_pair
+    a = a.copy()
+    a[60, 9] = np.nan
+    ref = only(compare(a, e, tolerance=PLAIN)).to_dict()
+    monkeypatch.setattr(compare_mod, "CHUNK", 13)
+    assert only(compare(a, e, tolerance=PLAIN)).to_dict() == ref
+
+
+def test_large_array_crosses_real_chunks():
+    rng = np.random.default_rng(0)
+    e = rng.standard_normal(compare_mod.CHUNK * 3 + 17).astype(np.float32)
+    a = e.copy()
+    a[compare_mod.CHUNK * 2 + 5] += 1.0
+    oc = only(compare(a, e, tolerance=PLAIN))
+    assert oc.mismatched == 1 and oc.max_abs_index == (compare_mod.CHUNK * 2 + 5,)
+    mask = elementwise_close(a, e, PLAIN)
+    assert np.flatnonzero(~mask).tolist() == [compare_mod.CHUNK * 2 + 5]
+
+
+def test_tolerance_callable_gets_dtype_and_path():
+    seen = []
+
+    def tol(dtype, path):
+        seen.append((np.dtype(dtype).name, path))
+        return Tolerance(0.0, 0.5 if path == "['loose']" else 0.0, source=f"callable {path}")
+
+    r = compare({"loose": np.ones(2, np.float32) + 0.25, "tight": np.ones(2)},
+                {"loose": np.ones(2, np.float32), "tight": np.ones(2)}, tolerance=tol)
+    assert r.passed
+    assert sorted(seen) == [("float32", "['loose']"), ("float64", "['tight']")]
+    assert r.outputs[0].tolerance.source == "callable ['loose']"
+
+
+def test_to_dict_is_strict_json(known_pair):
+    a, e = known_pair
+    a = a.copy()
+    a[0, 0] = np.inf
+    r = compare({"x": a, "y": np.ones(2)}, {"x": e, "z": np.ones(2)}, tolerance=PLAIN)
+    r.meta["runs"] = 3
+    d = json.loads(json.dumps(r.to_dict(), allow_nan=False))
+    x = d["outputs"][0]
+    assert x["tolerance"]["source"] == "argument" and x["tolerance"]["rule"] == "elementwise"
+    assert x["min_atol"] == "inf" and x["max_abs_index"] == [3, 4]
+    assert d["passed"] is False and d["meta"] == {"runs": 3}
+
+
+def test_public_name_is_callable_whatever_the_import_order():
+    import pytest_modelparity
+
+    assert pytest_modelparity.compare(np.ones(2), np.ones(2)).passed
