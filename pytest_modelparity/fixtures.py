@@ -33,6 +33,10 @@ _EXPORT_NAMES = {"keras": "model.keras", "h5": "model.h5", "saved_model": "saved
                  "tfjs": "tfjs_model", "onnx": "model.onnx"}
 
 
+class NotExportable(ValueError):
+    """The selected format has no exporter (e.g. TF1 checkpoints are load-only)."""
+
+
 @dataclass
 class Source:
     """What ``modelparity_source`` resolved to: a Keras model and/or a model path."""
@@ -105,6 +109,13 @@ class ParitySession:
 
         if src.path is not None and src.path_format == format:
             return src.path  # the source already is this format: load it as is, never rewrite it
+        from .formats import format_module
+
+        if not hasattr(format_module(format), "export"):
+            raise NotExportable(
+                f"format {format!r} can be loaded but not exported to, so it cannot be a candidate "
+                f"for {src.label!r}; return a {format} path from modelparity_source (it is then "
+                "loaded as is), or deselect it from --modelparity-formats")
         missing = missing_runtime(format, export=True)
         if missing is not None:
             raise missing
@@ -286,6 +297,8 @@ def parity_candidate(request: pytest.FixtureRequest, modelparity_source: Any, mo
         return state.candidate(modelparity_source, modelparity_format, modelparity_device)
     except (RuntimeMissing, DeviceUnavailable) as exc:
         state.unavailable(exc, f"format {modelparity_format!r} on {modelparity_device}")
+    except NotExportable as exc:
+        pytest.fail(f"modelparity: {exc}", pytrace=False)
 
 
 @pytest.fixture(scope="session")

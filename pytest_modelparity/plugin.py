@@ -64,13 +64,20 @@ def _already_parametrized(metafunc: pytest.Metafunc, name: str) -> bool:
     return False
 
 
+def exportable(name: str) -> bool:
+    """Load-only formats (checkpoint) join the default matrix only when asked for by name."""
+    from .formats import format_module
+
+    return hasattr(format_module(name), "export")
+
+
 def select_matrix(state: ParitySession, marker: Any, where: str) -> tuple[list[str], list[str]]:
     """The formats and devices one test runs on: the options narrowed by its marker."""
     from .formats import ALL_FORMATS
     from .options import parse_devices
 
     opts = state.options
-    formats = list(opts.formats)
+    formats = list(opts.formats) if opts.formats_explicit else [f for f in opts.formats if exportable(f)]
     wanted = _marker_list(marker, "formats")
     if wanted is not None:
         unknown = [f for f in wanted if f not in ALL_FORMATS]

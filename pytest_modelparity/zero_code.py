@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from .errors import DeviceUnavailable, ParityError, RuntimeMissing
-from .fixtures import BATCH_SEED, ParitySession, get_state
+from .fixtures import BATCH_SEED, NotExportable, ParitySession, get_state
 
 CHECKS = ("outputs_close", "deterministic", "batch_invariant")
 SUITE_NODEID = "modelparity"
@@ -76,7 +76,7 @@ class ParityCheck(pytest.Item):
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         exc = excinfo.value
-        if isinstance(exc, ParityError):
+        if isinstance(exc, (ParityError, NotExportable)):
             notes = "\n".join(getattr(exc, "__notes__", []) or [])
             return f"{exc}\n{notes}".rstrip()
         return super().repr_failure(excinfo, style=style)
