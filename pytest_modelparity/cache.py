@@ -1,0 +1,218 @@
+"""Export cache: reuse an exported artifact when the same model is exported again.
+
+Exporting to TFLite, ONNX or a SavedModel costs about a second; a suite that exports the
+same model in many tests (or in many pytest-xdist workers) should pay it once.
+
+Key: SHA-256 of the model's architecture config, its weight bytes, the format, the export
+options and the versions of Python, TensorFlow, Keras and the converters. Anything that can
+change the artifact is in the key, so a hit is always safe to reuse.
+
+Atomicity: each export is written into a fresh temporary directory inside the cache root
+and renamed to ``<root>/<format>/<key>`` in one ``os.rename``. A directory rename onto an
+existing non-empty directory fails, so when two processes race, the loser discards its copy
+and uses the winner's: a reader never sees a half-written artifact.
+
+Bypass with ``ExportCache(enabled=False)`` (a fresh temp directory per export); empty it
+with ``clear()``. Root: ``$MODELPARITY_CACHE_DIR``, else ``$XDG_CACHE_HOME/pytest-modelparity``,
+else ``~/.cache/pytest-modelparity``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import functools
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["ARTIFACT_NAMES", "ExportCache", "UncacheableOption", "converter_versions", "default_cache_dir"]
+
+# What the artifact inside a cache entry is called, per format.
+ARTIFACT_NAMES = {
+    "keras": "model.keras", "h5": "model.h5", "saved_model": "saved_model", "graphdef": "model.pb",
+    "tflite": "model.tflite", "tfjs": "tfjs", "onnx": "model.onnx",
+}
+# Distributions whose version can change what an export writes.
+_VERSIONED = ("tensorflow", "tensorflow-cpu", "tf-keras", "keras", "ai-edge-litert", "tf2onnx", "onnx",
+              "tensorflowjs", "pytest-modelparity")
+_META = "meta.json"
+
+
+def default_cache_dir() -> Path:
+    if os.environ.get("MODELPARITY_CACHE_DIR"):
+        return Path(os.environ["MODELPARITY_CACHE_DIR"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "pytest-modelparity"
+
+
+@functools.lru_cache(maxsize=1)
+def converter_versions() -> dict[str, str]:
+    """Installed versions of everything that shapes an exported artifact."""
+    versions = {"python": "%d.%d" % sys.version_info[:2]}
+    for dist in _VERSIONED:
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+class UncacheableOption(TypeError):
+    """An export option whose content cannot be hashed (e.g. a generator of batches)."""
+
+
+def _feed(h: Any, obj: Any) -> None:
+    """Hash ``obj`` by content: arrays by dtype, shape and bytes; containers recursively."""
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        h.update(repr((type(obj).__name__, obj)).encode())
+    elif isinstance(obj, bytes):
+        h.update(b"bytes:" + obj)
+    elif isinstance(obj, np.ndarray) or (hasattr(obj, "shape") and hasattr(obj, "dtype") and hasattr(obj, "__array__")):
+        arr = np.ascontiguousarray(np.asarray(obj))
+        h.update(f"array:{arr.dtype.str}:{arr.shape}:".encode())
+        h.update(arr.tobytes())
+    elif isinstance(obj, dict):
+        h.update(b"dict:%d:" % len(obj))
+        for k in sorted(obj, key=repr):
+            _feed(h, k)
+            _feed(h, obj[k])
+    elif isinstance(obj, (list, tuple)):
+        h.update(f"{type(obj).__name__}:{len(obj)}:".encode())
+        for item in obj:
+            _feed(h, item)
+    elif isinstance(obj, os.PathLike):
+        h.update(f"path:{os.fspath(obj)}".encode())
+    else:
+        raise UncacheableOption(
+            f"cannot hash an option of type {type(obj).__name__}; pass arrays, lists, dicts or scalars "
+            f"(e.g. a list of batches instead of a generator) to make the export cacheable")
+
+
+def _architecture(model: Any) -> str:
+    for attr in ("to_json", "get_config"):
+        fn = getattr(model, attr, None)
+        if callable(fn):
+            try:
+                value = fn()
+            except (NotImplementedError, TypeError, ValueError):
+                continue
+            return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=repr)
+    raise TypeError(f"cannot key an export of {type(model).__name__}: it has neither to_json() nor "
+                    "get_config(); pass a Keras model, or use ExportCache(enabled=False)")
+
+
+def _weights(model: Any) -> list[np.ndarray]:
+    get = getattr(model, "get_weights", None)
+    if callable(get):
+        return [np.asarray(w) for w in get()]
+    return [np.asarray(v) for v in getattr(model, "weights", [])]
+
+
+class ExportCache:
+    """Content-keyed, process-safe store of exported models (see the module docstring)."""
+
+    def __init__(self, root: str | os.PathLike | None = None, *, enabled: bool = True) -> None:
+        self.root = Path(root).expanduser() if root is not None else default_cache_dir()
+        self.enabled = enabled
+        self.hits = 0
+        self.misses = 0
+        self._scratch: list[Path] = []
+
+    def __repr__(self) -> str:
+        return f"ExportCache({str(self.root)!r}, enabled={self.enabled}, hits={self.hits}, misses={self.misses})"
+
+    # -- keys --------------------------------------------------------------------------
+    def key(self, model: Any, format: str, options: dict[str, Any] | None = None) -> str:
+        """SHA-256 (hex) of architecture, weights, format, options and converter versions."""
+        h = hashlib.sha256()
+        _feed(h, ("pytest-modelparity export", 1))
+        _feed(h, format)
+        h.update(_architecture(model).encode())
+        _feed(h, _weights(model))
+        _feed(h, dict(options or {}))
+        _feed(h, dict(converter_versions()))
+        return h.hexdigest()
+
+    def entry_dir(self, format: str, key: str) -> Path:
+        return self.root / format / key
+
+    def artifact_path(self, format: str, key: str) -> Path:
+        return self.entry_dir(format, key) / ARTIFACT_NAMES.get(format, "model")
+
+    # -- export ------------------------------------------------------------------------
+    def export(self, model: Any, format: str, **options: Any) -> Path:
+        """Path of ``model`` exported to ``format`` with ``options``: reused when cached."""
+        from .formats import export_model
+
+        if not self.enabled:
+            return self._export_fresh(model, format, options)
+        try:
+            key = self.key(model, format, options)
+        except UncacheableOption:
+            return self._export_fresh(model, format, options)
+        final = self.entry_dir(format, key)
+        artifact = self.artifact_path(format, key)
+        if final.is_dir() and (final / _META).exists():
+            self.hits += 1
+            return artifact
+        self.misses += 1
+        (self.root / format).mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=self.root / format, prefix=f".{key[:16]}.tmp-"))
+        try:
+            written = export_model(model, format, tmp / artifact.name, **options)
+            if Path(written) != tmp / artifact.name:
+                raise RuntimeError(f"export of format {format!r} wrote {written}, not {tmp / artifact.name}")
+            meta = {"format": format, "key": key, "options": {k: repr(v)[:200] for k, v in options.items()},
+                    "versions": converter_versions(), "pid": os.getpid()}
+            (tmp / _META).write_text(json.dumps(meta, indent=1, sort_keys=True))
+            try:
+                os.rename(tmp, final)
+            except OSError:
+                # Another process renamed its copy first: theirs is complete, use it.
+                if not (final / _META).exists():
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return artifact
+
+    def _export_fresh(self, model: Any, format: str, options: dict[str, Any]) -> Path:
+        from .formats import export_model
+
+        tmp = Path(tempfile.mkdtemp(prefix=f"modelparity-{format}-"))
+        if not self._scratch:
+            atexit.register(self._remove_scratch)
+        self._scratch.append(tmp)
+        return export_model(model, format, tmp / ARTIFACT_NAMES.get(format, "model"), **options)
+
+    def _remove_scratch(self) -> None:
+        for path in self._scratch:
+            shutil.rmtree(path, ignore_errors=True)
+        self._scratch.clear()
+
+    # -- maintenance -------------------------------------------------------------------
+    def entries(self) -> list[Path]:
+        """Completed cache entries (one directory per format and key)."""
+        if not self.root.is_dir():
+            return []
+        return sorted(p for p in self.root.glob("*/*") if p.is_dir() and (p / _META).exists())
+
+    def clear(self) -> int:
+        """Remove every entry (and leftovers of interrupted exports); return how many entries."""
+        count = len(self.entries())
+        if self.root.is_dir():
+            for child in self.root.iterdir():
+                # Only our own per-format folders: never delete what else lives under root.
+                if child.is_dir() and child.name in ARTIFACT_NAMES:
+                    shutil.rmtree(child, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            self.root.rmdir()
+        return count
