@@ -134,7 +134,7 @@ def _is_root_aux(op: Any) -> bool:
 
 
 def find_outputs(graph: Any) -> list[str]:
-    """Sinks of ``graph`` that are model outputs: tensors no real op consumes.
+    """Candidate outputs of ``graph``: tensors of sink ops that no real op consumes.
 
     An op is auxiliary (saver, initializer, training, summaries) by type or scope, or when all
     it feeds is auxiliary (a loss feeds only gradients; an initializer only an Assign).
@@ -200,14 +200,17 @@ def resolve_tensors(graph: Any, path: Path, format: str, inputs: Sequence[str] |
         out_tensors = [get(n, "output") for n in _as_list(outputs)]
     else:
         found = find_outputs(graph)
-        if len(found) != 1:
+        # Several sinks are all outputs when each is an Identity: that is how a frozen
+        # tf.function names its outputs. Any other mix is ambiguous (a dangling metric op?).
+        all_identity = len(found) > 1 and all(graph.get_tensor_by_name(n).op.type == "Identity" for n in found)
+        if len(found) != 1 and not all_identity:
             listing = ", ".join(found[:30]) + (" ..." if len(found) > 30 else "")
             raise ModelLoadError(
                 path, format,
                 f"cannot tell the output tensor: the graph has {len(found)} candidate sink(s)"
                 + (f": {listing}" if found else ""),
                 "pass outputs=['name:0', ...] to load_model")
-        out_tensors = [graph.get_tensor_by_name(found[0])]
+        out_tensors = [graph.get_tensor_by_name(n) for n in found]
     if inputs:
         in_tensors = [get(n, "input") for n in _as_list(inputs)]
     else:

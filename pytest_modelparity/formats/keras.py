@@ -76,7 +76,7 @@ class KerasModel(LoadedModel):
         feeds = self.prepare_batch(batch)
         tf = import_tf()
         with tf.device(self._device.tf_name):
-            values = probe(_pack_inputs(model, [feeds[s.name] for s in self.inputs]), training=False)
+            values = probe(_pack_inputs(probe, [feeds[s.name] for s in self.inputs]), training=False)
         return [(layer.name, type(layer).__name__, np.asarray(v)) for layer, v in zip(layers, values)]
 
 
@@ -119,6 +119,8 @@ def _pack_inputs(model: Any, xs: list[Any]) -> Any:
     struct = getattr(model, "_inputs_struct", None)
     if isinstance(struct, dict):
         return {key: x for key, x in zip(struct, xs)}
+    if isinstance(struct, (list, tuple)):
+        return list(xs)
     return xs[0] if len(xs) == 1 else list(xs)
 
 

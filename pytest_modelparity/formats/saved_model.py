@@ -45,8 +45,13 @@ class SavedModelModel(LoadedModel):
         outputs = fn.structured_outputs
         if not isinstance(outputs, dict):
             outputs = {f"output_{i}": t for i, t in enumerate(import_tf().nest.flatten(outputs))}
+        # The signature's input map has no order; the function's keyword order (the
+        # exporter's positional order) does, and a list batch follows it.
+        order = list(getattr(fn, "_arg_keywords", None) or [])
+        if sorted(order) != sorted(kwargs):
+            order = sorted(kwargs)
         super().__init__(device=device, source=source,
-                         inputs=[spec(name, s.shape, s.dtype) for name, s in kwargs.items()],
+                         inputs=[spec(name, kwargs[name].shape, kwargs[name].dtype) for name in order],
                          outputs=[spec(name, s.shape, s.dtype) for name, s in outputs.items()])
 
     def _predict(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
