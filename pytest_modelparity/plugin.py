@@ -82,8 +82,8 @@ def select_matrix(state: ParitySession, marker: Any, where: str) -> tuple[list[s
     if wanted is not None:
         unknown = [f for f in wanted if f not in ALL_FORMATS]
         if unknown:
-            raise pytest.UsageError(f"{where}: @pytest.mark.modelparity(formats=...) names unknown format(s) "
-                                    f"{unknown}; valid formats: {', '.join(ALL_FORMATS)}")
+            pytest.fail(f"{where}: @pytest.mark.modelparity(formats=...) names unknown format(s) "
+                        f"{unknown}; valid formats: {', '.join(ALL_FORMATS)}", pytrace=False)
         # With --modelparity-formats the marker narrows it; without, the marker chooses (a format
         # whose runtime is missing then skips with the install hint instead of vanishing).
         formats = [f for f in formats if f in wanted] if opts.formats_explicit else list(dict.fromkeys(wanted))
@@ -93,7 +93,7 @@ def select_matrix(state: ParitySession, marker: Any, where: str) -> tuple[list[s
         try:
             wanted_norm = parse_devices(",".join(wanted_devices))
         except pytest.UsageError as exc:
-            raise pytest.UsageError(f"{where}: @pytest.mark.modelparity(devices=...): {exc}") from None
+            pytest.fail(f"{where}: @pytest.mark.modelparity(devices=...): {exc}", pytrace=False)
         wanted_norm = expand_devices(wanted_norm)
         devices = [d for d in devices if d in wanted_norm]
     return formats, devices

@@ -1,0 +1,84 @@
+"""Options, ini keys and usage errors of the plugin (pytester, in process unless noted)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from pytest_modelparity.formats import ALL_FORMATS
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def test_help_shows_the_group_without_importing_tensorflow(pytester: pytest.Pytester) -> None:
+    code = textwrap.dedent("""
+        import contextlib, io, sys, pytest
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            pytest.main(["--help"])
+        heavy = [m for m in ("tensorflow", "keras", "onnxruntime", "ai_edge_litert") if m in sys.modules]
+        print("HEAVY", heavy)
+        print(out.getvalue())
+    """)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=pytester.path,
+                            timeout=120)
+    assert "HEAVY []" in result.stdout, result.stdout[:500] + result.stderr[-2000:]
+    assert "model parity (pytest-modelparity)" in result.stdout
+    for option in ("--modelparity-device", "--modelparity-formats", "--modelparity-report", "--modelparity-html",
+                   "--modelparity-cache-dir", "--modelparity-no-cache", "--modelparity-strict",
+                   "--modelparity-model"):
+        assert option in result.stdout
+    for ini in ("modelparity_device", "modelparity_formats", "modelparity_report", "modelparity_html",
+                "modelparity_cache_dir", "modelparity_no_cache", "modelparity_strict", "modelparity_model",
+                "modelparity_rtol", "modelparity_atol"):
+        assert ini in result.stdout
+
+
+def test_unknown_format_is_a_usage_error_listing_the_valid_ones(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest("--modelparity-formats=saved_model,tensorrt")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*unknown format(s) 'tensorrt'; valid formats: {', '.join(ALL_FORMATS)}*"])
+
+
+def test_unknown_device_is_a_usage_error_listing_the_valid_ones(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest("--modelparity-device=tpu")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*unknown device 'tpu'; valid: cpu, gpu, all*"])
+
+
+def test_bad_ini_tolerance_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nmodelparity_rtol = tight\n")
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*modelparity_rtol = 'tight' is not a number*"])
+
+
+def test_ini_selects_the_matrix_and_the_command_line_wins(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nmodelparity_formats = saved_model, tflite\nmodelparity_device = cpu\n")
+    pytester.makepyfile("def test_export(modelparity_format, modelparity_device): pass")
+    result = pytester.runpytest("--collect-only", "-q")
+    result.stdout.fnmatch_lines(["*test_export[[]saved_model-cpu[]]", "*test_export[[]tflite-cpu[]]"])
+    result = pytester.runpytest("--collect-only", "-q", "--modelparity-formats=onnx")
+    result.stdout.fnmatch_lines(["*test_export[[]onnx-cpu[]]", "1 test collected*"])
+
+
+def test_marker_with_an_unknown_format_names_the_test_and_the_valid_ones(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("""
+        import pytest
+        @pytest.mark.modelparity(formats=["tflight"])
+        def test_export(modelparity_format): pass
+    """)
+    result = pytester.runpytest()
+    assert result.ret != 0
+    result.stdout.fnmatch_lines(["*test_export*formats=...*unknown format(s) [[]'tflight'[]]; valid formats: keras, *"])
+
+
+def test_marker_is_registered(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--markers")
+    result.stdout.fnmatch_lines(["@pytest.mark.modelparity(formats=None, devices=None, rtol=None, atol=None)*"])
