@@ -178,10 +178,11 @@ def weight_hint_parts(reference_model: Any, candidate_model: Any) -> tuple[str, 
         return None
     worst = "; ".join(f"`{d.name}` {d.shape} max |diff| {d.max_abs:.3g} ({d.max_rel:.1%} of its largest value)"
                       for d in diffs[:3])
-    fresh = [d for d in diffs if d.fresh]
+    # Constant tensors (zero biases, unit scales) are the plainest evidence: show them first.
+    fresh = sorted((d for d in diffs if d.fresh), key=lambda d: not d.fresh.startswith("all "))
     evidence = f"{len(diffs)} of {matched} matched weight tensors differ; worst: {worst}"
     if fresh:
-        evidence += "; " + "; ".join(f"candidate `{d.candidate_name}` is {d.fresh}" for d in fresh[:3])
+        evidence += "; " + "; ".join(f"candidate `{d.candidate_name}` is {d.fresh}" for d in fresh[:4])
         message = (f"the candidate's weights differ from the reference's and {len(fresh)} of them look freshly "
                    "initialised: variables were probably re-initialised after loading (or never restored)")
         return "weights_reinitialised", message, evidence

@@ -1,0 +1,82 @@
+"""Acceptance of the diagnosis: every bug-zoo entry, run through the public assertions,
+names its cause in the failure; clean pairs pass and name nothing, even when compared exactly."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_modelparity import (ParityError, assert_batch_invariant, assert_deterministic, assert_outputs_close,
+                                localize_divergence)
+from tests import zoo
+
+pytest.importorskip("tensorflow", reason="the bug zoo builds real TensorFlow models: pip install -e '.[all]'")
+
+# Causes that describe noise rather than a bug: allowed on clean pairs compared exactly.
+BENIGN = {"accumulation_noise"}
+
+
+def _run(case: zoo.Case, **override):
+    kwargs = {**case.kwargs, **override}
+    if case.check == "outputs_close":
+        return assert_outputs_close(case.candidate, case.reference, inputs=case.inputs, **kwargs)
+    if case.check == "deterministic":
+        return assert_deterministic(case.candidate, case.inputs, **kwargs)
+    return assert_batch_invariant(case.candidate, case.inputs, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def zoo_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("zoo")
+
+
+@pytest.mark.parametrize("build", zoo.CAUSES, ids=lambda b: b.__name__)
+def test_zoo_entry_names_its_cause(build, zoo_dir):
+    case = build(zoo_dir)
+    if case.passes_by_default:
+        report = _run(case)                       # float drift is not a failure by default...
+        assert report.passed
+        with pytest.raises(ParityError) as info:  # ...and, demanded exactly, it is explained
+            _run(case, rtol=0.0, atol=0.0)
+    else:
+        with pytest.raises(ParityError) as info:
+            _run(case)
+    hints = info.value.report.hints
+    causes = [h.cause for h in hints]
+    assert causes and causes[0] == case.cause, f"{case.name}: got {causes}\n{info.value}"
+    text = str(info.value)
+    assert "Likely cause" in text
+    for fragment in case.expect_in_text:
+        assert fragment in text, f"{case.name}: {fragment!r} missing from\n{text}"
+    assert all(h.evidence for h in hints)
+
+
+@pytest.mark.parametrize("build", zoo.CLEAN, ids=lambda b: b.__name__)
+def test_clean_pair_passes_and_names_no_cause(build, zoo_dir):
+    case = build(zoo_dir)
+    report = _run(case)
+    assert report.passed and not report.hints
+    if case.check == "outputs_close":
+        # Exact comparison fails on float noise; the diagnosis must not invent a bug.
+        try:
+            report = _run(case, rtol=0.0, atol=0.0)
+        except ParityError as exc:
+            report = exc.report
+        assert {h.cause for h in report.hints} <= BENIGN, [str(h) for h in report.hints]
+
+
+def test_localize_names_the_perturbed_tflite_layer(zoo_dir):
+    case = zoo.tflite_one_layer_perturbed(zoo_dir)
+    rows = localize_divergence(case.reference, case.candidate, case.inputs)
+    first = [r for r in rows if r.first]
+    assert [r.layer for r in first] == ["hidden"]
+    by_layer = {r.layer: r for r in rows}
+    assert not by_layer["flatten"].diverged and by_layer["flatten"].max_abs is not None
+    assert by_layer["logits"].diverged and by_layer["probs"].diverged
+    assert all(len(r.as_tuple()) == 5 for r in rows)
+
+
+def test_localize_clean_tflite_has_no_divergence(zoo_dir):
+    case = zoo.clean_tflite(zoo_dir)
+    rows = localize_divergence(case.reference, case.candidate, case.inputs)
+    assert rows and not any(r.diverged for r in rows)
+    assert sum(r.max_abs is not None for r in rows) >= 3

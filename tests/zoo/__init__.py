@@ -1,0 +1,196 @@
+"""The bug zoo: one small model pair per cause the diagnosis must name, plus clean pairs.
+
+Each builder returns a ``Case``: the check to run (``outputs_close``, ``deterministic`` or
+``batch_invariant``), the models (real TF, LiteRT; built in code, exported to ``directory``),
+the inputs, and the cause the failure must name (``None`` for a clean pair).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+
+@dataclass
+class Case:
+    name: str
+    check: str                      # outputs_close | deterministic | batch_invariant
+    candidate: Any                  # the form under test (actual)
+    reference: Any = None           # the trusted form (expected), for outputs_close
+    inputs: Any = None
+    cause: str | None = None        # the cause the failure must name; None: a clean pair
+    kwargs: dict = field(default_factory=dict)
+    passes_by_default: bool = False  # cause 6: drift explained, but no failure at default tolerance
+    expect_in_text: tuple[str, ...] = ()
+
+
+def _keras():
+    import keras
+    return keras
+
+
+def trained(model: Any, seed: int = 1) -> Any:
+    """Move every weight away from its initial value, as training does (biases non-zero)."""
+    rng = np.random.default_rng(seed)
+    model.set_weights([w + rng.normal(0, 0.2, w.shape).astype(w.dtype) for w in model.get_weights()])
+    return model
+
+
+def pixels(batch: int, shape=(8, 8, 3), seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (batch, *shape)).astype("float32")
+
+
+def _core(keras, x, seed_name: str = ""):
+    x = keras.layers.Conv2D(4, 3, padding="same", activation="relu", name="conv")(x)
+    x = keras.layers.Flatten(name="flatten")(x)
+    x = keras.layers.Dense(8, activation="relu", name="hidden")(x)
+    x = keras.layers.Dense(4, name="logits")(x)
+    return keras.layers.Softmax(name="probs")(x)
+
+
+def classifier(seed: int = 0, *, preprocess: Callable | None = None, name: str = "classifier"):
+    """pixels -> preprocess (default /255) -> conv -> flatten -> hidden -> logits -> softmax."""
+    keras = _keras()
+    keras.utils.set_random_seed(seed)
+    inp = keras.Input(shape=(8, 8, 3), name="image")
+    x = (preprocess or (lambda t: keras.layers.Rescaling(1 / 255, name="scale")(t)))(inp)
+    model = keras.Model(inp, _core(keras, x), name=name)
+    return trained(model, seed + 1)
+
+
+def _same_weights(dst: Any, src: Any) -> Any:
+    for layer in src.layers:
+        if layer.weights:
+            dst.get_layer(layer.name).set_weights(layer.get_weights())
+    return dst
+
+
+# -- causes --------------------------------------------------------------------------------
+
+def tf1_dropout_frozen(directory: Path) -> Case:
+    """Seed 000: dropout left active in a TF1 frozen graph: runs differ, random op named."""
+    from pytest_modelparity import load_model
+    from tests import tf1_graphs
+
+    pb = tf1_graphs.freeze(directory / "tf1_dropout", dropout=True)
+    return Case("tf1_dropout_frozen", "deterministic", load_model(pb, "graphdef"), inputs=tf1_graphs.features(6),
+                cause="random_ops", expect_in_text=("dropout/random_uniform/RandomUniform", "unseeded"))
+
+
+def tf1_dropout_vs_clean(directory: Path) -> Case:
+    """Seed 000 as a comparison: the frozen graph with dropout against the one without."""
+    from pytest_modelparity import load_model
+    from tests import tf1_graphs
+
+    bad = load_model(tf1_graphs.freeze(directory / "tf1_dropout_cmp", dropout=True), "graphdef")
+    good = load_model(tf1_graphs.freeze(directory / "tf1_clean_cmp", dropout=False), "graphdef")
+    return Case("tf1_dropout_vs_clean", "outputs_close", bad, good, tf1_graphs.features(6), cause="random_ops",
+                expect_in_text=("RandomUniform",))
+
+
+def saved_model_reinitialised(directory: Path) -> Case:
+    """Seed 002: the SavedModel was exported after the weights were re-initialised."""
+    from pytest_modelparity import export_model, load_model
+
+    keras = _keras()
+    reference = classifier(3)
+    keras.utils.set_random_seed(99)
+    fresh = keras.models.clone_model(reference)  # new variables from the initializers
+    path = export_model(fresh, "saved_model", directory / "reinit_sm")
+    return Case("saved_model_reinitialised", "outputs_close", load_model(path, "saved_model"), load_model(reference),
+                pixels(4), cause="weights_reinitialised", expect_in_text=("freshly initialised", "all zero"))
+
+
+def doubled_softmax(directory: Path) -> Case:
+    """Seed 003: the candidate applies softmax to the model's probabilities again."""
+    keras = _keras()
+    reference = classifier(5)
+    twice = keras.Model(reference.input, keras.layers.Softmax(name="again")(reference.output), name="twice")
+    return Case("doubled_softmax", "outputs_close", twice, reference, pixels(6), cause="double_softmax",
+                expect_in_text=("softmax(expected)", "applied twice"))
+
+
+def input_scaled_by_256(directory: Path) -> Case:
+    """Seed 000: the candidate divides pixels by 256 where the reference divides by 255."""
+    keras = _keras()
+    reference = classifier(7)
+    cand = classifier(7, preprocess=lambda t: keras.layers.Rescaling(1 / 256, name="scale")(t), name="by256")
+    return Case("input_scaled_by_256", "outputs_close", _same_weights(cand, reference), reference, pixels(6),
+                cause="input_scaling", expect_in_text=("255/256",))
+
+
+def bgr_input(directory: Path) -> Case:
+    """Seed 003: the candidate reverses the channels (BGR) before the same network (SavedModel)."""
+    from pytest_modelparity import export_model, load_model
+
+    keras = _keras()
+    reference = classifier(9)
+
+    def bgr_then_scale(t):
+        t = keras.layers.Permute((1, 2, 3), name="noop")(t)
+        t = keras.layers.Lambda(lambda v: v[..., ::-1], name="bgr")(t)
+        return keras.layers.Rescaling(1 / 255, name="scale")(t)
+
+    cand = _same_weights(classifier(9, preprocess=bgr_then_scale, name="bgr"), reference)
+    path = export_model(cand, "saved_model", directory / "bgr_sm")
+    return Case("bgr_input", "outputs_close", load_model(path, "saved_model"), load_model(reference), pixels(6),
+                cause="input_channel_order", expect_in_text=("RGB <-> BGR",))
+
+
+def tflite_one_layer_perturbed(directory: Path) -> Case:
+    """A TFLite form whose `hidden` kernel was perturbed: the first divergent layer is `hidden`."""
+    from pytest_modelparity import export_model, load_model
+
+    keras = _keras()
+    reference = classifier(11)
+    cand = _same_weights(keras.models.clone_model(reference), reference)
+    kernel, bias = cand.get_layer("hidden").get_weights()
+    cand.get_layer("hidden").set_weights([kernel + np.random.default_rng(0).normal(0, 0.05, kernel.shape)
+                                          .astype("float32"), bias])
+    path = export_model(cand, "tflite", directory / "perturbed.tflite")
+    return Case("tflite_one_layer_perturbed", "outputs_close", load_model(path, "tflite"), load_model(reference),
+                pixels(6),
+                cause="first_divergent_layer", expect_in_text=("`hidden`",))
+
+
+def batch_drift(directory: Path) -> Case:
+    """Seed 004: a Dense 784->1024->10 model on [0, 255] inputs drifts with the batch size."""
+    from tests.models import dense_784
+
+    x = np.random.default_rng(0).uniform(0, 255, (64, 784)).astype("float32")
+    return Case("batch_drift", "batch_invariant", dense_784(0), inputs=x, cause="accumulation_noise",
+                kwargs={"batch_sizes": (1,)}, passes_by_default=True, expect_in_text=("ULP", "not a conversion error"))
+
+
+# -- clean pairs ------------------------------------------------------------------------------
+
+def clean_saved_model(directory: Path) -> Case:
+    from pytest_modelparity import export_model, load_model
+
+    reference = classifier(13)
+    path = export_model(reference, "saved_model", directory / "clean_sm")
+    return Case("clean_saved_model", "outputs_close", load_model(path, "saved_model"), load_model(reference), pixels(6))
+
+
+def clean_tflite(directory: Path) -> Case:
+    from pytest_modelparity import export_model, load_model
+
+    reference = classifier(15)
+    path = export_model(reference, "tflite", directory / "clean.tflite")
+    return Case("clean_tflite", "outputs_close", load_model(path, "tflite"), load_model(reference), pixels(6))
+
+
+def clean_tf1_frozen(directory: Path) -> Case:
+    from pytest_modelparity import load_model
+    from tests import tf1_graphs
+
+    pb = tf1_graphs.freeze(directory / "tf1_clean", dropout=False)
+    return Case("clean_tf1_frozen", "deterministic", load_model(pb, "graphdef"), inputs=tf1_graphs.features(6))
+
+
+CAUSES = [tf1_dropout_frozen, tf1_dropout_vs_clean, saved_model_reinitialised, doubled_softmax, input_scaled_by_256,
+          bgr_input, tflite_one_layer_perturbed, batch_drift]
+CLEAN = [clean_saved_model, clean_tflite, clean_tf1_frozen]
