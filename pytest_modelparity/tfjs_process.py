@@ -23,11 +23,13 @@ from __future__ import annotations
 import collections
 import json
 import os
+import select
 import signal
 import struct
 import subprocess
 import sys
 import threading
+import time
 import weakref
 from pathlib import Path
 from typing import Any, Mapping
@@ -125,8 +127,9 @@ class NodeProcess:
     """One ``node runner.js <model.json> <backend>`` process; ``predict`` is a round trip."""
 
     def __init__(self, model_json: str | Path, *, backend: str, node: str, runner_js: Path,
-                 node_modules: Path, description: str) -> None:
+                 node_modules: Path, description: str, timeout_s: float | None = 600.0) -> None:
         self.description = description
+        self.timeout_s = timeout_s
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=_STDERR_LINES)
         self.last_compute_ms: float | None = None
         self._lock = threading.Lock()
@@ -188,11 +191,15 @@ class NodeProcess:
             written = stream.write(view)
             view = view[written or 0:]
 
-    def _read_exact(self, n: int) -> bytes:
-        stream = self.proc.stdout
+    def _read_exact(self, n: int, deadline: float | None) -> bytes:
+        stream = self.proc.stdout  # unbuffered, so select() sees exactly what is unread
         assert stream is not None
         chunks = []
         while n:
+            if deadline is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not select.select([stream], [], [], remaining)[0]:
+                    raise TimeoutError
             chunk = stream.read(n)
             if not chunk:
                 raise EOFError
@@ -201,9 +208,13 @@ class NodeProcess:
         return b"".join(chunks)
 
     def _read_frame(self) -> tuple[str, memoryview]:
+        deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
         try:
-            (length,) = _U32.unpack(self._read_exact(4))
-            payload = memoryview(self._read_exact(length))
+            (length,) = _U32.unpack(self._read_exact(4, deadline))
+            payload = memoryview(self._read_exact(length, deadline))
+        except TimeoutError:
+            self.proc.kill()
+            raise self._died(f"after not answering within {self.timeout_s:g} s (timeout_s), so Python killed it") from None
         except (EOFError, OSError, ValueError):
             raise self._died("while Python waited for its answer") from None
         return chr(payload[0]), payload[1:]

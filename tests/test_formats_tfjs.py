@@ -157,6 +157,19 @@ def test_killed_process_gives_clear_error_then_fresh_load_works(cnn, cnn_tfjs):
         np.testing.assert_array_equal(fresh.predict(x)["output_0"], first)
 
 
+def test_hung_process_times_out_and_is_killed(cnn_tfjs):
+    model = _load(cnn_tfjs, timeout_s=1.0)
+    model.predict(models.images(1))
+    pid = model.process.pid
+    os.kill(pid, signal.SIGSTOP)  # alive but never answers
+    start = time.monotonic()
+    with pytest.raises(NodeProcessDied, match=r"not answering within 1 s"):
+        model.predict(models.images(1))
+    assert time.monotonic() - start < 6
+    assert _wait_gone(pid)
+    model.close()
+
+
 @pytest.mark.parametrize("how", ["exit", "sigkill"])
 def test_no_orphan_node_when_python_exits(cnn_tfjs, tmp_path, how):
     """A Python that exits without close(), or is SIGKILLed, takes its node process with it."""

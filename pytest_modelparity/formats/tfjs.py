@@ -261,16 +261,18 @@ def _check_device(device: str) -> str:
         f"honoured (tfjs-node-gpu is not used). Use device='cpu' and backend='wasm' for the fast path.")
 
 
-def load(source: Any, *, device: str = "cpu", backend: str = "cpu", **options: Any) -> TFJSModel:
+def load(source: Any, *, device: str = "cpu", backend: str = "cpu", timeout_s: float | None = 600.0,
+         **options: Any) -> TFJSModel:
     """Load a graph model (``model.json`` or its directory) into a new Node.js process.
 
     ``backend``: ``"cpu"`` (pure-JS kernels of @tensorflow/tfjs) or ``"wasm"``
     (@tensorflow/tfjs-backend-wasm). npm packages are installed on first use (see
-    ``pytest_modelparity.tfjs_runner``).
+    ``pytest_modelparity.tfjs_runner``). ``timeout_s``: how long one load or predict may take
+    before the Node process is killed and the call fails (None: wait forever).
     """
     if options:
         raise TypeError(f"unexpected option(s) for format 'tfjs': {', '.join(sorted(options))}; "
-                        f"it takes backend='cpu'|'wasm'")
+                        f"it takes backend='cpu'|'wasm' and timeout_s")
     device = _check_device(device)
     if backend not in BACKENDS:
         raise ValueError(f"unknown tfjs backend {backend!r}; use one of {', '.join(BACKENDS)}")
@@ -284,7 +286,7 @@ def load(source: Any, *, device: str = "cpu", backend: str = "cpu", **options: A
     description = f"tfjs model {str(path)!r} ({backend} backend)"
     try:
         process = NodeProcess(path, backend=backend, node=node, runner_js=tfjs_runner.RUNNER_JS,
-                              node_modules=node_modules, description=description)
+                              node_modules=node_modules, description=description, timeout_s=timeout_s)
     except RunnerError as exc:
         if "cannot load @tensorflow/tfjs" in str(exc):
             raise RuntimeMissing(f"@tensorflow/tfjs in {node_modules} ({exc})",
