@@ -129,6 +129,8 @@ def test_gpu_is_refused_with_the_reason(cnn_tflite):
     with pytest.raises(DeviceUnavailable, match="CPU only"):
         load_model(cnn_tflite, "tflite", device="gpu:1")
     assert load_model(cnn_tflite, "tflite", device="cpu:0").device == "cpu"
+    with pytest.raises(ValueError, match="unknown device"):
+        load_model(cnn_tflite, "tflite", device="tpu")
 
 
 def test_op_types_and_intermediates(cnn, cnn_tflite):

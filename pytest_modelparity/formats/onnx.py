@@ -45,27 +45,14 @@ def detect(path: Path) -> bool:
 def providers_for(device: str) -> tuple[str, list[Any]]:
     """Normalised device name and the onnxruntime providers that honour it.
 
-    ``cpu`` -> CPUExecutionProvider; ``gpu``/``gpu:N``/``cuda:N`` -> CUDAExecutionProvider on
-    device N (CPU kept as fallback for ops CUDA lacks). No CUDA provider -> DeviceUnavailable.
+    ``cpu`` -> CPUExecutionProvider; ``gpu``/``gpu:N`` -> CUDAExecutionProvider on device N
+    (CPU kept as fallback for ops CUDA lacks). No CUDA provider -> DeviceUnavailable; an
+    unknown device name -> ValueError.
     """
-    import onnxruntime as ort
+    from ..devices import onnx_providers, parse_device
 
-    text = str(device).lower().strip()
-    kind, _, index = text.partition(":")
-    if kind == "cpu":
-        return "cpu", ["CPUExecutionProvider"]
-    if kind not in ("gpu", "cuda"):
-        raise DeviceUnavailable(f"unknown device {device!r} for format 'onnx'; use 'cpu', 'gpu' or 'gpu:N'")
-    if index and not index.isdigit():
-        raise DeviceUnavailable(f"bad device {device!r}: the GPU index must be a number, e.g. 'gpu:1'")
-    available = ort.get_available_providers()
-    if "CUDAExecutionProvider" not in available:
-        raise DeviceUnavailable(
-            f"device={device!r} asked for, but this onnxruntime has no CUDA provider "
-            f"(available: {', '.join(available)}). Install onnxruntime-gpu (not beside onnxruntime) "
-            f"with a matching CUDA/cuDNN and an NVIDIA driver, or use device='cpu'.")
-    gpu = int(index or 0)
-    return f"gpu:{gpu}", [("CUDAExecutionProvider", {"device_id": gpu}), "CPUExecutionProvider"]
+    spec = parse_device(device)
+    return str(spec), onnx_providers(spec)
 
 
 # -- loading ---------------------------------------------------------------------------

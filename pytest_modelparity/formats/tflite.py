@@ -48,16 +48,16 @@ def detect(path: Path) -> bool:
 
 # -- loading ---------------------------------------------------------------------------
 def check_cpu_device(device: str, format: str = NAME) -> str:
-    """TFLite (and any CPU-only runtime) accepts ``cpu``/``cpu:N``; a GPU request says why not."""
-    kind = str(device).lower().split(":", 1)[0].strip()
-    if kind == "cpu":
+    """TFLite accepts ``cpu``; a GPU request says why not (unknown names: ValueError)."""
+    from ..devices import parse_device
+
+    spec = parse_device(device)
+    if spec.kind == "cpu" and spec.ordinal == 0:
         return "cpu"
-    if kind in ("gpu", "cuda"):
-        raise DeviceUnavailable(
-            f"format {format!r} runs on CPU only here: the LiteRT Python interpreter has no "
-            f"desktop GPU delegate, so device={device!r} cannot be honoured. Use device='cpu' for "
-            f"{format}, and compare GPU results through saved_model or onnx.")
-    raise DeviceUnavailable(f"unknown device {device!r} for format {format!r}; use 'cpu'")
+    raise DeviceUnavailable(
+        f"format {format!r} runs on CPU only here: the LiteRT Python interpreter has no "
+        f"desktop GPU delegate, so device={str(spec)!r} cannot be honoured. Use device='cpu' for "
+        f"{format}, and compare GPU results through saved_model or onnx.")
 
 
 def read_model_bytes(source: Any, format: str, suffix: str, magic_check) -> tuple[Path, bytes]:
