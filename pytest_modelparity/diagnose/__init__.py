@@ -144,13 +144,15 @@ def _diagnose_comparison(report: Any, actual: Any, expected: Any, cand_model: An
                 output_found = True
 
     # 5. Training mode of a deterministic candidate against a Keras reference.
+    training = False
     if both and not nondeterministic and not input_found and not output_found:
         h = _safe(hints, lambda: _training_mode_match(ref_model, inputs, pairs))
         if h is not None:
             hints.append(h)
+            training = True
 
-    # 6. Where the forms start to differ.
-    if both and not nondeterministic and not input_found and not output_found:
+    # 6. Where the forms start to differ (when nothing above explains the whole output).
+    if both and not nondeterministic and not input_found and not output_found and not training:
         h = _safe(hints, lambda: _localize_hint(ref_model, cand_model, inputs))
         if h is not None:
             hints.append(h)

@@ -1,0 +1,108 @@
+"""Random ops in graphs (function-library branches, seeds, Keras traces), training mode,
+and the rule that diagnosis never raises into an assertion."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pytest_modelparity import ParityError, assert_deterministic, assert_outputs_close, compare
+from pytest_modelparity.diagnose import (diagnose_batch_variance, diagnose_comparison, diagnose_nondeterminism,
+                                         find_random_ops)
+from pytest_modelparity.diagnose.random_ops import scan_graph_def
+
+tf = pytest.importorskip("tensorflow", reason="graph scans need TensorFlow: pip install -e '.[all]'")
+
+
+def test_random_op_inside_a_cond_branch_is_found_with_its_function():
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32), tf.TensorSpec([], tf.bool)])
+    def f(x, augment):
+        return tf.cond(augment, lambda: x + tf.random.uniform(tf.shape(x)), lambda: x)
+
+    gd = f.get_concrete_function().graph.as_graph_def()
+    ops, training = scan_graph_def(gd)
+    assert [o.op for o in ops] == ["RandomUniform"]
+    assert "in function" in ops[0].detail and ops[0].name.startswith(ops[0].detail.split("in function ")[1])
+    assert ops[0].seeded is False and "unseeded" in ops[0].detail and not training
+
+
+def test_seeded_and_unreachable_tf1_ops():
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 3], name="x")
+        w = tf.compat.v1.get_variable("w", [3, 2])                      # initializer: RandomUniform
+        noise = tf.compat.v1.random_normal(tf.shape(x), seed=7, name="noise")
+        tf.identity(tf.matmul(x + noise, w), name="y")
+        tf.identity(tf.matmul(x, w), name="clean")
+    gd = graph.as_graph_def()
+    ops, _ = scan_graph_def(gd, ["y:0"])
+    assert [(o.name, o.op, o.seeded) for o in ops] == [("noise/RandomStandardNormal", "RandomStandardNormal", True)]
+    assert "seed2=7" in ops[0].detail
+    assert scan_graph_def(gd, ["clean"])[0] == []        # the initializer does not feed the output
+    assert [o.name for o in scan_graph_def(gd)[0]] == ["noise/RandomStandardNormal"]  # initializers skipped
+
+
+def test_keras_model_with_dropout_forced_on_is_traced_and_named():
+    import keras
+
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((6,), name="x")
+    h = keras.layers.Dense(8, name="dense")(inp)
+    out = keras.layers.Dropout(0.5, name="mc_dropout")(h, training=True)   # Monte-Carlo dropout
+    model = keras.Model(inp, out)
+    x = np.ones((4, 6), "float32")
+    with pytest.raises(ParityError) as info:
+        assert_deterministic(model, x)
+    causes = [h.cause for h in info.value.report.hints]
+    assert causes[:2] == ["random_ops", "training_mode"]
+    assert "StatelessRandomUniformV2" in str(info.value) and "mc_dropout" in str(info.value)
+
+
+def test_batchnorm_in_training_mode_is_named():
+    import keras
+
+    from tests.models import tiny_cnn
+
+    def bn_model():
+        keras.utils.set_random_seed(0)
+        inp = keras.Input((8, 8, 3), name="image")
+        x = keras.layers.Conv2D(4, 3, name="conv")(inp)
+        x = keras.layers.BatchNormalization(name="bn")(x)
+        return keras.Model(inp, keras.layers.Flatten(name="flat")(x))
+
+    reference, twin = bn_model(), bn_model()
+    rng = np.random.default_rng(0)
+    for m in (reference, twin):  # the same non-trivial moving statistics in both
+        bn = m.get_layer("bn")
+        bn.set_weights([np.ones(4, "float32"), np.zeros(4, "float32"), np.full(4, 0.3, "float32"),
+                        np.full(4, 2.0, "float32")])
+    twin.set_weights(reference.get_weights())
+    trained_mode = tf.function(lambda v: twin(v, training=True))  # exported in training mode
+    x = rng.uniform(0, 1, (6, 8, 8, 3)).astype("float32")
+    with pytest.raises(ParityError) as info:
+        assert_outputs_close(trained_mode, reference, inputs=x)
+    causes = [h.cause for h in info.value.report.hints]
+    assert causes == ["training_mode"], causes
+    assert "training=True" in str(info.value)
+    del tiny_cnn
+
+
+def test_no_random_op_in_a_deterministic_inference_model():
+    from tests.models import tiny_cnn
+
+    ops, training = find_random_ops(tiny_cnn())
+    assert ops == [] and training == []
+
+
+def test_diagnosis_never_raises_on_bad_context():
+    report = compare(np.ones(3, "float32"), np.zeros(3, "float32"))
+    assert not report.passed
+
+    def broken(batch):
+        raise RuntimeError("boom")
+
+    assert isinstance(diagnose_comparison(report, actual=np.ones(3), expected=np.zeros(3), actual_model=broken,
+                                          expected_model=broken, inputs=np.ones((3, 2))), list)
+    assert diagnose_nondeterminism(report, model=broken, inputs=None, runs=[1, 2]) == []
+    assert diagnose_batch_variance(report, model=broken, inputs=object(), batched=object(), split={1: None}) == []
+    assert diagnose_comparison(object(), actual=None, expected=None) == []
