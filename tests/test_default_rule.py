@@ -108,3 +108,44 @@ def test_calibrated_fails_bugs(dense):
 def test_calibrated_batch_invariance(dense):
     model, x, _batched, _per_row = dense
     assert assert_batch_invariant(model, x, tolerance="calibrated").passed
+
+
+# --- format-aware defaults through a real LiteRT LoadedModel ---------------------------
+
+@pytest.fixture(scope="module")
+def cnn_tflite(tmp_path_factory):
+    pytest.importorskip("ai_edge_litert", reason="needs LiteRT: pip install -e '.[tflite]'")
+    from pytest_modelparity import export_model, load_model
+
+    model = models.tiny_cnn(0)
+    x = models.images(64, seed=5)
+    out = tmp_path_factory.mktemp("tflite")
+    loaded = {}
+    for variant in ("float32", "int8"):
+        path = export_model(model, "tflite", out / f"cnn_{variant}.tflite", quantization=variant,
+                            representative_data=[x])
+        loaded[variant] = load_model(path, "tflite")
+    return model, x, loaded
+
+
+def test_int8_tflite_passes_its_measured_default_and_fails_the_float32_one(cnn_tflite):
+    model, x, loaded = cnn_tflite
+    int8 = loaded["int8"]
+    assert getattr(int8, "format_variant", None) == "tflite:int8"
+    report = assert_outputs_close(int8, lambda b: {"probs": model(b, training=False)}, inputs=x)
+    tol = report.outputs[0].tolerance
+    assert "tflite:int8" in tol.source and tol.min_top1 == 0.9
+    assert report.outputs[0].top1_agreement >= 0.9
+    float32_default = dict(zip(("rtol", "atol", "scale"), (1.3e-6, 1e-5, 1e-5)))
+    with pytest.raises(ParityError):
+        assert_outputs_close(int8, lambda b: {"probs": model(b, training=False)}, inputs=x, **{
+            k: v for k, v in float32_default.items() if k != "scale"})
+
+
+def test_float32_tflite_passes_default_and_fails_a_preprocessing_bug(cnn_tflite):
+    model, x, loaded = cnn_tflite
+    lite = loaded["float32"]
+    reference = lambda b: {"probs": model(b, training=False)}  # noqa: E731
+    assert assert_outputs_close(lite, reference, inputs=x).passed
+    with pytest.raises(ParityError):
+        assert_outputs_close(lambda b: lite(b[..., ::-1]), reference, inputs=x)   # BGR vs RGB
