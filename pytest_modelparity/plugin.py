@@ -142,6 +142,9 @@ def _layers(item: pytest.Item, state: ParitySession) -> list[tuple]:
     return layers
 
 
+_ACTIVE: list[Any] = []  # listeners of the tests running now, innermost last
+
+
 @contextlib.contextmanager
 def collecting(item: pytest.Item) -> Iterator[None]:
     """Record every ComparisonReport made while the test runs, under its tolerance layers."""
@@ -153,15 +156,18 @@ def collecting(item: pytest.Item) -> Iterator[None]:
     seen: list[tuple[str, Any]] = []
 
     def listener(kind: str, report: Any) -> None:
-        seen.append((kind, report))
+        if _ACTIVE and _ACTIVE[-1] is listener:  # a nested pytest run (pytester) keeps its own
+            seen.append((kind, report))
 
     layers_cm = getattr(tolerances, "tolerance_layers", None)
     recording.subscribe(listener)
+    _ACTIVE.append(listener)
     try:
         with (layers_cm(_layers(item, state)) if layers_cm else contextlib.nullcontext()):
             yield
     finally:
         recording.unsubscribe(listener)
+        _ACTIVE.remove(listener)
         rows = []
         for seq, (kind, report) in enumerate(seen):
             rows.extend(rows_from_report(report, nodeid=item.nodeid, format=fmt, device=dev, kind=kind, seq=seq))
