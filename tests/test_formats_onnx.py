@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from models import images, mlp, tiny_cnn
-from pytest_modelparity import DeviceUnavailable, export_model, load_model
+from pytest_modelparity import DeviceUnavailable, assert_outputs_close, export_model, load_model
 from pytest_modelparity.formats import onnx as onnx_format
 
 ort = pytest.importorskip("onnxruntime", reason="install onnxruntime: pip install 'pytest-modelparity[onnx]'")
@@ -33,6 +33,7 @@ def test_export_matches_keras(cnn, cnn_onnx, batch):
     out = model.predict(x)
     assert list(out) == ["probs"]
     np.testing.assert_allclose(out["probs"], np.asarray(cnn(x, training=False)), rtol=0, atol=1e-5)
+    assert assert_outputs_close(model, load_model(cnn), inputs=x).passed  # the format's default tolerance
 
 
 def test_specs_have_a_free_batch_dim_and_keras_names(cnn_onnx):

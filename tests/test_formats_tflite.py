@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from models import images, mlp, tiny_cnn
-from pytest_modelparity import DeviceUnavailable, export_model, load_model
+from pytest_modelparity import DeviceUnavailable, ParityError, assert_outputs_close, export_model, load_model
 from pytest_modelparity.formats import tflite
 
 pytest.importorskip("ai_edge_litert", reason="install LiteRT: pip install 'pytest-modelparity[tflite]'")
@@ -39,6 +39,15 @@ def test_float32_export_matches_keras(cnn, cnn_tflite, batch):
     assert list(out) == ["probs"]
     assert out["probs"].shape == (batch, 4)
     np.testing.assert_allclose(out["probs"], keras_out(cnn, x), rtol=0, atol=1e-5)
+    report = assert_outputs_close(model, load_model(cnn), inputs=x)  # the format's default tolerance
+    assert report.passed
+
+
+def test_default_tolerance_still_catches_a_preprocessing_bug(cnn, cnn_tflite):
+    x = images(17)
+    scaled = load_model(cnn_tflite, "tflite").predict(x * (255 / 256))  # /256 instead of /255
+    with pytest.raises(ParityError):
+        assert_outputs_close(scaled, load_model(cnn).predict(x))
 
 
 def test_specs_named_after_the_keras_model(cnn_tflite):
@@ -91,6 +100,7 @@ def test_quantised_variants_load_run_and_say_what_they_are(cnn, tmp_path, quanti
     np.testing.assert_allclose(out.sum(axis=1), 1.0, atol=2e-2)  # still a softmax
     drift = float(np.max(np.abs(out - keras_out(cnn, x))))
     assert 0 < drift < max_drift
+    assert_outputs_close(model, load_model(cnn), inputs=x)  # judged by the variant's default
     ops = {op for _, op in model.op_types()}
     if quantization == "int8":
         assert {"QUANTIZE", "DEQUANTIZE"} <= ops
