@@ -28,6 +28,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
 
 
+@pytest.hookimpl(tryfirst=True)  # before Hypothesis' own hook loads --hypothesis-profile=modelparity
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER)
     from .strategies import register_profile
