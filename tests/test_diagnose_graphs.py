@@ -106,3 +106,24 @@ def test_diagnosis_never_raises_on_bad_context():
     assert diagnose_nondeterminism(report, model=broken, inputs=None, runs=[1, 2]) == []
     assert diagnose_batch_variance(report, model=broken, inputs=object(), batched=object(), split={1: None}) == []
     assert diagnose_comparison(object(), actual=None, expected=None) == []
+
+
+def test_tf1_graph_forms_localize_and_compare_weights(tmp_path):
+    """Checkpoint (with its training ops) vs frozen graphs: intermediates fetched in a session,
+    only the ops that feed the outputs (no unfed `labels` placeholder)."""
+    from pytest_modelparity import load_model, localize_divergence
+    from tests import tf1_graphs
+
+    ckpt = load_model(tf1_graphs.save_checkpoint(tmp_path / "c", dropout=False, seed=0), "checkpoint")
+    same = load_model(tf1_graphs.freeze(tmp_path / "a", dropout=False, seed=0), "graphdef")
+    other = load_model(tf1_graphs.freeze(tmp_path / "b", dropout=False, seed=1), "graphdef")
+    x = tf1_graphs.features(5)
+    rows = localize_divergence(ckpt, same, x)
+    assert [r.layer for r in rows][-1] == "predictions" and not any(r.diverged for r in rows)
+    rows = localize_divergence(ckpt, other, x)
+    assert [r.layer for r in rows if r.first] == ["MatMul"]
+    with pytest.raises(ParityError) as info:
+        assert_outputs_close(other, ckpt, inputs=x)
+    causes = [h.cause for h in info.value.report.hints]
+    assert causes[0] == "weights_differ" and "first_divergent_layer" in causes
+    assert "4 of 4 matched weight tensors differ" in str(info.value)

@@ -77,7 +77,8 @@ def intermediates_of(model: Any, batch: Any) -> list[Entry] | None:
         return None
     feeds = model.prepare_batch(batch) if hasattr(model, "prepare_batch") else None
     if isinstance(native, tuple) and native and isinstance(native[0], tf.Graph) and feeds is not None:
-        return _graph_intermediates(native[0], native[1], feeds)
+        outs = getattr(model, "_out", None) or [s.name for s in getattr(model, "outputs", ())]
+        return _graph_intermediates(native[0], native[1], feeds, outs)
     if hasattr(native, "graph") and hasattr(native, "structured_input_signature") and feeds is not None:
         return _function_intermediates(native, feeds)
     return None
@@ -140,13 +141,30 @@ def _tflite_intermediates(path: str, feeds: dict[str, np.ndarray]) -> list[Entry
     return out
 
 
-def _graph_intermediates(graph: Any, sess: Any, feeds: dict[str, np.ndarray]) -> list[Entry]:
-    feed_dict = {}
-    for name, arr in feeds.items():
-        tname = name if ":" in name else f"{name}:0"
-        feed_dict[graph.get_tensor_by_name(tname)] = arr
+def _tensor(graph: Any, ref: Any) -> Any:
+    if not isinstance(ref, str):
+        return ref
+    return graph.get_tensor_by_name(ref if ":" in ref else f"{ref}:0")
+
+
+def _graph_intermediates(graph: Any, sess: Any, feeds: dict[str, np.ndarray], outputs: Any = ()) -> list[Entry]:
+    """Every float op output that feeds the model's outputs (a training graph's loss,
+    labels and optimizer are left out), in graph order."""
+    feed_dict = {_tensor(graph, name): arr for name, arr in feeds.items()}
+    needed: set[str] | None = None
+    if outputs:
+        needed = set()
+        todo = [_tensor(graph, o).op for o in outputs]
+        while todo:
+            op = todo.pop()
+            if op.name in needed:
+                continue
+            needed.add(op.name)
+            todo.extend(t.op for t in op.inputs)
     fetch = []
     for op in graph.get_operations():
+        if needed is not None and op.name not in needed:
+            continue
         if op.type in ("Const", "Placeholder", "NoOp", "VarHandleOp", "ReadVariableOp", "Identity") or op.name.endswith("/read"):
             continue
         for t in op.outputs:
@@ -172,8 +190,9 @@ def _function_intermediates(fn: Any, feeds: dict[str, np.ndarray]) -> list[Entry
         if op is None:
             return []
         fd[op.name] = arr
+    outputs = [t.name for t in frozen.outputs]
     with tf.compat.v1.Session(graph=graph) as sess:
-        return _graph_intermediates(graph, sess, fd)
+        return _graph_intermediates(graph, sess, fd, outputs)
 
 
 # -- matching and comparing --------------------------------------------------------------
