@@ -194,3 +194,27 @@ def test_loading_does_not_import_tensorflow(cnn_tflite):
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "False"
+
+
+@pytest.mark.parametrize("io_dtype", ["int8", "uint8"])
+def test_integer_io_model_is_shown_as_float_by_default(cnn, tmp_path, io_dtype):
+    path = export_model(cnn, "tflite", tmp_path / f"io_{io_dtype}.tflite", quantization="int8", io_dtype=io_dtype)
+    x = images(5, seed=4)
+    model = load_model(path, "tflite")
+    assert model.format_variant == "tflite:int8"
+    assert model.inputs[0].dtype == np.float32 and model.outputs[0].dtype == np.float32
+    assert_outputs_close(model, load_model(cnn), inputs=x)
+    raw = load_model(path, "tflite", dequantize_io=False)
+    assert raw.inputs[0].dtype == np.dtype(io_dtype) and raw.outputs[0].dtype == np.dtype(io_dtype)
+    scale, zero = raw.native.get_input_details()[0]["quantization"]
+    q = np.clip(np.round(x / scale) + zero, *(lambda i: (i.min, i.max))(np.iinfo(io_dtype))).astype(io_dtype)
+    out_scale, out_zero = raw.native.get_output_details()[0]["quantization"]
+    dequantised = (raw.predict(q)["probs"].astype("float32") - out_zero) * np.float32(out_scale)
+    np.testing.assert_array_equal(dequantised, model.predict(x)["probs"])
+    with pytest.raises(Exception, match="cannot be cast safely"):
+        raw.predict(x)  # raw integer inputs refuse floats instead of truncating them
+
+
+def test_integer_io_needs_int8_quantisation(cnn, tmp_path):
+    with pytest.raises(ValueError, match="io_dtype"):
+        export_model(cnn, "tflite", tmp_path / "bad.tflite", io_dtype="int8")

@@ -94,20 +94,24 @@ def _check_magic(path: Path, content: bytes) -> None:
 
 def load(source: Any, *, device: str = "cpu", preserve_all_tensors: bool = False,
          num_threads: int | None = None, max_interpreters: int = 8, signature: str | None = None,
-         **options: Any) -> "TFLiteModel":
+         dequantize_io: bool = True, **options: Any) -> "TFLiteModel":
     """Load ``source`` (a ``.tflite`` path) on the CPU.
 
     ``preserve_all_tensors=True`` keeps every intermediate tensor readable (LiteRT's
     ``experimental_preserve_all_tensors``); ``max_interpreters`` bounds the per-shape cache;
     ``signature`` picks a named signature (default: ``serving_default`` or the only one).
+    ``dequantize_io`` (default True): a fully quantised model with int8/uint8 inputs or
+    outputs takes and returns float32, quantised with the file's own scale and zero point,
+    so it compares directly with the float model; False exposes the raw integer tensors.
     """
     if options:
         raise TypeError(f"unknown option(s) for format 'tflite': {', '.join(sorted(options))}; "
-                        "known: preserve_all_tensors, num_threads, max_interpreters, signature")
+                        "known: preserve_all_tensors, num_threads, max_interpreters, signature, dequantize_io")
     device = check_cpu_device(device)
     path, content = read_model_bytes(source, NAME, ".tflite", _check_magic)
     return TFLiteModel(content, path=path, device=device, preserve_all_tensors=preserve_all_tensors,
-                       num_threads=num_threads, max_interpreters=max_interpreters, signature=signature)
+                       num_threads=num_threads, max_interpreters=max_interpreters, signature=signature,
+                       dequantize_io=dequantize_io)
 
 
 def _new_interpreter(content: bytes, *, preserve_all_tensors: bool = False, num_threads: int | None = None,
@@ -148,7 +152,7 @@ class TFLiteModel(LoadedModel):
 
     def __init__(self, content: bytes, *, path: Path | None, device: str = "cpu",
                  preserve_all_tensors: bool = False, num_threads: int | None = None,
-                 max_interpreters: int = 8, signature: str | None = None) -> None:
+                 max_interpreters: int = 8, signature: str | None = None, dequantize_io: bool = True) -> None:
         self._content = content
         self._preserve = preserve_all_tensors
         self._threads = num_threads
@@ -168,8 +172,17 @@ class TFLiteModel(LoadedModel):
         in_names, out_names = self._signature_names(native, signature, in_details, out_details, path)
         self._in_index = {n: int(d["index"]) for n, d in zip(in_names, in_details)}
         self._out_index = {n: int(d["index"]) for n, d in zip(out_names, out_details)}
-        inputs = [TensorSpec(n, _shape(d), _dtype(d)) for n, d in zip(in_names, in_details)]
-        outputs = [TensorSpec(n, _shape(d), _dtype(d)) for n, d in zip(out_names, out_details)]
+        # name -> (scale, zero point, integer dtype) for quantised I/O shown as float32.
+        self._quant: dict[str, tuple[float, int, np.dtype]] = {}
+        if dequantize_io:
+            for n, d in [*zip(in_names, in_details), *zip(out_names, out_details)]:
+                scale, zero = d["quantization"]
+                if _dtype(d).kind in "iu" and scale:
+                    self._quant[n] = (float(scale), int(zero), _dtype(d))
+        inputs = [TensorSpec(n, _shape(d), np.float32 if n in self._quant else _dtype(d))
+                  for n, d in zip(in_names, in_details)]
+        outputs = [TensorSpec(n, _shape(d), np.float32 if n in self._quant else _dtype(d))
+                   for n, d in zip(out_names, out_details)]
         super().__init__(device=device, inputs=inputs, outputs=outputs, source=path)
         self.format_variant = f"{NAME}:{_variant(native)}"
         self._pool: OrderedDict[tuple, Any] = OrderedDict()
@@ -224,10 +237,25 @@ class TFLiteModel(LoadedModel):
     def _predict(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         shapes = tuple(tuple(feeds[s.name].shape) for s in self.inputs)
         interp = self.interpreter_for(shapes)
+        self._run(interp, feeds)
+        return {s.name: self._read_output(interp, s.name) for s in self.outputs}
+
+    def _run(self, interp, feeds: dict[str, np.ndarray]) -> None:
         for spec in self.inputs:
-            interp.set_tensor(self._in_index[spec.name], feeds[spec.name])
+            value = feeds[spec.name]
+            if spec.name in self._quant:
+                scale, zero, dtype = self._quant[spec.name]
+                info = np.iinfo(dtype)
+                value = np.clip(np.round(value / scale) + zero, info.min, info.max).astype(dtype)
+            interp.set_tensor(self._in_index[spec.name], value)
         interp.invoke()
-        return {s.name: np.array(interp.get_tensor(self._out_index[s.name])) for s in self.outputs}
+
+    def _read_output(self, interp, name: str) -> np.ndarray:
+        value = np.array(interp.get_tensor(self._out_index[name]))
+        if name in self._quant:
+            scale, zero, _ = self._quant[name]
+            value = ((value.astype(np.float32) - zero) * np.float32(scale)).astype(np.float32)
+        return value
 
     # -- diagnosis hooks ----------------------------------------------------------------
     def _ops(self, interp=None) -> list[dict]:
@@ -261,9 +289,7 @@ class TFLiteModel(LoadedModel):
             interp.allocate_tensors()
             self._debug = (shapes, interp)
         interp = self._debug[1]
-        for spec in self.inputs:
-            interp.set_tensor(self._in_index[spec.name], feeds[spec.name])
-        interp.invoke()
+        self._run(interp, feeds)
         names = {int(d["index"]): d["name"] for d in interp.get_tensor_details()}
         result = []
         for op in self._ops(interp):
@@ -425,7 +451,7 @@ def _representative(specs: list[Any], data: Iterable[Any] | None, samples: int):
 
 def export(model: Any, path: Path, *, quantization: str | None = None,
            representative_data: Iterable[Any] | None = None,
-           representative_samples: int = REPRESENTATIVE_SAMPLES) -> Path:
+           representative_samples: int = REPRESENTATIVE_SAMPLES, io_dtype: str = "float32") -> Path:
     """Convert a Keras model to ``path`` (a ``.tflite`` file); float32 unless ``quantization``.
 
     ``quantization``: ``"float16"`` (float16 weights), ``"dynamic_range"`` (int8 weights,
@@ -433,12 +459,16 @@ def export(model: Any, path: Path, *, quantization: str | None = None,
     ``int8`` calibrates on ``representative_data`` (an iterable of batches: arrays, lists or
     dicts by input name); without it, ``representative_samples`` uniform [0, 1) samples are
     generated from the input specs, which fits inputs scaled to [0, 1] only.
+    ``io_dtype="int8"`` or ``"uint8"`` (``int8`` only) makes the inputs and outputs integer too,
+    as microcontroller deployments want; ``load`` shows them as float32 again by default.
     """
     import tensorflow as tf
 
     variant = quantization or "float32"
     if variant not in QUANTIZATIONS:
         raise ValueError(f"unknown tflite quantization {quantization!r}; use one of {', '.join(QUANTIZATIONS)}")
+    if io_dtype not in ("float32", "int8", "uint8") or (io_dtype != "float32" and variant != "int8"):
+        raise ValueError(f"io_dtype={io_dtype!r}: use 'float32', or 'int8'/'uint8' with quantization='int8'")
     path = Path(path)
     if path.is_dir():
         path = path / "model.tflite"
@@ -454,6 +484,8 @@ def export(model: Any, path: Path, *, quantization: str | None = None,
         elif variant == "int8":
             converter.representative_dataset = _representative(specs, representative_data, representative_samples)
             converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+            if io_dtype != "float32":
+                converter.inference_input_type = converter.inference_output_type = tf.as_dtype(io_dtype)
         try:
             content = converter.convert()
         except Exception as exc:  # noqa: BLE001 - converter errors are many and untyped
