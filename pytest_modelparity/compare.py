@@ -17,8 +17,9 @@ arrays in cache-sized chunks through preallocated buffers. A first pass decides 
 with the cheapest test that can prove "all close" (the greatest difference of a chunk
 against the smallest bound any element of it can have); only chunks that fail that test are
 checked element by element. The full statistics (relative error, ULPs, the smallest passing
-tolerance, worst elements, error histogram) cost a second pass, taken only on failure or
-when ``full_stats=True``.
+tolerance, worst elements) cost a second pass, taken only on failure or when
+``full_stats=True``; the error histogram (for summaries and the HTML report) only with
+``full_stats=True``, since counting bins costs more than all the other statistics together.
 """
 
 from __future__ import annotations
@@ -38,6 +39,10 @@ ToleranceSpec = Union[Tolerance, Callable[[np.dtype, str], Tolerance], None]
 
 CHUNK = 1 << 16          # elements per block: 256 KiB of float32, fits L2 with its buffers
 WORST_COUNT = 5          # worst elements kept per failing output
+_EXPONENT_BITS = {       # work itemsize -> (mask of the exponent bits, unused)
+    4: (np.int32(0x7F800000), 23),
+    8: (np.int64(0x7FF0000000000000), 52),
+}
 _ULP_FORMATS = {         # dtype name -> (explicit mantissa bits, min normal exponent)
     "float16": (10, -14),
     "bfloat16": (7, -126),
@@ -477,12 +482,13 @@ def _compare_floats(a: np.ndarray, e: np.ndarray, oc: OutputComparison, tol: Tol
     n = oc.size
 
     # pass 1: verdict, cheapest test first -------------------------------------------
-    v = scan.verdict(tol, equal_nan)
+    allowed = tol.max_mismatch_fraction * n
+    # a failing output needs the statistics pass anyway: stop counting once it surely fails
+    v = scan.verdict(tol, equal_nan, stop_after=None if full_stats else allowed)
     oc.scale = v.scale
     oc.max_abs = v.max_abs
     oc.max_abs_index = None if v.max_abs_index is None else _unravel(v.max_abs_index, a.shape)
     oc.mismatched = v.mismatched
-    allowed = tol.max_mismatch_fraction * n
     passed = v.mismatched <= allowed
     if tol.min_top1 is not None and a.ndim >= 1 and n:
         oc.top1_agreement = _top1(a, e)
@@ -491,14 +497,19 @@ def _compare_floats(a: np.ndarray, e: np.ndarray, oc: OutputComparison, tol: Tol
             oc.notes.append(f"top-1 agreement {oc.top1_agreement:.1%} is below the required "
                             f"{tol.min_top1:.0%}")
     oc.passed = passed
-    if v.nonfinite_mismatched:
-        oc.notes.append(f"{v.nonfinite_mismatched} mismatched element(s) involve NaN or "
-                        f"infinity{'' if equal_nan else ' (NaN equals NaN only with equal_nan=True)'}")
     if n == 0 or (passed and not full_stats):
+        _note_nonfinite(oc, v.nonfinite_mismatched, equal_nan)
         return
 
     # pass 2: full statistics ------------------------------------------------------
-    s = scan.statistics(tol, equal_nan, v.scale, fmt, need_order=allowed > 0)
+    s = scan.statistics(tol, equal_nan, v.scale if v.complete else None, fmt,
+                        need_order=allowed > 0, want_histogram=full_stats)
+    if not v.complete:                    # the statistics pass counted the whole output
+        oc.mismatched, oc.scale, oc.max_abs = s.mismatched, s.scale, s.max_abs
+        oc.max_abs_index = None if s.max_abs_index is None else _unravel(s.max_abs_index,
+                                                                           a.shape)
+        v = _Verdict(s.mismatched, s.nonfinite_mismatched, s.scale, s.max_abs, s.max_abs_index)
+    _note_nonfinite(oc, v.nonfinite_mismatched, equal_nan)
     oc.mean_abs = s.mean_abs
     oc.max_rel = s.max_rel
     oc.max_rel_index = None if s.max_rel_index is None else _unravel(s.max_rel_index, a.shape)
@@ -513,6 +524,12 @@ def _compare_floats(a: np.ndarray, e: np.ndarray, oc: OutputComparison, tol: Tol
     if s.max_rel_index is not None:
         ev = abs(float(ef[s.max_rel_index]))
         oc.max_rel_allowed = tol.rtol + const / ev if ev else math.inf
+
+
+def _note_nonfinite(oc: OutputComparison, count: int, equal_nan: bool) -> None:
+    if count:
+        oc.notes.append(f"{count} mismatched element(s) involve NaN or infinity"
+                        + ("" if equal_nan else " (NaN equals NaN only with equal_nan=True)"))
 
 
 def _top1(a: np.ndarray, e: np.ndarray) -> float:
@@ -533,6 +550,7 @@ class _Verdict:
     scale: float
     max_abs: float | None
     max_abs_index: int | None
+    complete: bool = True                 # False: stopped once the output surely failed
 
 
 @dataclass
@@ -545,6 +563,11 @@ class _Stats:
     min_rtol: float | None
     worst: list
     histogram: tuple[list[int], list[float]] | None
+    mismatched: int = 0
+    nonfinite_mismatched: int = 0
+    scale: float = 0.0
+    max_abs: float | None = None
+    max_abs_index: int | None = None
 
 
 class _Scanner:
@@ -599,7 +622,30 @@ class _Scanner:
                 ok |= np.isnan(ac) & np.isnan(ec)
         return ok
 
-    def verdict(self, tol: Tolerance, equal_nan: bool) -> _Verdict:
+    def _count_bad(self, ac, ec, d, dmax: float, m: int, rtol: float, const: float,
+                   equal_nan: bool) -> tuple[int, int]:
+        """(mismatched, of which NaN/inf) in one chunk."""
+        b = self._bound(ec, m, rtol, const)
+        if math.isfinite(dmax):
+            # all pairs finite: numpy.isclose's rule reduces to d <= bound
+            return int(np.count_nonzero(np.greater(d, b))), 0
+        bad = ~self._ok(ac, ec, d, b, equal_nan)
+        return int(np.count_nonzero(bad)), int(np.count_nonzero(bad & ~np.isfinite(d)))
+
+    def _argmax_finite(self, start: int) -> int:
+        """Flat index of the greatest finite |a - e| in the chunk starting at ``start``."""
+        stop = min(start + CHUNK, self.n)
+        ac, ec = self.a[start:stop], self.e[start:stop]
+        if not self.native:
+            ac, ec = ac.astype(self.work), ec.astype(self.work)
+        d = self._absdiff(ac, ec, stop - start)
+        d[~np.isfinite(d)] = -1.0
+        return start + int(np.argmax(d))
+
+    def verdict(self, tol: Tolerance, equal_nan: bool, stop_after: float | None = None
+                ) -> _Verdict:
+        """Count mismatches; with ``stop_after``, stop once more than that many are out and
+        the bound does not depend on the output's scale (the statistics pass recounts)."""
         rtol, atol, sc = float(tol.rtol), float(tol.atol), float(tol.scale)
         scale = 0.0
         best, best_at = -1.0, None            # greatest finite |a - e| and its chunk
@@ -620,14 +666,14 @@ class _Scanner:
                     fmax = float(d[fin].max())
                     if fmax > best:
                         best, best_at = fmax, start
-            b = self._bound(ec, m, rtol, atol + sc * scale)
-            ok = self._ok(ac, ec, d, b, equal_nan)
-            if ok.all():
+            bad, bad_nf = self._count_bad(ac, ec, d, dmax, m, rtol, atol + sc * scale, equal_nan)
+            if not bad:
                 continue
             if sc == 0.0:                     # bound does not depend on the scale: count now
-                bad = ~ok
-                mismatched += int(np.count_nonzero(bad))
-                nonfinite += int(np.count_nonzero(bad & ~np.isfinite(d)))
+                mismatched += bad
+                nonfinite += bad_nf
+                if stop_after is not None and mismatched > stop_after:
+                    return _Verdict(mismatched, nonfinite, scale, None, None, complete=False)
             else:
                 suspects.append(start)
         # the scale may have grown after a suspect chunk was seen: judge those with the final one
@@ -638,27 +684,27 @@ class _Scanner:
                 ac, ec = ac.astype(self.work), ec.astype(self.work)
             m = stop - start
             d = self._absdiff(ac, ec, m)
-            b = self._bound(ec, m, rtol, atol + sc * scale)
-            ok = self._ok(ac, ec, d, b, equal_nan)
-            bad = ~ok
-            mismatched += int(np.count_nonzero(bad))
-            nonfinite += int(np.count_nonzero(bad & ~np.isfinite(d)))
-        max_abs_index = None
-        if best_at is not None:
-            stop = min(best_at + CHUNK, self.n)
-            ac, ec = self.a[best_at:stop], self.e[best_at:stop]
-            if not self.native:
-                ac, ec = ac.astype(self.work), ec.astype(self.work)
-            d = self._absdiff(ac, ec, stop - best_at)
-            d[~np.isfinite(d)] = -1.0
-            max_abs_index = best_at + int(np.argmax(d))
+            bad, bad_nf = self._count_bad(ac, ec, d, float(d.max()), m, rtol, atol + sc * scale,
+                                          equal_nan)
+            mismatched += bad
+            nonfinite += bad_nf
+        max_abs_index = None if best_at is None else self._argmax_finite(best_at)
         return _Verdict(mismatched, nonfinite, scale, None if best_at is None else best,
                         max_abs_index)
 
-    def statistics(self, tol: Tolerance, equal_nan: bool, scale: float,
-                   fmt: tuple[int, int] | None, need_order: bool) -> _Stats:
+    def statistics(self, tol: Tolerance, equal_nan: bool, scale: float | None,
+                   fmt: tuple[int, int] | None, need_order: bool,
+                   want_histogram: bool) -> _Stats:
+        """Every statistic in one pass. ``scale=None`` (only for ``tol.scale == 0``, where the
+        bound does not need it): measure max|e| on the way."""
         rtol, atol, sc = float(tol.rtol), float(tol.atol), float(tol.scale)
+        measure_scale = scale is None
+        if measure_scale:
+            assert sc == 0.0
+            scale = 0.0
         const = atol + sc * scale
+        mismatched = nonfinite = 0
+        best, best_at = -1.0, None
         total, finite_count = 0.0, 0
         max_rel, max_rel_at = -1.0, None
         max_ulp = 0.0
@@ -670,49 +716,76 @@ class _Scanner:
         excess_all: list[np.ndarray] = [] if need_order else None  # type: ignore[assignment]
         hist = np.zeros(2100, np.int64)      # binary exponents of |a-e|, offset by 1100
         nmant, minexp = fmt if fmt is not None else (52, -1022)
+        ones = np.ones(self.d.size, self.work)
+        pow2_mask, ulp_shift = _EXPONENT_BITS[self.work.itemsize]
+        ulp_floor = 2.0 ** (minexp - nmant)
+        u = np.empty(self.d.size, self.work)
         for start, ac, ec, m in self.chunks():
+            if measure_scale:
+                scale = max(scale, self._finite_absmax(ec))
             d = self._absdiff(ac, ec, m)
-            fin = np.isfinite(d)
-            all_fin = bool(fin.all())
+            dmax = float(d.max())
+            all_fin = math.isfinite(dmax)
+            fin = None
             if not all_fin:
+                fin = np.isfinite(d)
                 b = self._bound(ec, m, rtol, const)
                 ok = self._ok(ac, ec, d, b, equal_nan)
+                mismatched += int(m - np.count_nonzero(ok))
                 bad_nf = np.flatnonzero(~ok & ~fin)
+                nonfinite += int(bad_nf.size)
                 if bad_nf.size:
                     impossible = True
                     nonfinite_worst.extend(int(start + i) for i in bad_nf[:WORST_COUNT])
                 d[~fin] = 0.0                # statistics below are over finite pairs
-                finite_count += int(np.count_nonzero(fin))
+                nfin = int(np.count_nonzero(fin))
+                finite_count += nfin
+                dmax = float(d.max()) if nfin else -1.0
             else:
                 finite_count += m
-            with np.errstate(over="ignore"):
-                part = float(d.sum())
-                if math.isinf(part):         # float32 sum overflowed: redo it wider
+            if dmax > best:
+                best, best_at = dmax, start
+            with np.errstate(over="ignore", invalid="ignore"):
+                part = float(np.dot(d, ones[:m]))   # BLAS dot: a fast sum of |a - e|
+                if not math.isfinite(part):
                     part = float(np.sum(d, dtype=np.float64))
             total += part
             ae = self.b[:m]
             np.abs(ec, out=ae, dtype=self.work)
-            if not all_fin:
+            if fin is not None:
                 ae[~fin] = 1.0               # keep non-finite pairs out of rel/ulp/rtol
             t = self.t[:m]
             with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-                # relative difference; 0/0 is NaN and ignored by fmax
+                # relative difference; 0/0 (exact zero both sides) is NaN and skipped
                 np.divide(d, ae, out=t)
-                r = float(np.fmax.reduce(t))
+                r = float(t.max())
+                if math.isnan(r):
+                    r = float(np.fmax.reduce(t))
                 if r > max_rel:
                     max_rel, max_rel_at = r, start
                 # smallest rtol: (d - const) / |e|
                 np.subtract(d, const, out=t)
                 np.divide(t, ae, out=t)
-                need_rtol = max(need_rtol, float(np.fmax.reduce(t)))
-                # ULP distance in the less precise dtype: d / ulp(e)
-                _ulp(ae, t, nmant, minexp)
+                r = float(t.max())
+                if math.isnan(r):
+                    r = float(np.fmax.reduce(t))
+                need_rtol = max(need_rtol, r)
+                # ULP distance in the less precise format: d / ulp(e), where ulp(e) is
+                # 2**exponent(e) (the exponent bits of |e| read as a float) * 2**-nmant
+                tv = t.view(pow2_mask.dtype)
+                np.bitwise_and(ae.view(pow2_mask.dtype), pow2_mask, out=tv)
+                np.multiply(t, 2.0 ** -nmant, out=t)
+                np.maximum(t, ulp_floor, out=t)
                 np.divide(d, t, out=t)
                 max_ulp = max(max_ulp, float(t.max()))
                 # excess over the rtol part: d - rtol|e|; its max is the smallest atol
                 np.multiply(ae, rtol, out=t)
+                if all_fin:                  # count as verdict() does: d > rtol|e| + const
+                    uu = u[:m]
+                    np.add(t, const, out=uu)
+                    mismatched += int(np.count_nonzero(np.greater(d, uu)))
                 np.subtract(d, t, out=t)
-                if not all_fin:
+                if fin is not None:
                     t[~fin] = -math.inf
             cmax = float(t.max())
             need_atol = max(need_atol, cmax)
@@ -720,18 +793,23 @@ class _Scanner:
                 excess_all.append(t.copy())
             if len(worst) < WORST_COUNT or cmax > worst[-1][0]:
                 thr = worst[-1][0] if len(worst) >= WORST_COUNT else -math.inf
-                cand = np.flatnonzero(t > thr) if math.isfinite(thr) else \
-                    np.argsort(-t, kind="stable")[:WORST_COUNT]
+                if math.isfinite(thr):
+                    cand = np.flatnonzero(t > thr)
+                elif m > WORST_COUNT:
+                    cand = np.argpartition(t, m - WORST_COUNT)[m - WORST_COUNT:]
+                else:
+                    cand = np.arange(m)
                 if cand.size > 4 * WORST_COUNT:
                     cand = cand[np.argsort(-t[cand], kind="stable")[:WORST_COUNT]]
                 worst.extend((float(t[i]), int(start + i)) for i in cand)
                 worst.sort(key=lambda w: (-w[0], w[1]))
                 del worst[WORST_COUNT:]
-            # histogram of log2|a-e| over nonzero finite differences
-            nz = d[d > 0]
-            if nz.size:
-                _, ex = np.frexp(nz)
-                hist += np.bincount(ex.astype(np.int64) + 1100, minlength=hist.size)[:hist.size]
+            if want_histogram:               # log2|a-e| over nonzero finite differences
+                nz = d[d > 0]
+                if nz.size:
+                    _, ex = np.frexp(nz)
+                    hist += np.bincount(ex.astype(np.int64) + 1100,
+                                        minlength=hist.size)[:hist.size]
         # ------------------------------------------------------------------ summarise
         mean_abs = (total / finite_count if math.isfinite(total)
                     else float(np.finfo(np.float64).max)) if finite_count else None
@@ -773,16 +851,9 @@ class _Scanner:
             histogram = (counts, edges)
         return _Stats(mean_abs, max_rel if max_rel is None or max_rel >= 0 else None,
                       max_rel_index, max_ulp if finite_count else None, min_atol, min_rtol,
-                      worst_rows, histogram)
-
-
-def _ulp(ae: np.ndarray, out: np.ndarray, nmant: int, minexp: int) -> np.ndarray:
-    """Spacing of the less precise float format at |e| (subnormal spacing at the bottom)."""
-    _, ex = np.frexp(ae)                    # |e| = m * 2**ex, m in [0.5, 1)
-    np.maximum(ex, minexp + 1, out=ex)
-    ex -= 1 + nmant
-    np.ldexp(out.dtype.type(1.0), ex, out=out)
-    return out
+                      worst_rows, histogram, mismatched, nonfinite, scale,
+                      None if best_at is None else best,
+                      None if best_at is None else self._argmax_finite(best_at))
 
 
 def _histogram(d: np.ndarray) -> tuple[list[int], list[float]] | None:

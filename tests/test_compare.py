@@ -234,8 +234,12 @@ def test_statistics_of_a_known_pair(known_pair):
     assert compare(a, e, tolerance=Tolerance(1.3e-6, oc.min_atol * 1.0001, source="t")).passed
     assert compare(a, e, tolerance=Tolerance(oc.min_rtol * 1.0001, 1e-5, source="t")).passed
     assert not compare(a, e, tolerance=Tolerance(oc.min_rtol * 0.99, 1e-5, source="t")).passed
-    counts, edges = oc.error_histogram
+    assert oc.error_histogram is None            # only with full_stats (report/HTML use)
+    counts, edges = only(compare(a, e, tolerance=PLAIN, full_stats=True)).error_histogram
     assert sum(counts) == int(np.count_nonzero(a != e)) and len(edges) == len(counts) + 1
+    # bins are binary exponents: 0.01 lies in [2**-7, 2**-6)
+    k = next(i for i, c in enumerate(counts) if c and edges[i] > -2.5)
+    assert edges[k] == pytest.approx(-7 * math.log10(2), abs=1e-4)
 
 
 def test_passing_output_gets_cheap_stats_unless_full_stats(known_pair):

@@ -92,6 +92,11 @@ def _check_same_verdict(a, e, tol, equal_nan):
     assert oc.size == a.size
     assert oc.mismatched == int(np.count_nonzero(~ref))
     assert oc.passed == bool(ref.all())
+    # the statistics pass (failing outputs, full_stats) counts the same elements
+    (full,) = compare(a, e, tolerance=tol, equal_nan=equal_nan, full_stats=True).outputs
+    assert (full.mismatched, full.passed, full.max_abs_index) == \
+        (oc.mismatched, oc.passed, oc.max_abs_index)
+    assert full.max_abs == oc.max_abs or (full.max_abs is None) == (oc.max_abs is None)
     json.dumps(report.to_dict(), allow_nan=False)
     str(report)
 
