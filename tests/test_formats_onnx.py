@@ -113,3 +113,17 @@ def test_runs_on_cuda_and_matches_cpu(cnn_onnx):
 def test_detect_by_suffix(tmp_path, cnn_onnx):
     assert onnx_format.detect(cnn_onnx)
     assert not onnx_format.detect(tmp_path / "model.tflite")
+
+
+def test_intermediates_in_graph_order(cnn, cnn_onnx):
+    model = load_model(cnn_onnx, "onnx")
+    before = cnn_onnx.read_bytes()
+    x = images(3)
+    steps = model.intermediates(x)
+    assert [op for _, op, _ in steps] == [op for _, op in model.op_types()]
+    name, op, value = steps[-1]
+    assert op == "Softmax" and name == "probs"
+    np.testing.assert_array_equal(value, model.predict(x)["probs"])
+    relu = next(v for _, op, v in steps if op == "Relu")
+    assert relu.shape[0] == 3 and np.all(relu >= 0)
+    assert cnn_onnx.read_bytes() == before

@@ -105,6 +105,7 @@ class ONNXModel(LoadedModel):
         self.native = session
         self._content = content
         self._proto = None
+        self._debug = None
         super().__init__(device=device, inputs=[_spec(a) for a in session.get_inputs()],
                          outputs=[_spec(a) for a in session.get_outputs()], source=path)
         self.format_variant = f"{NAME}:opset{self.opset}" if self.opset else NAME
@@ -152,8 +153,37 @@ class ONNXModel(LoadedModel):
 
         return {init.name: numpy_helper.to_array(init) for init in proto.graph.initializer}
 
+    def intermediates(self, batch: Any) -> list[tuple[str, str, np.ndarray]] | None:
+        """Every node's outputs for ``batch``, in graph (topological) order.
+
+        Runs a second session on a copy of the model whose graph outputs list every node
+        output (the user's file is not touched); None without the ``onnx`` package.
+        """
+        proto = self.proto()
+        if proto is None:
+            return None
+        import onnx
+        import onnxruntime as ort
+
+        if self._debug is None:
+            debug = onnx.ModelProto()
+            debug.CopyFrom(proto)
+            existing = {o.name for o in debug.graph.output}
+            for node in debug.graph.node:
+                for name in node.output:
+                    if name and name not in existing:
+                        debug.graph.output.append(onnx.ValueInfoProto(name=name))
+                        existing.add(name)
+            self._debug = ort.InferenceSession(debug.SerializeToString(), providers=self.native.get_providers())
+        feeds = self.prepare_batch(batch)
+        names = [o.name for o in self._debug.get_outputs()]
+        values = dict(zip(names, self._debug.run(names, feeds)))
+        return [(name, node.op_type, values[name]) for node in proto.graph.node for name in node.output
+                if name in values]
+
     def close(self) -> None:
         self._proto = None
+        self._debug = None
 
 
 # -- export ----------------------------------------------------------------------------
