@@ -276,7 +276,13 @@ class SessionModel(LoadedModel):
 def new_session(graph: Any) -> Any:
     """A Session on ``graph``; soft placement lets ops without a GPU kernel fall back to CPU."""
     tf = import_tf()
-    config = tf.compat.v1.ConfigProto(allow_soft_placement=True)
+    from tensorflow.python.eager import context
+
+    # Start from the eager context's config so tf.config settings (visible devices, logical
+    # devices, GPU memory growth) hold for the session too; a bare ConfigProto drops them.
+    config = tf.compat.v1.ConfigProto()
+    config.CopyFrom(context.context().config)
+    config.allow_soft_placement = True
     return tf.compat.v1.Session(graph=graph, config=config)
 
 
