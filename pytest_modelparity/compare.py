@@ -502,8 +502,9 @@ def _compare_floats(a: np.ndarray, e: np.ndarray, oc: OutputComparison, tol: Tol
         return
 
     # pass 2: full statistics ------------------------------------------------------
-    s = scan.statistics(tol, equal_nan, v.scale if v.complete else None, fmt,
+    s = scan.statistics(tol, equal_nan, v.scale if v.complete and tol.scale else None, fmt,
                         need_order=allowed > 0, want_histogram=full_stats)
+    oc.scale = s.scale
     if not v.complete:                    # the statistics pass counted the whole output
         oc.mismatched, oc.scale, oc.max_abs = s.mismatched, s.scale, s.max_abs
         oc.max_abs_index = None if s.max_abs_index is None else _unravel(s.max_abs_index,
@@ -518,7 +519,7 @@ def _compare_floats(a: np.ndarray, e: np.ndarray, oc: OutputComparison, tol: Tol
     oc.min_rtol = s.min_rtol
     oc.worst = [(_unravel(i, a.shape), float(x), float(y)) for i, x, y in s.worst]
     oc.error_histogram = s.histogram
-    const = tol.atol + tol.scale * v.scale
+    const = tol.atol + tol.scale * s.scale
     if v.max_abs_index is not None:
         oc.max_abs_allowed = const + tol.rtol * abs(float(ef[v.max_abs_index]))
     if s.max_rel_index is not None:
@@ -547,7 +548,7 @@ def _top1(a: np.ndarray, e: np.ndarray) -> float:
 class _Verdict:
     mismatched: int
     nonfinite_mismatched: int
-    scale: float
+    scale: float | None                   # None when the rule did not need it (scale == 0)
     max_abs: float | None
     max_abs_index: int | None
     complete: bool = True                 # False: stopped once the output surely failed
@@ -652,7 +653,8 @@ class _Scanner:
         suspects: list[int] = []              # chunk starts that need a look with the final scale
         mismatched = nonfinite = 0
         for start, ac, ec, m in self.chunks():
-            scale = max(scale, self._finite_absmax(ec))
+            if sc:                            # max|e| is only needed when it sets the bound
+                scale = max(scale, self._finite_absmax(ec))
             d = self._absdiff(ac, ec, m)
             dmax = float(d.max())
             if math.isfinite(dmax):
@@ -689,8 +691,8 @@ class _Scanner:
             mismatched += bad
             nonfinite += bad_nf
         max_abs_index = None if best_at is None else self._argmax_finite(best_at)
-        return _Verdict(mismatched, nonfinite, scale, None if best_at is None else best,
-                        max_abs_index)
+        return _Verdict(mismatched, nonfinite, scale if sc else None,
+                        None if best_at is None else best, max_abs_index)
 
     def statistics(self, tol: Tolerance, equal_nan: bool, scale: float | None,
                    fmt: tuple[int, int] | None, need_order: bool,
