@@ -127,3 +127,35 @@ def test_tf1_graph_forms_localize_and_compare_weights(tmp_path):
     causes = [h.cause for h in info.value.report.hints]
     assert causes[0] == "weights_differ" and "first_divergent_layer" in causes
     assert "4 of 4 matched weight tensors differ" in str(info.value)
+
+
+def test_checkpoint_meta_graph_with_dropout_names_only_the_inference_random_op(tmp_path):
+    from pytest_modelparity import load_model
+    from tests import tf1_graphs
+
+    model = load_model(tf1_graphs.save_checkpoint(tmp_path / "c", dropout=True), "checkpoint")
+    ops, _ = find_random_ops(model)
+    assert [(o.name, o.detail) for o in ops] == [("dropout/random_uniform/RandomUniform", "unseeded")]
+    with pytest.raises(ParityError) as info:
+        assert_deterministic(model, tf1_graphs.features(4), runs=3)
+    assert "3 runs differ; the graph draws random numbers at `dropout/random_uniform/RandomUniform` " \
+           "(RandomUniform, unseeded)" in str(info.value)
+
+
+def test_heavy_checks_use_a_few_rows_of_a_large_batch():
+    """A /256 scaling on a batch of 40 is found from its first rows (same cause, cheaper)."""
+    from tests import zoo
+
+    case = zoo.input_scaled_by_256(None)
+    x = zoo.pixels(40)
+    calls = []
+    cand = case.candidate
+
+    def counting(batch):
+        calls.append(len(batch))
+        return cand(batch)
+
+    with pytest.raises(ParityError) as info:
+        assert_outputs_close(counting, case.reference, inputs=x)
+    assert [h.cause for h in info.value.report.hints] == ["input_scaling"]
+    assert calls[0] == 40 and set(calls[1:]) == {8}  # reruns and transforms on 8 rows

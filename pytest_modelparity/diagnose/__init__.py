@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ._util import fits, flatten, is_keras_model, max_abs_diff, native_of, pick, run_model
+from ._util import batch_size, fits, flatten, is_keras_model, max_abs_diff, native_of, pick, rows, run_model
 from .localize import LayerDiff, first_divergence, format_rows, localize_divergence
 from .noise import accumulation_noise, noise_hint, reduction_length
 from .random_ops import RandomOp, describe_ops, find_random_ops
@@ -113,10 +113,15 @@ def _diagnose_comparison(report: Any, actual: Any, expected: Any, cand_model: An
     if pairs and len(noise) == len(pairs):
         return noise
 
+    # The heavy checks re-run the models: a few rows are enough to see a cause.
+    full_inputs = inputs  # batch statistics (training mode) need the batch the outputs came from
+    if both:
+        inputs, actual, flat_a, flat_e = _few_rows(inputs, actual, flat_a, flat_e)
+
     # 2. Nondeterminism of either form (random ops, training mode).
     nondeterministic = False
     if both:
-        found = _safe(hints, lambda: _nondeterminism_hints(cand_model, ref_model, inputs, flat_a, flat_e))
+        found = _safe(hints, lambda: _nondeterminism_hints(cand_model, ref_model, inputs))
         if found:
             hints += found
             nondeterministic = True
@@ -146,7 +151,7 @@ def _diagnose_comparison(report: Any, actual: Any, expected: Any, cand_model: An
     # 5. Training mode of a deterministic candidate against a Keras reference.
     training = False
     if both and not nondeterministic and not input_found and not output_found:
-        h = _safe(hints, lambda: _training_mode_match(ref_model, inputs, pairs))
+        h = _safe(hints, lambda: _training_mode_match(ref_model, full_inputs, pairs))
         if h is not None:
             hints.append(h)
             training = True
@@ -159,7 +164,34 @@ def _diagnose_comparison(report: Any, actual: Any, expected: Any, cand_model: An
     return [h for h in hints if h is not None] + [h for h in noise if h is not None]
 
 
-def _rerun_gap(model: Any, inputs: Any, first: dict[str, np.ndarray]) -> float:
+HEAVY_ROWS = 8
+
+
+def _few_rows(inputs: Any, actual: Any, flat_a: dict, flat_e: dict) -> tuple:
+    """The first HEAVY_ROWS rows of the inputs and outputs, when every output is batch-major."""
+    n = batch_size(inputs)
+    if not n or n <= HEAVY_ROWS:
+        return inputs, actual, flat_a, flat_e
+    if not all(np.ndim(v) >= 1 and np.shape(v)[0] == n for v in (*flat_a.values(), *flat_e.values())):
+        return inputs, actual, flat_a, flat_e
+    cut = slice(0, HEAVY_ROWS)
+    small_a = {p: v[cut] for p, v in flat_a.items()}
+    return rows(inputs, cut), _unflatten_like(actual, small_a), small_a, {p: v[cut] for p, v in flat_e.items()}
+
+
+def _unflatten_like(tree: Any, flat: dict[str, np.ndarray]) -> Any:
+    """``flat`` (paths of ``flatten(tree)``) as a dict keyed by path; a bare array stays bare."""
+    return flat[""] if list(flat) == [""] else _PathTree(flat)
+
+
+class _PathTree(dict):
+    """Already-flattened outputs: ``flatten`` of it returns it unchanged."""
+
+
+def _rerun_gap(model: Any, inputs: Any) -> float:
+    """Max difference between two runs of ``model`` on the same batch (same batch size, so
+    batch-size drift cannot pose as nondeterminism)."""
+    first = flatten(run_model(model, inputs))
     again = flatten(run_model(model, inputs))
     gap = 0.0
     for path, arr in first.items():
@@ -169,10 +201,13 @@ def _rerun_gap(model: Any, inputs: Any, first: dict[str, np.ndarray]) -> float:
     return gap
 
 
-def _nondeterminism_hints(cand: Any, ref: Any, inputs: Any, flat_a: dict, flat_e: dict) -> list[Hint]:
+def _nondeterminism_hints(cand: Any, ref: Any, inputs: Any) -> list[Hint]:
     hints = []
-    for role, model, first in (("candidate", cand, flat_a), ("reference", ref, flat_e)):
-        gap = _rerun_gap(model, inputs, first)
+    gaps = {}
+    for role, model in (("candidate", cand), ("reference", ref)):
+        gaps[role] = _rerun_gap(model, inputs)
+    for role, model in (("candidate", cand), ("reference", ref)):
+        gap = gaps[role]
         if gap == 0:
             continue
         ops, bn = _safe([], lambda m=model: find_random_ops(m)) or ([], [])
@@ -180,12 +215,12 @@ def _nondeterminism_hints(cand: Any, ref: Any, inputs: Any, flat_a: dict, flat_e
         if ops:
             hints.append(Hint("random_ops", f"the {role} is nondeterministic; its graph draws random numbers at "
                               f"{describe_ops(ops)}", evidence + f"; {len(ops)} random op(s) in its graph"))
-        other_gap = _rerun_gap(ref if model is cand else cand, inputs, flat_e if model is cand else flat_a)
-        if other_gap == 0:
+        other = "reference" if role == "candidate" else "candidate"
+        if gaps[other] == 0:
             drop = [o for o in ops if "dropout" in o.name.lower()]
             where = f" (dropout ops: {describe_ops(drop)})" if drop else ""
             hints.append(Hint("training_mode", f"dropout/batch-norm may run in training mode in the {role} form{where}",
-                              evidence + f", while the {'reference' if model is cand else 'candidate'} repeats bitwise"))
+                              evidence + f", while the {other} repeats bitwise"))
         elif not ops:
             hints.append(Hint("nondeterministic", f"the {role} is nondeterministic", evidence))
     return hints
@@ -302,7 +337,7 @@ def _diagnose_batch_variance(report: Any, model: Any, inputs: Any, batched: Any,
         else:
             large = True
     if large and model is not None and inputs is not None:
-        gap = _safe(hints, lambda: _rerun_gap(model, inputs, flat_b))
+        gap = _safe(hints, lambda: _rerun_gap(model, inputs))
         ops, bn = _safe(hints, lambda: find_random_ops(model)) or ([], [])
         if gap and ops:
             hints.append(Hint("random_ops", f"the model is nondeterministic; its graph draws random numbers at "

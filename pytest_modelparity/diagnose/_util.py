@@ -65,6 +65,8 @@ def run_model(model: Any, batch: Any, *, training: bool | None = None) -> Any:
 
 def flatten(value: Any, path: str = "") -> dict[str, np.ndarray]:
     """``{path: array}`` with the same paths as compare.py: "", "['a']", "[1]", "['a'][0]"."""
+    if type(value).__name__ == "_PathTree":  # already flat (see diagnose._few_rows)
+        return dict(value)
     if isinstance(value, Mapping):
         out: dict[str, np.ndarray] = {}
         for k, v in value.items():
