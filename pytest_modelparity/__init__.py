@@ -21,7 +21,6 @@ _EXPORTS = {
     "assert_outputs_close": "assertions",
     "assert_deterministic": "assertions",
     "assert_batch_invariant": "assertions",
-    "compare": "compare",
     "ComparisonReport": "compare",
     "default_tolerance": "tolerances",
     "Tolerance": "tolerances",
@@ -34,7 +33,11 @@ _EXPORTS = {
     "strategies": None,
 }
 
-__all__ = sorted(_EXPORTS)
+# ``compare`` is both a submodule and the public function: bind the function eagerly (numpy
+# only, cheap) so importing the submodule elsewhere can never shadow it with the module.
+from .compare import compare  # noqa: E402
+
+__all__ = sorted([*_EXPORTS, "compare"])
 
 
 def __getattr__(name: str) -> Any:

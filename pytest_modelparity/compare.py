@@ -866,20 +866,3 @@ def _histogram(d: np.ndarray) -> tuple[list[int], list[float]] | None:
     counts = np.bincount(ex - lo, minlength=hi - lo + 1)
     return ([int(c) for c in counts],
             [round((k - 1) * math.log10(2), 4) for k in range(lo, hi + 2)])
-
-
-# ``pytest_modelparity.compare`` is both this submodule and the public function ``compare``.
-# Importing the submodule (``from .compare import ...`` anywhere) makes the import system set
-# the package attribute to the *module*, so ``from pytest_modelparity import compare`` would
-# then give a module. Making the module callable keeps ``compare(actual, expected)`` working
-# whichever import happened first.
-import sys as _sys  # noqa: E402
-import types as _types  # noqa: E402
-
-
-class _CallableModule(_types.ModuleType):
-    def __call__(self, actual: Any, expected: Any, **kwargs: Any) -> ComparisonReport:
-        return compare(actual, expected, **kwargs)
-
-
-_sys.modules[__name__].__class__ = _CallableModule
