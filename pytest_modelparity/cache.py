@@ -163,15 +163,18 @@ class ExportCache:
         artifact = self.artifact_path(format, key)
         if final.is_dir() and (final / _META).exists():
             self.hits += 1
-            return artifact
+            return self._artifact_in(final, artifact)
         self.misses += 1
         (self.root / format).mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=self.root / format, prefix=f".{key[:16]}.tmp-"))
         try:
-            written = export_model(model, format, tmp / artifact.name, **options)
-            if Path(written) != tmp / artifact.name:
-                raise RuntimeError(f"export of format {format!r} wrote {written}, not {tmp / artifact.name}")
-            meta = {"format": format, "key": key, "options": {k: repr(v)[:200] for k, v in options.items()},
+            written = Path(export_model(model, format, tmp / artifact.name, **options))
+            try:
+                # Some formats return a file inside the folder they wrote (tfjs: tfjs/model.json).
+                relative = written.resolve().relative_to(tmp.resolve())
+            except ValueError:
+                raise RuntimeError(f"export of format {format!r} wrote {written}, outside {tmp}") from None
+            meta = {"format": format, "key": key, "artifact": relative.as_posix(), "options": {k: repr(v)[:200] for k, v in options.items()},
                     "versions": converter_versions(), "pid": os.getpid()}
             (tmp / _META).write_text(json.dumps(meta, indent=1, sort_keys=True))
             try:
@@ -182,7 +185,16 @@ class ExportCache:
                     raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        return artifact
+        return self._artifact_in(final, artifact)
+
+    @staticmethod
+    def _artifact_in(entry: Path, default: Path) -> Path:
+        """The path the exporter returned, recorded in the entry's meta.json."""
+        try:
+            relative = json.loads((entry / _META).read_text())["artifact"]
+        except (OSError, ValueError, KeyError):
+            return default
+        return entry / relative
 
     def _export_fresh(self, model: Any, format: str, options: dict[str, Any]) -> Path:
         from .formats import export_model

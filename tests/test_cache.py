@@ -178,3 +178,13 @@ def test_two_processes_exporting_at_once_share_one_intact_artifact(model, tmp_pa
     assert not [p for p in (root / "tflite").iterdir() if p.name.startswith(".")]
     x = np.random.default_rng(1).normal(size=(4, 16)).astype("float32")
     np.testing.assert_allclose(load_model(path, "tflite").predict(x)["out"], np.asarray(model(x)), atol=1e-5)
+
+
+def test_an_exporter_returning_a_file_inside_its_folder(model, tmp_path):
+    missing = formats.missing_runtime("tfjs", export=True)
+    if missing is not None:
+        pytest.skip(f"tfjs export unavailable: {missing}")
+    cache = ExportCache(tmp_path)
+    first = cache.export(model, "tfjs")
+    assert first.name == "model.json" and first.parent.name == "tfjs" and first.exists()
+    assert ExportCache(tmp_path).export(model, "tfjs") == first
