@@ -55,8 +55,11 @@ def assert_outputs_close(actual: Any, expected: Any, *, inputs: Any = None, rtol
                         "pass inputs=<a batch> so it can be run")
     act = _run(actual_model, inputs) if actual_model is not None else _to_numpy(actual)
     exp = _run(expected_model, inputs) if expected_model is not None else _to_numpy(expected)
+    act, exp, alignment = _align_structures(act, exp)
     device, fmt = _context(actual_model, expected_model)
     meta: dict[str, Any] = {"check": "outputs_close", "device": device, "format": fmt}
+    if alignment:
+        meta["alignment"] = alignment
     calibration = None
     if isinstance(tolerance, str):
         if tolerance != "calibrated":
@@ -384,6 +387,28 @@ def _context(actual_model: Any, expected_model: Any) -> tuple[str, str | None]:
         if fmt is None:
             fmt = getattr(model, "format_variant", None) or getattr(model, "format", None)
     return device, fmt
+
+
+def _align_structures(act: Any, exp: Any) -> tuple[Any, Any, str | None]:
+    """Let a ``LoadedModel``'s ``{name: array}`` meet a raw model's bare array or list.
+
+    A Keras model returns an array (or a list in output order) where every ``LoadedModel``
+    returns a dict by output name: comparing them as-is would stop at "structure differs"
+    although the outputs correspond one to one. Only these unambiguous cases are aligned.
+    """
+    for flip in (False, True):
+        d, other = (exp, act) if flip else (act, exp)
+        if not isinstance(d, Mapping) or isinstance(other, Mapping):
+            continue
+        if isinstance(other, np.ndarray) and len(d) == 1:
+            only = next(iter(d.values()))
+            note = f"single output {next(iter(d))!r} compared with a bare array"
+            return (other, only, note) if flip else (only, other, note)
+        if isinstance(other, list) and len(other) == len(d):
+            named = dict(zip(d.keys(), other))
+            note = "list outputs matched to named outputs by position"
+            return (named, d, note) if flip else (d, named, note)
+    return act, exp, None
 
 
 def _run(model: Any, batch: Any) -> Any:

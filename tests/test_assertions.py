@@ -246,3 +246,23 @@ def test_batch_invariant_calibrated_catches_batch_dependence():
     assert "the reference's own float noise" in report.meta["calibration"]["summary"]
     with pytest.raises(ParityError, match="the reference's own float noise"):
         assert_batch_invariant(batch_normalised, X, tolerance="calibrated")
+
+
+def test_named_single_output_meets_bare_array():
+    """A LoadedModel's {name: array} against a raw model's bare array compares values."""
+    from pytest_modelparity import assert_outputs_close, ParityError
+
+    x = np.linspace(-1, 1, 12, dtype="float32").reshape(3, 4)
+    report = assert_outputs_close(lambda b: {"probs": b * 2}, lambda b: b * 2, inputs=x)
+    assert report.meta["alignment"].startswith("single output 'probs'")
+    with pytest.raises(ParityError, match="Mismatched elements"):
+        assert_outputs_close(lambda b: {"probs": b * 2}, lambda b: b * 3, inputs=x)
+
+
+def test_list_outputs_meet_named_outputs_by_position():
+    from pytest_modelparity import assert_outputs_close, ParityError
+
+    x = np.ones((2, 3), "float32")
+    assert_outputs_close(lambda b: [b, b + 1], lambda b: {"a": b, "b": b + 1}, inputs=x)
+    with pytest.raises(ParityError):
+        assert_outputs_close(lambda b: [b + 1, b], lambda b: {"a": b, "b": b + 1}, inputs=x)
