@@ -118,3 +118,18 @@ def test_valid_read_only_files_load(valid, tmp_path):
         before = fingerprint(path)
         assert load_model(path, fmt).predict([[0.5] * 16])  # a nested list is one array
         assert fingerprint(path) == before
+
+
+def test_tflite_with_tensorflow_ops_names_the_missing_ops(tmp_path):
+    import tensorflow as tf
+
+    @tf.function(input_signature=[tf.TensorSpec((None, 4), tf.float32)])
+    def as_text_length(x):
+        return tf.strings.length(tf.strings.as_string(x))  # no TFLite builtin: needs Flex
+
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([as_text_length.get_concrete_function()],
+                                                                tf.Module())
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS, tf.lite.OpsSet.SELECT_TF_OPS]
+    path = tmp_path / "flex.tflite"
+    path.write_bytes(converter.convert())
+    expect_load_error(path, "tflite", match="ops this LiteRT interpreter does not have: FlexAsString.*SELECT_TF_OPS")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import tempfile
 import warnings
 from collections import OrderedDict
@@ -162,10 +163,7 @@ class TFLiteModel(LoadedModel):
             native = _new_interpreter(content, preserve_all_tensors=preserve_all_tensors, num_threads=num_threads)
             native.allocate_tensors()
         except (ValueError, RuntimeError) as exc:
-            raise ModelLoadError(
-                path, NAME, f"LiteRT cannot read the model: {_first_line(exc)} (file size {len(content)} bytes)",
-                "the file is corrupt or truncated: re-export it (export_model(model, 'tflite', path)) "
-                "or copy it again") from exc
+            raise _interpreter_error(path, content, exc) from exc
         self.native = native
         in_details = native.get_input_details()
         out_details = native.get_output_details()
@@ -321,6 +319,20 @@ class TFLiteModel(LoadedModel):
     def close(self) -> None:
         self._pool.clear()
         self._debug = None
+
+
+def _interpreter_error(path: Path | None, content: bytes, exc: BaseException) -> ModelLoadError:
+    """Say why LiteRT refused a file that looked like TFLite: missing ops, or a broken file."""
+    text = str(exc)
+    if "Select TensorFlow op" in text or "Flex" in text or "custom op" in text.lower():
+        ops = sorted(set(re.findall(r"\((Flex\w+)\)", text))) or ["custom or Flex ops"]
+        return ModelLoadError(
+            path, NAME, f"the model uses ops this LiteRT interpreter does not have: {', '.join(ops)}",
+            "convert with TFLITE_BUILTINS only (no SELECT_TF_OPS / custom ops), or compare this model "
+            "through saved_model; the Python LiteRT wheel has no Flex delegate")
+    return ModelLoadError(
+        path, NAME, f"LiteRT cannot read the model: {_first_line(exc)} (file size {len(content)} bytes)",
+        "the file is corrupt or truncated: re-export it (export_model(model, 'tflite', path)) or copy it again")
 
 
 def _variant(interp) -> str:
