@@ -101,6 +101,8 @@ def test_quantised_variants_load_run_and_say_what_they_are(cnn, tmp_path, quanti
     drift = float(np.max(np.abs(out - keras_out(cnn, x))))
     assert 0 < drift < max_drift
     assert_outputs_close(model, load_model(cnn), inputs=x)  # judged by the variant's default
+    stored = {"float16": "float16", "dynamic_range": "int8", "int8": "int8"}[quantization]
+    assert any(w.shape == (4, 256) and w.dtype == stored for w in model.weights().values())  # Dense, as stored
     ops = {op for _, op in model.op_types()}
     if quantization == "int8":
         assert {"QUANTIZE", "DEQUANTIZE"} <= ops

@@ -311,7 +311,8 @@ class TFLiteModel(LoadedModel):
             except ValueError:  # tensors without data (scratch buffers)
                 continue
             is_float = np.dtype(det["dtype"]).kind == "f"
-            is_quantized = det["quantization"][0] != 0.0
+            # Per-channel quantisation leaves ``quantization`` at (0, 0): look at the scales.
+            is_quantized = len(det.get("quantization_parameters", {}).get("scales", ())) > 0
             if value.size > 1 and (is_float or is_quantized):
                 result[det["name"]] = value
         return result
