@@ -91,14 +91,24 @@ def decode_tensors(buf: memoryview | bytes, offset: int = 0) -> dict[str, np.nda
     return out
 
 
-def _pdeathsig() -> None:  # runs in the child between fork and exec
+def _pdeathsig_hook() -> Any:
+    """A preexec_fn setting PR_SET_PDEATHSIG, or None when prctl is unavailable.
+
+    libc and prctl are resolved here, in the parent: the child between fork and exec must not
+    import anything (another thread may hold the import lock at fork time).
+    """
     try:
         import ctypes
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
-    except Exception:  # noqa: BLE001 - best effort; stdin EOF and the finalizer still apply
-        pass
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    kill = int(signal.SIGKILL)
+
+    def hook() -> None:  # runs in the child between fork and exec
+        prctl(1, kill, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+
+    return hook
 
 
 def _terminate(proc: subprocess.Popen) -> None:
@@ -139,7 +149,7 @@ class NodeProcess:
         self.proc = subprocess.Popen(
             [node, str(runner_js), str(model_json), backend],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-            preexec_fn=_pdeathsig if on_linux_main else None, bufsize=0)
+            preexec_fn=_pdeathsig_hook() if on_linux_main else None, bufsize=0)
         self.pid = self.proc.pid
         self._finalizer = weakref.finalize(self, _terminate, self.proc)
         self._stderr_thread = threading.Thread(target=self._drain_stderr, name=f"tfjs-stderr-{self.pid}",

@@ -134,6 +134,8 @@ def test_doubled_softmax_fails_assert_outputs_close(cnn, tmp_path):
     with pytest.raises(ParityError) as info:
         assert_outputs_close(actual, expected)
     assert not info.value.report.passed
+    # The diagnosis names the cause (DESIGN.md: "the failure says actual ≈ softmax(expected)").
+    assert "softmax(expected)" in str(info.value)
 
 
 def test_killed_process_gives_clear_error_then_fresh_load_works(cnn, cnn_tfjs):
@@ -170,24 +172,35 @@ def test_hung_process_times_out_and_is_killed(cnn_tfjs):
     model.close()
 
 
-@pytest.mark.parametrize("how", ["exit", "sigkill"])
+@pytest.mark.parametrize("how", ["exit", "sigkill", "sigkill_pipe_held"])
 def test_no_orphan_node_when_python_exits(cnn_tfjs, tmp_path, how):
-    """A Python that exits without close(), or is SIGKILLed, takes its node process with it."""
+    """A Python that exits without close(), or is SIGKILLed, takes its node process with it.
+
+    ``sigkill_pipe_held``: a grandchild keeps node's stdin open, so no EOF reaches node; only
+    PR_SET_PDEATHSIG can stop it then.
+    """
     script = textwrap.dedent(f"""
-        import os, signal, sys
+        import os, signal, subprocess, sys
         from pytest_modelparity import load_model
         m = load_model({str(cnn_tfjs)!r}, "tfjs")
         m.predict(__import__("numpy").zeros((1, 8, 8, 3), "float32"))
         print(m.process.pid, flush=True)
-        if {how!r} == "sigkill":
+        if {how!r} == "sigkill_pipe_held":
+            holder = subprocess.Popen(["sleep", "60"], pass_fds=[m.process.proc.stdin.fileno()],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            print(holder.pid, flush=True)
+        if {how!r} != "exit":
             os.kill(os.getpid(), signal.SIGKILL)
         """)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
-    lines = proc.stdout.split()
-    if proc.returncode not in (0, -signal.SIGKILL) or not lines:
+    pids = [int(p) for p in proc.stdout.split()]
+    if proc.returncode not in (0, -signal.SIGKILL) or not pids:
         raise AssertionError(f"child failed: rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}")
-    pid = int(lines[0])
-    assert _wait_gone(pid), f"node pid {pid} outlived its Python ({how})"
+    try:
+        assert _wait_gone(pids[0]), f"node pid {pids[0]} outlived its Python ({how})"
+    finally:
+        for holder in pids[1:]:
+            os.kill(holder, signal.SIGKILL)
 
 
 def test_no_node_left_after_a_pytest_session(cnn_tfjs, pytester):
