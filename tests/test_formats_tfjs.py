@@ -220,6 +220,29 @@ def test_no_node_left_after_a_pytest_session(cnn_tfjs, pytester):
     assert _wait_gone(int(pid_file.read_text())), "node outlived the pytest session"
 
 
+def test_multi_input_multi_output_model_keeps_names_and_int_inputs(tmp_path):
+    """Dict inputs (one int32 for an Embedding) and dict outputs round-trip by name on wasm."""
+    import keras
+
+    from pytest_modelparity import assert_outputs_close, export_model
+
+    keras.utils.set_random_seed(1)
+    ids = keras.Input((5,), dtype="int32", name="ids")
+    x = keras.Input((3,), name="x")
+    h = keras.layers.Concatenate()([keras.layers.Flatten()(keras.layers.Embedding(10, 2)(ids)), x])
+    model = keras.Model({"ids": ids, "x": x}, {"a": keras.layers.Dense(4)(h),
+                                               "b": keras.layers.Dense(1, activation="sigmoid")(h)})
+    path = export_model(model, "tfjs", tmp_path / "multi")
+    rng = np.random.default_rng(0)
+    feeds = {"ids": rng.integers(0, 10, (6, 5)), "x": rng.uniform(size=(6, 3))}  # int64, float64 given
+    expected = model({"ids": feeds["ids"].astype("int32"), "x": feeds["x"].astype("float32")}, training=False)
+    with _load(path, backend="wasm") as js:
+        assert {s.name: s.dtype.name for s in js.inputs} == {"ids": "int32", "x": "float32"}
+        actual = js.predict(feeds)
+    assert sorted(actual) == ["a", "b"]
+    assert_outputs_close(actual, {k: np.asarray(v) for k, v in expected.items()})
+
+
 # -- bad model files ----------------------------------------------------------------------
 
 def test_weight_path_outside_the_model_directory_is_refused(cnn_tfjs, tmp_path):
