@@ -54,16 +54,12 @@ def test_key_sees_weights_changed_in_place():
 
 def test_second_export_is_reused(model, tmp_path):
     cache = ExportCache(tmp_path / "cache")
-    t0 = time.perf_counter()
     first = cache.export(model, "tflite")
-    t1 = time.perf_counter()
     stamp = first.stat().st_mtime_ns
     second = ExportCache(tmp_path / "cache").export(mlp(), "tflite")  # new cache object, rebuilt model
-    t2 = time.perf_counter()
     assert second == first and first.name == "model.tflite"
     assert first.stat().st_mtime_ns == stamp
     assert (cache.hits, cache.misses) == (0, 1)
-    assert (t2 - t1) * 5 < (t1 - t0)
     x = np.random.default_rng(0).normal(size=(3, 16)).astype("float32")
     np.testing.assert_allclose(load_model(second, "tflite").predict(x)["out"], np.asarray(model(x)), atol=1e-5)
     assert [p.parent.name for p in cache.entries()] == ["tflite"]
