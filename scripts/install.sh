@@ -10,4 +10,11 @@ PY=${PYTHON:-python3}
 # tensorflowjs' own pins pull TensorFlow 2.19 and an old protobuf, which break TF 2.21:
 # install the converter without its dependencies (see README "TensorFlow.js").
 .venv/bin/python -m pip install -q --no-deps 'tensorflowjs==4.22.0' 'tensorflow_hub==0.16.1'
+# The Node.js side of the TFJS format: npm ci into the runner cache ahead of time (it would
+# otherwise run on first use). Skipped, with a note, where Node.js/npm are missing.
+if command -v node >/dev/null && command -v npm >/dev/null; then
+  .venv/bin/python -m pytest_modelparity.tfjs_runner install
+else
+  echo "install.sh: Node.js/npm not found; the tfjs format will be skipped (apt-get install nodejs npm)" >&2
+fi
 .venv/bin/python -m pip check || true

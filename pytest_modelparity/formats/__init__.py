@@ -45,7 +45,8 @@ _LOAD_RUNTIMES: dict[str, tuple[tuple[str, str], ...]] = {
 
 def _has(requirement: str) -> bool:
     if requirement.startswith("node:"):
-        return shutil.which("node") is not None and shutil.which("npm") is not None
+        # npm is needed only to install the runner's packages; the runner checks for it then.
+        return shutil.which("node") is not None
     try:
         return importlib.util.find_spec(requirement) is not None
     except (ImportError, ValueError):
@@ -59,7 +60,7 @@ def missing_runtime(name: str, *, export: bool = False) -> RuntimeMissing | None
         reqs += list(getattr(format_module(name), "EXPORT_REQUIRES", ()))
     for module, hint in reqs:
         if not _has(module):
-            what = "Node.js and npm" if module.startswith("node:") else f"{module} (needed by format {name!r})"
+            what = "Node.js" if module.startswith("node:") else f"{module} (needed by format {name!r})"
             return RuntimeMissing(what, hint)
     return None
 
