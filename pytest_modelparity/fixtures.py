@@ -121,7 +121,9 @@ class ParitySession:
             raise missing
         model = src.keras_model if src.keras_model is not None else _keras_from_path(src)
         start = time.perf_counter()
-        cache = self._export_cache()
+        # The cache keys Keras models by architecture and weights; a file source is converted
+        # afresh into this session's temporary directory (user files are never written to).
+        cache = self._export_cache() if not isinstance(model, (str, Path)) else None
         if cache is not None:
             path = Path(cache.export(model, format))
         else:

@@ -175,7 +175,7 @@ def format_table(rows: Sequence[dict]) -> list[str]:
                      r.get("output") or "-", r["verdict"].upper(), _fmt(r.get("max_abs")),
                      _fmt(r.get("max_rel")), _fmt(r.get("max_ulp"), ".4g"), _short_tolerance(r)))
     widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(header)]
-    widths[0] = min(widths[0], 48)
+    widths[0] = min(widths[0], 64)
     lines = []
     for cells in (header, *body):
         cells = tuple(c if len(c) <= widths[i] else c[: widths[i] - 1] + "~" for i, c in enumerate(cells))
