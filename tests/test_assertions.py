@@ -266,3 +266,17 @@ def test_list_outputs_meet_named_outputs_by_position():
     assert_outputs_close(lambda b: [b, b + 1], lambda b: {"a": b, "b": b + 1}, inputs=x)
     with pytest.raises(ParityError):
         assert_outputs_close(lambda b: [b + 1, b], lambda b: {"a": b, "b": b + 1}, inputs=x)
+
+
+def test_differently_named_outputs_meet_by_position():
+    """A SavedModel's 'output_0' against the Keras name 'probs' is the same output."""
+    from pytest_modelparity import assert_outputs_close, ParityError
+
+    x = np.ones((2, 3), "float32")
+    report = assert_outputs_close(lambda b: {"output_0": b}, lambda b: {"probs": b}, inputs=x)
+    assert "'output_0'~'probs'" in report.meta["alignment"]
+    with pytest.raises(ParityError):
+        assert_outputs_close(lambda b: {"output_0": b + 1}, lambda b: {"probs": b}, inputs=x)
+    # Shared names are never re-paired: a missing key stays a structure failure.
+    with pytest.raises(ParityError, match="missing|structure"):
+        assert_outputs_close(lambda b: {"a": b, "c": b}, lambda b: {"a": b, "b": b}, inputs=x)
