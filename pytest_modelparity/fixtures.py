@@ -248,6 +248,12 @@ def _keras_from_path(src: Source) -> Any:
 
 
 # -- fixtures ---------------------------------------------------------------------------
+# parity_reference/candidate/batch are module-scoped on purpose: a session-scoped fixture is
+# computed once for the whole session even when another directory's conftest overrides
+# modelparity_source, so two example suites would share the first one's model. Module scope
+# re-reads the (directory's) source per module; the models themselves are still built,
+# exported and loaded once per session by ParitySession. Not function scope: Hypothesis'
+# function_scoped_fixture health check would refuse @given tests using them.
 
 @pytest.fixture(scope="session")
 def modelparity_source(request: pytest.FixtureRequest) -> Any:
@@ -280,7 +286,7 @@ def modelparity_format(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def parity_reference(request: pytest.FixtureRequest, modelparity_source: Any, modelparity_device: str) -> Any:
     """The source as a ``LoadedModel`` on ``modelparity_device`` (built once per session)."""
     state = get_state(request.config)
@@ -290,7 +296,7 @@ def parity_reference(request: pytest.FixtureRequest, modelparity_source: Any, mo
         state.unavailable(exc, f"reference on {modelparity_device}")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def parity_candidate(request: pytest.FixtureRequest, modelparity_source: Any, modelparity_format: str,
                      modelparity_device: str) -> Any:
     """The source exported to ``modelparity_format`` (cached) and loaded on the device."""
@@ -303,7 +309,7 @@ def parity_candidate(request: pytest.FixtureRequest, modelparity_source: Any, mo
         pytest.fail(f"modelparity: {exc}", pytrace=False)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def parity_batch(parity_reference: Any) -> Any:
     """A seeded batch (size 4) fitting the reference's inputs; read-only because it is shared."""
     from .strategies import seeded_batch

@@ -21,7 +21,9 @@ h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 8px}
 .pass{color:#1a7f37} .fail{color:#cf222e}
 table{border-collapse:collapse;width:100%;margin-top:8px}
 th,td{border-bottom:1px solid #d0d7de;padding:4px 8px;text-align:left;vertical-align:middle}
-th{background:#f6f8fa;position:sticky;top:0} td.num{text-align:right;font-variant-numeric:tabular-nums}
+th{background:#f6f8fa;position:sticky;top:0;white-space:nowrap}
+td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap} td code{white-space:nowrap}
+td.test{min-width:16em;max-width:30em;overflow-wrap:anywhere} td.tol{max-width:18em}
 tr.fail td{background:#fff5f5} td.hist svg{display:block}
 .small{font-size:12px;color:#57606a} ul.hints{margin:2px 0 0 16px;padding:0;color:#9a6700}
 """
@@ -75,13 +77,14 @@ def histogram_svg(hist: dict | None, *, width: int = 220, height: int = 64, fail
 
 def _row_html(row: dict) -> str:
     failed = row.get("verdict") == "fail"
-    test = row["nodeid"]
+    where, _, test = row["nodeid"].rpartition("::")
     hints = "".join(f"<li>{_e(h)}</li>" for h in row.get("hints") or [])
     problem = f'<div class="small fail">{_e(row["problem"])}</div>' if row.get("problem") else ""
     runs = row.get("runs") or 1
     runs_txt = f'<div class="small">worst of {runs} comparisons</div>' if runs > 1 else ""
     cells = [
-        f'<td><div>{_e(test)}</div><div class="small">{_e(row.get("title"))}</div>{runs_txt}'
+        f'<td class="test"><div><b>{_e(test)}</b></div><div class="small">{_e(where)}</div>'
+        f'<div class="small">{_e(row.get("title"))}</div>{runs_txt}'
         f'{f"<ul class=hints>{hints}</ul>" if hints else ""}</td>',
         f"<td>{_e(row.get('format') or '-')}</td>",
         f"<td>{_e(row.get('device') or '-')}</td>",
@@ -91,7 +94,7 @@ def _row_html(row: dict) -> str:
         f'<td class="num">{_num(row.get("max_abs"))}</td>',
         f'<td class="num">{_num(row.get("max_rel"))}</td>',
         f'<td class="num">{_num(row.get("max_ulp"), ".4g")}</td>',
-        f'<td class="small">{_e(row.get("tolerance") or "-")}</td>',
+        f'<td class="small tol">{_e(row.get("tolerance") or "-")}</td>',
         f'<td class="hist">{histogram_svg(row.get("error_histogram"), failed=failed)}</td>',
     ]
     return f'<tr class="{"fail" if failed else "pass"}">{"".join(cells)}</tr>'
