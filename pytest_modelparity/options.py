@@ -7,6 +7,7 @@ read the same parsed, validated values instead of re-reading ``config.getoption`
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,8 @@ _OPTIONS: tuple[tuple[str, str, str], ...] = (
      f"comma-separated export formats to test (default: every installed one); valid: {', '.join(ALL_FORMATS)}"),
     ("report", "string", "write every comparison as JSON to this path (schema: docs/report-schema.md)"),
     ("html", "string", "write a self-contained HTML report (table + error histograms) to this path"),
-    ("cache-dir", "string", "where exported models are cached (default: <rootdir>/.modelparity-cache)"),
+    ("cache-dir", "string",
+     "where exported models are cached (default: $MODELPARITY_CACHE_DIR, else <rootdir>/.modelparity-cache)"),
     ("no-cache", "bool", "export every model afresh into a temporary directory"),
     ("strict", "bool", "a missing runtime (LiteRT, onnxruntime, Node.js...) or device fails instead of skipping"),
     ("model", "string",
@@ -138,7 +140,9 @@ def _path(config: pytest.Config, value: Any) -> Path | None:
 def parse_options(config: pytest.Config) -> ParityOptions:
     """Read and validate every option; raise ``pytest.UsageError`` naming the valid values."""
     formats, explicit = parse_formats(_value(config, "modelparity_formats"))
-    cache_dir = _path(config, _value(config, "modelparity_cache_dir")) or Path(config.rootpath) / ".modelparity-cache"
+    cache_dir = (_path(config, _value(config, "modelparity_cache_dir"))
+                 or _path(config, os.environ.get("MODELPARITY_CACHE_DIR"))
+                 or Path(config.rootpath) / ".modelparity-cache")
     model = _value(config, "modelparity_model")
     return ParityOptions(
         devices=parse_devices(_value(config, "modelparity_device")),

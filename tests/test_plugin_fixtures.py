@@ -216,3 +216,15 @@ def test_a_saved_file_is_a_source_and_is_never_rewritten(pytester: pytest.Pytest
             assert os.stat(modelparity_source).st_mtime_ns == before
     ''')
     pytester.runpytest("--modelparity-formats=keras,saved_model").assert_outcomes(passed=2)
+
+
+def test_cache_dir_option_and_no_cache(suite: pytest.Pytester) -> None:
+    suite.makepyfile("def test_export(parity_candidate): pass")
+    suite.runpytest("--modelparity-formats=saved_model", "--modelparity-cache-dir=mycache",
+                    "--modelparity-report=r.json").assert_outcomes(passed=1)
+    (artifact,) = json.loads((suite.path / "r.json").read_text())["artifacts"]
+    assert artifact["path"].startswith(str(suite.path / "mycache" / "saved_model"))
+    suite.runpytest("--modelparity-formats=saved_model", "--modelparity-no-cache", "--modelparity-cache-dir=other",
+                    "--modelparity-report=r2.json").assert_outcomes(passed=1)
+    (artifact,) = json.loads((suite.path / "r2.json").read_text())["artifacts"]
+    assert not (suite.path / "other").exists() and not artifact["path"].startswith(str(suite.path))
