@@ -91,6 +91,12 @@ def rows_from_report(report: Any, *, nodeid: str, format: str | None, device: st
     rows: list[dict] = []
     hints = [getattr(h, "message", str(h)) for h in (getattr(report, "hints", None) or [])]
     title = getattr(report, "title", kind)
+    meta = getattr(report, "meta", None) or {}
+    # A test without the matrix fixtures (e.g. models loaded with load_model) still gets the
+    # format/device when the assertion recorded them.
+    format = format or (meta.get("format") if isinstance(meta.get("format"), str) else None)
+    device = device or (meta.get("device") if isinstance(meta.get("device"), str) else None)
+    calibration = meta.get("calibration") if isinstance(meta.get("calibration"), dict) else {}
     for out in getattr(report, "outputs", []) or []:
         g = lambda name: getattr(out, name, None)  # noqa: E731 - tolerant of older report versions
         hist = g("error_histogram")
@@ -117,6 +123,7 @@ def rows_from_report(report: Any, *, nodeid: str, format: str | None, device: st
             "problem": g("problem"),
             "notes": _plain(list(g("notes") or [])),
             "hints": hints,
+            "calibration": calibration.get("summary") if isinstance(calibration.get("summary"), str) else None,
             "error_histogram": None if not hist else {"counts": _plain(hist[0]), "log10_edges": _plain(hist[1])},
         }
         row.update(_tolerance_fields(g("tolerance")))

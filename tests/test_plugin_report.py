@@ -71,7 +71,7 @@ ROW = {"nodeid": str, "format": (str, type(None)), "device": (str, type(None)), 
        "max_ulp": NUMBER_OR_TEXT, "mean_abs": NUMBER_OR_TEXT, "max_abs_index": (list, type(None)),
        "min_atol": NUMBER_OR_TEXT, "min_rtol": NUMBER_OR_TEXT, "size": (int, type(None)),
        "mismatched": (int, type(None)), "shape": (list, type(None)), "dtype": (str, type(None)),
-       "problem": (str, type(None)), "notes": list, "hints": list, "tolerance": (str, type(None)),
+       "problem": (str, type(None)), "notes": list, "hints": list, "tolerance": (str, type(None)), "calibration": (str, type(None)),
        "tolerance_source": (str, type(None)), "tolerance_rule": (str, type(None)), "rtol": NUM, "atol": NUM,
        "scale": NUM, "error_histogram": (dict, type(None))}
 TOP = {"schema": str, "schema_version": int, "created": str, "command": str, "environment": dict,
