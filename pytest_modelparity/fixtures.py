@@ -37,6 +37,18 @@ class NotExportable(ValueError):
     """The selected format has no exporter (e.g. TF1 checkpoints are load-only)."""
 
 
+class ExportFailed(RuntimeError):
+    """Exporting the source to a format raised: the converter's message, without the
+    hundred lines of converter internals pytest would otherwise print for every test."""
+
+
+def _export_failed(label: str, format: str, exc: BaseException) -> ExportFailed:
+    lines = [ln for ln in str(exc).splitlines() if ln.strip()]
+    shown = lines[:12] + ([f"... ({len(lines) - 12} more lines)"] if len(lines) > 12 else [])
+    body = "\n    ".join(shown) or "(no message)"
+    return ExportFailed(f"exporting {label!r} to format {format!r} failed: {type(exc).__name__}:\n    {body}")
+
+
 @dataclass
 class Source:
     """What ``modelparity_source`` resolved to: a Keras model and/or a model path."""
@@ -124,15 +136,20 @@ class ParitySession:
         # The cache keys Keras models by architecture and weights; a file source is converted
         # afresh into this session's temporary directory (user files are never written to).
         cache = self._export_cache() if not isinstance(model, (str, Path)) else None
-        if cache is not None:
-            path = Path(cache.export(model, format))
-        else:
-            from .formats import export_model
+        try:
+            if cache is not None:
+                path = Path(cache.export(model, format))
+            else:
+                from .formats import export_model
 
-            if self._tmp is None:
-                self._tmp = Path(tempfile.mkdtemp(prefix="modelparity-"))
-            target = self._tmp / f"{len(self.artifacts)}-{format}" / _EXPORT_NAMES[format]
-            path = export_model(model, format, target)
+                if self._tmp is None:
+                    self._tmp = Path(tempfile.mkdtemp(prefix="modelparity-"))
+                target = self._tmp / f"{len(self.artifacts)}-{format}" / _EXPORT_NAMES[format]
+                path = export_model(model, format, target)
+        except (RuntimeMissing, DeviceUnavailable, ModelLoadError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - any converter failure, reported once per format
+            raise _export_failed(src.label, format, exc) from exc
         self.artifacts.append({"source": src.label, "format": format, "path": str(path),
                                "seconds": round(time.perf_counter() - start, 3)})
         return path
@@ -305,7 +322,7 @@ def parity_candidate(request: pytest.FixtureRequest, modelparity_source: Any, mo
         return state.candidate(modelparity_source, modelparity_format, modelparity_device)
     except (RuntimeMissing, DeviceUnavailable) as exc:
         state.unavailable(exc, f"format {modelparity_format!r} on {modelparity_device}")
-    except NotExportable as exc:
+    except (NotExportable, ExportFailed, ModelLoadError) as exc:
         pytest.fail(f"modelparity: {exc}", pytrace=False)
 
 

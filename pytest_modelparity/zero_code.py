@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from .errors import DeviceUnavailable, ParityError, RuntimeMissing
-from .fixtures import BATCH_SEED, NotExportable, ParitySession, get_state
+from .errors import ModelLoadError
+from .fixtures import BATCH_SEED, ExportFailed, NotExportable, ParitySession, get_state
 
 CHECKS = ("outputs_close", "deterministic", "batch_invariant")
 SUITE_NODEID = "modelparity"
@@ -76,7 +77,7 @@ class ParityCheck(pytest.Item):
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         exc = excinfo.value
-        if isinstance(exc, (ParityError, NotExportable)):
+        if isinstance(exc, (ParityError, NotExportable, ExportFailed, ModelLoadError)):
             notes = "\n".join(getattr(exc, "__notes__", []) or [])
             return f"{exc}\n{notes}".rstrip()
         return super().repr_failure(excinfo, style=style)
