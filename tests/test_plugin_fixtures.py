@@ -85,11 +85,16 @@ def test_ids_session_scoping_and_one_export_per_format(suite: pytest.Pytester) -
             assert sorted(SEEN) == ["keras", "saved_model"]
             assert all(len(ids) == 1 for ids in SEEN.values()), SEEN
     ''')
+    suite.makepyfile(test_other_module='''
+        def test_elsewhere(parity_candidate, parity_reference):
+            assert parity_candidate.inputs == parity_reference.inputs
+    ''')
     result = suite.runpytest("-v", "--modelparity-formats=keras,saved_model", "--modelparity-report=r.json")
-    result.assert_outcomes(passed=6)
+    result.assert_outcomes(passed=8)
     result.stdout.fnmatch_lines(["*test_export[[]keras-cpu[]] PASSED*", "*test_export[[]saved_model-cpu[]] PASSED*",
                                  "*test_again[[]saved_model-cpu[]] PASSED*", "*test_reference_only[[]cpu[]] PASSED*"])
     doc = json.loads((suite.path / "r.json").read_text())
+    # 8 tests in two modules, 2 formats: each exported exactly once
     assert sorted(a["format"] for a in doc["artifacts"]) == ["keras", "saved_model"]
 
 
