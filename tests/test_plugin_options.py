@@ -82,3 +82,13 @@ def test_marker_with_an_unknown_format_names_the_test_and_the_valid_ones(pyteste
 def test_marker_is_registered(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--markers")
     result.stdout.fnmatch_lines(["@pytest.mark.modelparity(formats=None, devices=None, rtol=None, atol=None)*"])
+
+
+def test_device_all_expands_to_the_devices_tensorflow_sees(pytester: pytest.Pytester) -> None:
+    import tensorflow as tf  # imported by the test process already: in-process runs keep it
+
+    pytester.makepyfile("def test_ref(modelparity_device): pass")
+    result = pytester.runpytest("--collect-only", "-q", "--modelparity-device=all")
+    gpus = tf.config.list_physical_devices("GPU")
+    expected = ["*test_ref[[]cpu[]]"] + ["*test_ref[[]gpu*" for _ in gpus[:1]]
+    result.stdout.fnmatch_lines(expected + [f"{1 + len(gpus)} test* collected*"])
