@@ -503,7 +503,8 @@ def _compare_floats(a: np.ndarray, e: np.ndarray, oc: OutputComparison, tol: Tol
 
     # pass 2: full statistics ------------------------------------------------------
     s = scan.statistics(tol, equal_nan, v.scale if v.complete and tol.scale else None, fmt,
-                        need_order=allowed > 0, want_histogram=full_stats)
+                        need_order=allowed > 0, want_histogram=full_stats,
+                        expect_failures=v.mismatched > 0)
     oc.scale = s.scale
     if not v.complete:                    # the statistics pass counted the whole output
         oc.mismatched, oc.scale, oc.max_abs = s.mismatched, s.scale, s.max_abs
@@ -696,151 +697,121 @@ class _Scanner:
 
     def statistics(self, tol: Tolerance, equal_nan: bool, scale: float | None,
                    fmt: tuple[int, int] | None, need_order: bool,
-                   want_histogram: bool) -> _Stats:
+                   want_histogram: bool, expect_failures: bool = False) -> _Stats:
         """Every statistic in one pass. ``scale=None`` (only for ``tol.scale == 0``, where the
-        bound does not need it): measure max|e| on the way."""
+        bound does not need it): measure max|e| on the way.
+
+        With ``expect_failures`` (the verdict saw mismatches) most chunks take a short path:
+        every statistic except max|a - e| and the mean is a maximum (or a top-5) that only a
+        few elements can reach once the first chunks set a level, so one mask
+        ``d > min(k|e| + c, kr|e|)`` (margins proven in ``_SubsetLevels``) picks a superset of
+        those elements and of the mismatches; their exact values are computed in batches.
+        Chunks with non-finite values or too many candidates take the full path."""
         rtol, atol, sc = float(tol.rtol), float(tol.atol), float(tol.scale)
         measure_scale = scale is None
         if measure_scale:
             assert sc == 0.0
             scale = 0.0
         const = atol + sc * scale
-        mismatched = nonfinite = 0
+        nmant, minexp = fmt if fmt is not None else (52, -1022)
+        acc = _StatsAcc(self.work, rtol, const, nmant, minexp, self.d.size)
         best, best_at = -1.0, None
         total, finite_count = 0.0, 0
-        max_rel, max_rel_at = -1.0, None
-        max_ulp = 0.0
-        need_atol = -math.inf                # max over elements of d - rtol|e|
-        need_rtol = -math.inf                # max over elements of (d - const) / |e|
-        impossible = False                   # a non-finite mismatch: no tolerance passes
-        worst: list[tuple[float, int]] = []  # (excess, flat index), best first
-        nonfinite_worst: list[int] = []
-        excess_all: list[np.ndarray] = [] if need_order else None  # type: ignore[assignment]
         hist = np.zeros(2100, np.int64)      # binary exponents of |a-e|, offset by 1100
-        nmant, minexp = fmt if fmt is not None else (52, -1022)
         ones = np.ones(self.d.size, self.work)
-        pow2_mask, ulp_shift = _EXPONENT_BITS[self.work.itemsize]
-        ulp_floor = 2.0 ** (minexp - nmant)
-        u = np.empty(self.d.size, self.work)
+        fast = (_SUBSET_STATS and expect_failures and not need_order and not want_histogram
+                and acc.ulp_floor > 0 and nmant <= np.finfo(self.work).nmant
+                and rtol >= 0 and math.isfinite(const) and const >= 0)
+        xb = np.empty(self.d.size, self.work) if fast else None
+        mk = np.empty(self.d.size, bool) if fast else None
         for start, ac, ec, m in self.chunks():
-            if measure_scale:
-                scale = max(scale, self._finite_absmax(ec))
             d = self._absdiff(ac, ec, m)
             dmax = float(d.max())
-            all_fin = math.isfinite(dmax)
-            fin = None
-            if not all_fin:
-                fin = np.isfinite(d)
-                b = self._bound(ec, m, rtol, const)
-                ok = self._ok(ac, ec, d, b, equal_nan)
-                mismatched += int(m - np.count_nonzero(ok))
-                bad_nf = np.flatnonzero(~ok & ~fin)
-                nonfinite += int(bad_nf.size)
-                if bad_nf.size:
-                    impossible = True
-                    nonfinite_worst.extend(int(start + i) for i in bad_nf[:WORST_COUNT])
-                d[~fin] = 0.0                # statistics below are over finite pairs
-                nfin = int(np.count_nonzero(fin))
-                finite_count += nfin
-                dmax = float(d.max()) if nfin else -1.0
-            else:
+            if math.isfinite(dmax):
+                with np.errstate(over="ignore", invalid="ignore"):
+                    part = float(np.dot(d, ones[:m]))   # BLAS dot: a fast sum of |a - e|
+                    if not math.isfinite(part):
+                        part = float(np.sum(d, dtype=np.float64))
+                total += part
                 finite_count += m
+                if dmax > best:
+                    best, best_at = dmax, start
+                levels = acc.levels() if fast else None
+                if levels is not None:
+                    ae = self.b[:m]
+                    np.abs(ec, out=ae, dtype=self.work)
+                    if measure_scale:
+                        scale = max(scale, float(ae.max()))
+                    k, c_low, kr = levels
+                    x, mask = xb[:m], mk[:m]
+                    with np.errstate(over="ignore", invalid="ignore"):
+                        np.multiply(ae, k, out=x)
+                        np.add(x, c_low, out=x)
+                        if kr != math.inf:
+                            y = self.t[:m]
+                            np.multiply(ae, kr, out=y)
+                            np.minimum(x, y, out=x)
+                    np.greater(d, x, out=mask)
+                    idx = np.flatnonzero(mask)
+                    if idx.size <= m // _SUBSET_MAX_SHARE:
+                        acc.add_subset(idx + start, d[idx], ae[idx])
+                        continue
+                    # too many candidates: this chunk is cheaper done in full
+                elif measure_scale:
+                    scale = max(scale, self._finite_absmax(ec))
+                acc.full_chunk(start, ec, d, None, self.b[:m], self.t[:m])
+                if need_order:
+                    acc.excess_all.append(self.t[:m].copy())
+                if want_histogram:
+                    self._histogram_add(hist, d)
+                continue
+            if measure_scale:
+                scale = max(scale, self._finite_absmax(ec))
+            fin = np.isfinite(d)
+            b = self._bound(ec, m, rtol, const)
+            ok = self._ok(ac, ec, d, b, equal_nan)
+            acc.mismatched += int(m - np.count_nonzero(ok))
+            bad_nf = np.flatnonzero(~ok & ~fin)
+            acc.nonfinite += int(bad_nf.size)
+            if bad_nf.size:
+                acc.impossible = True
+                acc.nonfinite_worst.extend(int(start + i) for i in bad_nf[:WORST_COUNT])
+            d[~fin] = 0.0                    # statistics below are over finite pairs
+            nfin = int(np.count_nonzero(fin))
+            finite_count += nfin
+            dmax = float(d.max()) if nfin else -1.0
             if dmax > best:
                 best, best_at = dmax, start
             with np.errstate(over="ignore", invalid="ignore"):
-                part = float(np.dot(d, ones[:m]))   # BLAS dot: a fast sum of |a - e|
-                if not math.isfinite(part):
-                    part = float(np.sum(d, dtype=np.float64))
+                part = float(np.sum(d, dtype=np.float64))
             total += part
-            ae = self.b[:m]
-            np.abs(ec, out=ae, dtype=self.work)
-            if fin is not None:
-                ae[~fin] = 1.0               # keep non-finite pairs out of rel/ulp/rtol
-            t = self.t[:m]
-            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-                # relative difference; 0/0 (exact zero both sides) is NaN and skipped
-                np.divide(d, ae, out=t)
-                r = float(t.max())
-                if math.isnan(r):
-                    r = float(np.fmax.reduce(t))
-                if r > max_rel:
-                    max_rel, max_rel_at = r, start
-                # smallest rtol: (d - const) / |e|
-                np.subtract(d, const, out=t)
-                np.divide(t, ae, out=t)
-                r = float(t.max())
-                if math.isnan(r):
-                    r = float(np.fmax.reduce(t))
-                need_rtol = max(need_rtol, r)
-                # ULP distance in the less precise format: d / ulp(e), where ulp(e) is
-                # 2**exponent(e) (the exponent bits of |e| read as a float) * 2**-nmant
-                tv = t.view(pow2_mask.dtype)
-                np.bitwise_and(ae.view(pow2_mask.dtype), pow2_mask, out=tv)
-                np.multiply(t, 2.0 ** -nmant, out=t)
-                np.maximum(t, ulp_floor, out=t)
-                np.divide(d, t, out=t)
-                max_ulp = max(max_ulp, float(t.max()))
-                # excess over the rtol part: d - rtol|e|; its max is the smallest atol
-                np.multiply(ae, rtol, out=t)
-                if all_fin:                  # count as verdict() does: d > rtol|e| + const
-                    uu = u[:m]
-                    np.add(t, const, out=uu)
-                    mismatched += int(np.count_nonzero(np.greater(d, uu)))
-                np.subtract(d, t, out=t)
-                if fin is not None:
-                    t[~fin] = -math.inf
-            cmax = float(t.max())
-            need_atol = max(need_atol, cmax)
+            acc.full_chunk(start, ec, d, fin, self.b[:m], self.t[:m], counted=True)
             if need_order:
-                excess_all.append(t.copy())
-            if len(worst) < WORST_COUNT or cmax > worst[-1][0]:
-                thr = worst[-1][0] if len(worst) >= WORST_COUNT else -math.inf
-                if math.isfinite(thr):
-                    cand = np.flatnonzero(t > thr)
-                elif m > WORST_COUNT:
-                    cand = np.argpartition(t, m - WORST_COUNT)[m - WORST_COUNT:]
-                else:
-                    cand = np.arange(m)
-                if cand.size > 4 * WORST_COUNT:
-                    cand = cand[np.argsort(-t[cand], kind="stable")[:WORST_COUNT]]
-                worst.extend((float(t[i]), int(start + i)) for i in cand)
-                worst.sort(key=lambda w: (-w[0], w[1]))
-                del worst[WORST_COUNT:]
-            if want_histogram:               # log2|a-e| over nonzero finite differences
-                nz = d[d > 0]
-                if nz.size:
-                    _, ex = np.frexp(nz)
-                    hist += np.bincount(ex.astype(np.int64) + 1100,
-                                        minlength=hist.size)[:hist.size]
+                acc.excess_all.append(self.t[:m].copy())
+            if want_histogram:
+                self._histogram_add(hist, d)
+        acc.flush()
         # ------------------------------------------------------------------ summarise
         mean_abs = (total / finite_count if math.isfinite(total)
                     else float(np.finfo(np.float64).max)) if finite_count else None
-        max_rel_index = None
-        if max_rel_at is not None and max_rel >= 0:
-            stop = min(max_rel_at + CHUNK, self.n)
-            ac, ec = self.a[max_rel_at:stop], self.e[max_rel_at:stop]
-            if not self.native:
-                ac, ec = ac.astype(self.work), ec.astype(self.work)
-            d = self._absdiff(ac, ec, stop - max_rel_at)
-            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-                rel = d / np.abs(ec.astype(self.work))
-            rel[~np.isfinite(d) | np.isnan(rel)] = -1.0
-            max_rel_index = max_rel_at + int(np.argmax(rel))
+        max_rel, max_rel_index = acc.max_rel, acc.max_rel_index
         if finite_count == 0:
             max_rel = None  # type: ignore[assignment]
-        if impossible:
+        need_atol = acc.need_atol
+        if acc.impossible:
             min_atol = min_rtol = math.inf
         else:
-            if need_order and excess_all:
+            if need_order and acc.excess_all:
                 allowed = int(math.floor(tol.max_mismatch_fraction * self.n))
-                ex = np.concatenate(excess_all)
+                ex = np.concatenate(acc.excess_all)
                 k = ex.size - 1 - allowed
                 need_atol = float(np.partition(ex, k)[k]) if k >= 0 else 0.0
             min_atol = max(0.0, need_atol - sc * scale) if math.isfinite(need_atol) else 0.0
-            min_rtol = max(0.0, need_rtol) if need_rtol != -math.inf else 0.0
-        if any(x > const for x, _ in worst) or nonfinite_worst:
+            min_rtol = max(0.0, acc.need_rtol) if acc.need_rtol != -math.inf else 0.0
+        worst = acc.worst
+        if any(x > const for x, _ in worst) or acc.nonfinite_worst:
             worst = [(x, i) for x, i in worst if x > const]   # failing: show mismatches only
-        picks = nonfinite_worst[:WORST_COUNT] + [i for _, i in worst]
+        picks = acc.nonfinite_worst[:WORST_COUNT] + [i for _, i in worst]
         picks = list(dict.fromkeys(picks))[:WORST_COUNT]
         worst_rows = [(i, _py(self.a[i]), _py(self.e[i])) for i in picks]
         histogram = None
@@ -852,10 +823,190 @@ class _Scanner:
             edges = [round((k - 1100 - 1) * math.log10(2), 4) for k in range(lo, hi + 1)]
             histogram = (counts, edges)
         return _Stats(mean_abs, max_rel if max_rel is None or max_rel >= 0 else None,
-                      max_rel_index, max_ulp if finite_count else None, min_atol, min_rtol,
-                      worst_rows, histogram, mismatched, nonfinite, scale,
+                      max_rel_index, acc.max_ulp if finite_count else None, min_atol, min_rtol,
+                      worst_rows, histogram, acc.mismatched, acc.nonfinite, scale,
                       None if best_at is None else best,
                       None if best_at is None else self._argmax_finite(best_at))
+
+    @staticmethod
+    def _histogram_add(hist: np.ndarray, d: np.ndarray) -> None:
+        """log2|a-e| over nonzero finite differences (non-finite ones are zeroed before)."""
+        nz = d[d > 0]
+        if nz.size:
+            _, ex = np.frexp(nz)
+            hist += np.bincount(ex.astype(np.int64) + 1100, minlength=hist.size)[:hist.size]
+
+
+_SUBSET_STATS = True      # tests switch it off to check the short path against the full one
+_SUBSET_MAX_SHARE = 8     # a chunk with more than 1/8 candidates is computed in full
+_SUBSET_BATCH = 1 << 15   # candidates gathered before their statistics are computed at once
+_MARGIN = 2.0 ** -20      # relative slack of the candidate mask, far above rounding (2**-24)
+
+
+class _StatsAcc:
+    """Running statistics, fed whole chunks (``full_chunk``) or gathered candidate elements
+    (``add_subset``); the same float arithmetic either way, so the results are identical.
+
+    Ties are broken by the lowest flat index (numpy's argmax), whatever the feeding order.
+
+    Why the candidate mask ``d > min(fl(k|e|) + c_low, fl(kr|e|))`` (``levels``) keeps every
+    element that can still change a result (u = unit roundoff <= 2**-24, margin 2**-20):
+    - a mismatch has d > fl(fl(rtol|e|) + c) >= the first term, since k <= rtol, c_low <= c;
+    - an excess fl(d - fl(rtol|e|)) above the current level A (smallest atol so far, or the
+      5th-worst excess) means d > fl(rtol|e|) + A/(1+u) > the first term, c_low <= A(1-margin);
+    - a relative difference fl(d/|e|) above R means d > |e| R/(1+u) > fl(kr|e|), kr <= R(1-m);
+      the rtol ratio fl((d - c)/|e|) is at most fl(d/|e|); and a ULP distance
+      d / max(2**E(e) 2**-nmant, floor) is below 2**(nmant+1) d/|e|, so one above the current
+      maximum U needs d/|e| > U 2**-(nmant+1)/(1+u): R = min(max_rel, need_rtol, U 2**-(nmant+2)).
+    """
+
+    def __init__(self, work: np.dtype, rtol: float, const: float, nmant: int, minexp: int,
+                 chunk: int) -> None:
+        self.work, self.rtol, self.const, self.nmant = work, rtol, const, nmant
+        self.mismatched = self.nonfinite = 0
+        self.max_rel, self.max_rel_index = -1.0, None
+        self.max_ulp = 0.0
+        self.need_atol = -math.inf            # max over elements of d - rtol|e|
+        self.need_rtol = -math.inf            # max over elements of (d - const) / |e|
+        self.impossible = False               # a non-finite mismatch: no tolerance passes
+        self.worst: list[tuple[float, int]] = []   # (excess, flat index), best first
+        self.nonfinite_worst: list[int] = []
+        self.excess_all: list[np.ndarray] = []
+        self.pow2_mask, _ = _EXPONENT_BITS[work.itemsize]
+        self.ulp_floor = 2.0 ** (minexp - nmant)
+        self.u = np.empty(chunk, work)
+        self.pending: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.pending_size = 0
+
+    # ---------------------------------------------------------------- candidate levels
+    def levels(self) -> tuple[float, float, float] | None:
+        """(k, c_low, kr) for the candidate mask, or None while the levels are unknown."""
+        if len(self.worst) < WORST_COUNT:
+            return None
+        level_a = min(self.need_atol, self.worst[-1][0])
+        if not (level_a > 0 and math.isfinite(level_a)):
+            return None
+        r = min(self.max_rel, self.need_rtol, self.max_ulp * 2.0 ** -(self.nmant + 2))
+        if not r >= 0:                        # also NaN
+            return None
+        shrink = 1.0 - _MARGIN
+        kr = r * shrink if math.isfinite(r) else math.inf
+        return self.rtol * shrink, min(self.const, level_a) * shrink, kr
+
+    # ---------------------------------------------------------------- feeding
+    def add_subset(self, idx: np.ndarray, d: np.ndarray, ae: np.ndarray) -> None:
+        if idx.size:
+            self.pending.append((idx, d, ae))
+            self.pending_size += idx.size
+            if self.pending_size >= _SUBSET_BATCH:
+                self.flush()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        if len(self.pending) == 1:
+            idx, d, ae = self.pending[0]
+        else:
+            idx, d, ae = (np.concatenate(p) for p in zip(*self.pending))
+        self.pending, self.pending_size = [], 0
+        t = np.empty_like(d)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            # mismatches, as verdict() counts them: d > rtol|e| + const
+            p = np.multiply(ae, self.rtol)
+            self.mismatched += int(np.count_nonzero(np.greater(d, np.add(p, self.const))))
+            np.divide(d, ae, out=t)
+            self._take_rel(t, idx)
+            np.subtract(d, self.const, out=t)
+            np.divide(t, ae, out=t)
+            self._take_rtol(t)
+            self._take_ulp(d, ae, t)
+            np.subtract(d, p, out=t)
+        self._take_excess(t, idx)
+
+    def full_chunk(self, start: int, ec: np.ndarray, d: np.ndarray, fin: np.ndarray | None,
+                   ae: np.ndarray, t: np.ndarray, counted: bool = False) -> None:
+        """Every statistic of one chunk (``fin``: its finite pairs, None when all are);
+        leaves the excess d - rtol|e| in ``t``. ``counted``: mismatches already counted."""
+        m = d.size
+        np.abs(ec, out=ae, dtype=self.work)
+        if fin is not None:
+            ae[~fin] = 1.0                   # keep non-finite pairs out of rel/ulp/rtol
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            # relative difference; 0/0 (exact zero both sides) is NaN and skipped
+            np.divide(d, ae, out=t)
+            self._take_rel(t, start)
+            np.subtract(d, self.const, out=t)
+            np.divide(t, ae, out=t)
+            self._take_rtol(t)
+            self._take_ulp(d, ae, t)
+            np.multiply(ae, self.rtol, out=t)
+            if not counted:                  # count as verdict() does: d > rtol|e| + const
+                uu = self.u[:m]
+                np.add(t, self.const, out=uu)
+                self.mismatched += int(np.count_nonzero(np.greater(d, uu)))
+            np.subtract(d, t, out=t)
+            if fin is not None:
+                t[~fin] = -math.inf
+        self._take_excess(t, start)
+
+    # ---------------------------------------------------------------- reductions
+    def _take_rel(self, t: np.ndarray, where: int | np.ndarray) -> None:
+        if not t.size:
+            return
+        r = float(t.max())
+        if math.isnan(r):
+            r = float(np.fmax.reduce(t))
+        if math.isnan(r) or r < self.max_rel:
+            return
+        first = int(np.argmax(t == r))
+        i = where + first if isinstance(where, int) else int(where[first])
+        if r > self.max_rel or self.max_rel_index is None or i < self.max_rel_index:
+            self.max_rel, self.max_rel_index = r, i
+
+    def _take_rtol(self, t: np.ndarray) -> None:
+        if t.size:
+            r = float(t.max())
+            if math.isnan(r):
+                r = float(np.fmax.reduce(t))
+            if r > self.need_rtol:           # NaN compares False
+                self.need_rtol = r
+
+    def _take_ulp(self, d: np.ndarray, ae: np.ndarray, t: np.ndarray) -> None:
+        """ULP distance in the less precise format: d / ulp(e), where ulp(e) is 2**exponent(e)
+        (the exponent bits of |e| read as a float) * 2**-nmant, at least the format's floor."""
+        if not t.size:
+            return
+        tv = t.view(self.pow2_mask.dtype)
+        np.bitwise_and(ae.view(self.pow2_mask.dtype), self.pow2_mask, out=tv)
+        np.multiply(t, 2.0 ** -self.nmant, out=t)
+        np.maximum(t, self.ulp_floor, out=t)
+        np.divide(d, t, out=t)
+        self.max_ulp = max(self.max_ulp, float(t.max()))
+
+    def _take_excess(self, t: np.ndarray, where: int | np.ndarray) -> None:
+        """``t``: excess d - rtol|e| (smallest atol: its max; worst elements: its top 5)."""
+        if not t.size:
+            return
+        cmax = float(t.max())
+        self.need_atol = max(self.need_atol, cmax)
+        full = len(self.worst) >= WORST_COUNT
+        if full and not cmax >= self.worst[-1][0]:
+            return
+        if full:
+            thr = self.worst[-1][0]
+        elif t.size > WORST_COUNT:           # the 5th largest value: ties at it all count
+            thr = float(np.partition(t, t.size - WORST_COUNT)[t.size - WORST_COUNT])
+        else:
+            thr = -math.inf
+        cand = np.flatnonzero(t >= thr)
+        if cand.size > WORST_COUNT:
+            # top WORST_COUNT by value, ties to the lowest index (stable sort)
+            cand = cand[np.argsort(-t[cand], kind="stable")[:WORST_COUNT]]
+        base = where if isinstance(where, int) else None
+        for i in cand:
+            gi = base + int(i) if base is not None else int(where[i])  # type: ignore[index]
+            self.worst.append((float(t[i]), gi))
+        self.worst = sorted(set(self.worst), key=lambda w: (-w[0], w[1]))[:WORST_COUNT]
 
 
 def _histogram(d: np.ndarray) -> tuple[list[int], list[float]] | None:

@@ -303,3 +303,97 @@ def test_public_name_is_callable_whatever_the_import_order():
     import pytest_modelparity
 
     assert pytest_modelparity.compare(np.ones(2), np.ones(2)).passed
+
+
+# --------------------------------------------------------------------------- short path
+# A failing output's statistics are computed on a superset of the elements that can still
+# change them (compare._StatsAcc); they must equal the full computation exactly.
+
+
+def _failing_pairs():
+    rng = np.random.default_rng(7)
+    n = 3000
+    e = (rng.standard_normal(n) * 10).astype(np.float32)
+    noisy = (e + e * rng.uniform(-5e-7, 5e-7, n).astype(np.float32)).astype(np.float32)
+    bad = noisy.copy()
+    bad[rng.choice(n, 30, replace=False)] *= np.float32(1.001)
+    yield "spread", bad, e, PLAIN
+    ties = bad.copy()
+    ties[[5, 700, 701, 2999]] = e[[5, 700, 701, 2999]] + np.float32(4.0)   # equal excess
+    e_t = e.copy()
+    e_t[[5, 700, 701, 2999]] = np.float32(2.0)
+    ties[[5, 700, 701, 2999]] = np.float32(6.0)
+    yield "ties in excess, rel and ulp", ties, e_t, PLAIN
+    zeros = bad.copy()
+    e_z = e.copy()
+    e_z[100:400] = 0.0
+    zeros[100:300] = 0.0                 # 0/0: skipped; [300:400] tiny values over zero
+    zeros[300:400] = np.float32(3e-6)
+    yield "zeros and tiny values (rel inf)", zeros, e_z, PLAIN
+    sub = bad.copy()
+    e_s = e.copy()
+    e_s[50:90] = np.float32(1e-40)       # subnormal expected values
+    sub[50:90] = np.float32(3e-40)
+    yield "subnormals", sub, e_s, PLAIN
+    late = noisy.copy()
+    late[-3:] += np.float32(0.5)         # failures only in the last chunk
+    yield "failures only at the end", late, e, PLAIN
+    barely = noisy.copy()
+    b_ = (np.abs(e[::97]) * np.float32(1.3e-6) + np.float32(1e-5)).astype(np.float32)
+    barely[::97] = e[::97] + np.nextafter(b_, np.float32(np.inf)) * np.float32(1.0000001)
+    yield "barely failing elements", barely, e, PLAIN
+    nan = bad.copy()
+    nan[1234] = np.nan
+    yield "a NaN in one chunk", nan, e, PLAIN
+    yield "scaled rule", bad, e, Tolerance(1.3e-6, 1e-5, scale=1e-5, source="s")
+    yield "float16", bad.astype(np.float16), e.astype(np.float16), Tolerance(1e-3, 1e-5,
+                                                                               source="a")
+    yield "float32 vs float64", bad, e.astype(np.float64), PLAIN
+    yield "float64", bad.astype(np.float64) * (1 + 1e-9), e.astype(np.float64), \
+        Tolerance(1e-7, 1e-7, source="a")
+    many = e * np.float32(1.01)
+    yield "every element out", many, e, PLAIN
+
+
+@pytest.mark.parametrize("chunk,batch", [(64, 1 << 15), (257, 40), (1 << 16, 1 << 15)])
+def test_short_path_statistics_equal_the_full_computation(monkeypatch, chunk, batch):
+    monkeypatch.setattr(compare_mod, "CHUNK", chunk)
+    monkeypatch.setattr(compare_mod, "_SUBSET_BATCH", batch)
+    for name, a, e, tol in _failing_pairs():
+        monkeypatch.setattr(compare_mod, "_SUBSET_STATS", True)
+        fast = only(compare(a, e, tolerance=tol)).to_dict()
+        monkeypatch.setattr(compare_mod, "_SUBSET_STATS", False)
+        full = only(compare(a, e, tolerance=tol)).to_dict()
+        assert not full["passed"], name
+        assert fast == full, name
+
+
+def test_short_path_is_taken(monkeypatch):
+    """The equality test above proves nothing if every chunk took the full path."""
+    monkeypatch.setattr(compare_mod, "CHUNK", 64)
+    calls = {"subset": 0, "full": 0}
+    orig_sub, orig_full = compare_mod._StatsAcc.add_subset, compare_mod._StatsAcc.full_chunk
+
+    def add_subset(self, *args):
+        calls["subset"] += 1
+        return orig_sub(self, *args)
+
+    def full_chunk(self, *args, **kw):
+        calls["full"] += 1
+        return orig_full(self, *args, **kw)
+
+    monkeypatch.setattr(compare_mod._StatsAcc, "add_subset", add_subset)
+    monkeypatch.setattr(compare_mod._StatsAcc, "full_chunk", full_chunk)
+    name, a, e, tol = next(iter(_failing_pairs()))
+    only(compare(a, e, tolerance=tol))
+    assert calls["subset"] > 2 * calls["full"] > 0
+
+
+def test_worst_ties_go_to_the_lowest_index(monkeypatch):
+    monkeypatch.setattr(compare_mod, "CHUNK", 16)
+    e = np.zeros(200, np.float32)
+    a = e.copy()
+    a[[190, 3, 150, 40, 77, 120, 9]] = 1.0          # seven equal errors, five shown
+    oc = only(compare(a, e, tolerance=PLAIN))
+    assert [w[0] for w in oc.worst] == [(3,), (9,), (40,), (77,), (120,)]
+    assert oc.max_abs_index == (3,) and oc.max_rel_index == (3,)
