@@ -74,7 +74,7 @@ def assert_outputs_close(actual: Any, expected: Any, *, inputs: Any = None, rtol
         meta["calibration"] = calibration.meta
     else:
         tol_fn = _tolerance_fn(act, tolerance, rtol=rtol, atol=atol, device=device, fmt=fmt)
-    report = compare(act, exp, tolerance=tol_fn, equal_nan=equal_nan, full_stats=calibration is not None)
+    report = compare(act, exp, tolerance=tol_fn, equal_nan=equal_nan, full_stats=calibration is not None or recording.listening())
     report.title = f"{_name(actual_model) if actual_model is not None else 'actual'} vs " \
                    f"{_name(expected_model) if expected_model is not None else 'expected'}"
     report.meta.update(meta)
@@ -110,7 +110,7 @@ def assert_deterministic(model: Callable, inputs: Any, *, runs: int = 3, rtol: f
     else:
         actual = {f"run {i + 1}": out for i, out in enumerate(outputs[1:], start=1)}
         expected = {f"run {i + 1}": first for i in range(1, runs)}
-    report = compare(actual, expected, tolerance=tolerance)
+    report = compare(actual, expected, tolerance=tolerance, full_stats=recording.listening())
     report.title = f"{_name(model)}: {runs} runs on the same inputs, each vs run 1"
     per_run = []
     for i, out in enumerate(outputs[1:], start=2):
@@ -171,7 +171,7 @@ def assert_batch_invariant(model: Callable, inputs: Any, *, batch_sizes: Sequenc
         meta["calibration"] = calibration.meta
     else:
         tol_fn = _tolerance_fn(actual, tolerance, rtol=rtol, atol=atol, device=device, fmt=fmt)
-    report = compare(actual, expected, tolerance=tol_fn, full_stats=calibration is not None)
+    report = compare(actual, expected, tolerance=tol_fn, full_stats=calibration is not None or recording.listening())
     sizes_text = ", ".join(str(s) for s in sizes)
     report.title = f"{_name(model)}: batch of {n} at once vs sub-batches of {sizes_text}"
     report.meta.update(meta)
