@@ -24,6 +24,10 @@ MARKER = ("modelparity(formats=None, devices=None, rtol=None, atol=None): narrow
 _ROWS_KEY = "modelparity_rows"
 
 
+
+# Rows the terminal summary shows without -v before it keeps only the failures.
+SUMMARY_ROWS = 40
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
 
@@ -271,9 +275,19 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if state.rows:
         from .summary import format_table, sort_rows
 
+        rows = sort_rows(state.rows)
+        shown = rows
+        if len(rows) > SUMMARY_ROWS and config.getoption("verbose") < 1:
+            # A long table buries the failures: keep them, count the rest (-v shows all).
+            shown = [r for r in rows if r["verdict"] != "pass"][:SUMMARY_ROWS]
         terminalreporter.write_sep("=", "model parity summary")
-        for line in format_table(sort_rows(state.rows)):
+        for line in format_table(shown):
             terminalreporter.write_line(line)
+        if len(shown) < len(rows):
+            passed = sum(r["verdict"] == "pass" for r in rows)
+            terminalreporter.write_line(
+                f"... {len(rows) - len(shown)} more rows not shown ({passed} of {len(rows)} passed); "
+                "-v shows every row, --modelparity-report/--modelparity-html write them all")
     for what, path in (("JSON", state.options.report), ("HTML", state.options.html)):
         if path is not None and Path(path).exists():
             terminalreporter.write_line(f"modelparity: {what} report written to {path}")

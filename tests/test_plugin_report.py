@@ -188,3 +188,28 @@ def test_zero_code_mode_names_a_bad_source(pytester: pytest.Pytester) -> None:
                                 "-k", "outputs_close")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*cannot import 'no_such_module:build'*"])
+
+
+def test_long_summary_keeps_the_failures_and_counts_the_rest(pytester: pytest.Pytester) -> None:
+    """Past 40 rows the table shows only failing rows unless -v; nothing is lost silently."""
+    pytester.makepyfile(textwrap.dedent('''
+        import numpy as np
+        import pytest
+        from pytest_modelparity import assert_outputs_close
+
+        @pytest.mark.parametrize("i", range(45))
+        def test_many(i):
+            assert_outputs_close(np.full(3, i, "float32"), np.full(3, i, "float32"))
+
+        def test_bad():
+            assert_outputs_close(np.ones(3, "float32"), np.zeros(3, "float32"))
+    '''))
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=45, failed=1)
+    out = result.stdout.str()
+    assert "test_bad" in out.split("model parity summary")[1]
+    assert "test_many[3]" not in out.split("model parity summary")[1]
+    result.stdout.fnmatch_lines(["*45 more rows not shown (45 of 46 passed)*-v shows every row*"])
+    verbose = pytester.runpytest("-p", "no:cacheprovider", "-v").stdout.str()
+    assert "test_many[3]" in verbose.split("model parity summary")[1]
+    assert "more rows not shown" not in verbose
