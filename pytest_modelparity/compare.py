@@ -724,72 +724,74 @@ class _Scanner:
                 and rtol >= 0 and math.isfinite(const) and const >= 0)
         xb = np.empty(self.d.size, self.work) if fast else None
         mk = np.empty(self.d.size, bool) if fast else None
-        for start, ac, ec, m in self.chunks():
-            d = self._absdiff(ac, ec, m)
-            dmax = float(d.max())
-            if math.isfinite(dmax):
-                with np.errstate(over="ignore", invalid="ignore"):
-                    part = float(np.dot(d, ones[:m]))   # BLAS dot: a fast sum of |a - e|
-                    if not math.isfinite(part):
-                        part = float(np.sum(d, dtype=np.float64))
-                total += part
-                finite_count += m
-                if dmax > best:
-                    best, best_at = dmax, start
-                levels = acc.levels() if fast else None
-                if levels is not None:
-                    ae = self.b[:m]
-                    np.abs(ec, out=ae, dtype=self.work)
-                    if measure_scale:
-                        scale = max(scale, float(ae.max()))
-                    k, c_low, kr = levels
-                    x, mask = xb[:m], mk[:m]
+        with np.errstate(all="ignore"):   # every case below is handled explicitly
+            for start, ac, ec, m in self.chunks():
+                d = self.d[:m]
+                np.subtract(ac, ec, out=d, dtype=self.work)
+                np.abs(d, out=d)
+                dmax = float(d.max())
+                if math.isfinite(dmax):
                     with np.errstate(over="ignore", invalid="ignore"):
+                        part = float(np.dot(d, ones[:m]))   # BLAS dot: a fast sum of |a - e|
+                        if not math.isfinite(part):
+                            part = float(np.sum(d, dtype=np.float64))
+                    total += part
+                    finite_count += m
+                    if dmax > best:
+                        best, best_at = dmax, start
+                    levels = acc.levels() if fast else None
+                    if levels is not None:
+                        ae = self.b[:m]
+                        np.abs(ec, out=ae, dtype=self.work)
+                        if measure_scale:
+                            scale = max(scale, float(ae.max()))
+                        k, c_low, kr = levels
+                        x, mask = xb[:m], mk[:m]
                         np.multiply(ae, k, out=x)
                         np.add(x, c_low, out=x)
                         if kr != math.inf:
                             y = self.t[:m]
                             np.multiply(ae, kr, out=y)
                             np.minimum(x, y, out=x)
-                    np.greater(d, x, out=mask)
-                    idx = np.flatnonzero(mask)
-                    if idx.size <= m // _SUBSET_MAX_SHARE:
-                        acc.add_subset(idx + start, d[idx], ae[idx])
-                        continue
-                    # too many candidates: this chunk is cheaper done in full
-                elif measure_scale:
+                        np.greater(d, x, out=mask)
+                        idx = mask.nonzero()[0]
+                        if idx.size <= m // _SUBSET_MAX_SHARE:
+                            acc.add_subset(idx + start, d[idx], ae[idx])
+                            continue
+                        # too many candidates: this chunk is cheaper done in full
+                    elif measure_scale:
+                        scale = max(scale, self._finite_absmax(ec))
+                    acc.full_chunk(start, ec, d, None, self.b[:m], self.t[:m])
+                    if need_order:
+                        acc.excess_all.append(self.t[:m].copy())
+                    if want_histogram:
+                        self._histogram_add(hist, d)
+                    continue
+                if measure_scale:
                     scale = max(scale, self._finite_absmax(ec))
-                acc.full_chunk(start, ec, d, None, self.b[:m], self.t[:m])
+                fin = np.isfinite(d)
+                b = self._bound(ec, m, rtol, const)
+                ok = self._ok(ac, ec, d, b, equal_nan)
+                acc.mismatched += int(m - np.count_nonzero(ok))
+                bad_nf = np.flatnonzero(~ok & ~fin)
+                acc.nonfinite += int(bad_nf.size)
+                if bad_nf.size:
+                    acc.impossible = True
+                    acc.nonfinite_worst.extend(int(start + i) for i in bad_nf[:WORST_COUNT])
+                d[~fin] = 0.0                    # statistics below are over finite pairs
+                nfin = int(np.count_nonzero(fin))
+                finite_count += nfin
+                dmax = float(d.max()) if nfin else -1.0
+                if dmax > best:
+                    best, best_at = dmax, start
+                with np.errstate(over="ignore", invalid="ignore"):
+                    part = float(np.sum(d, dtype=np.float64))
+                total += part
+                acc.full_chunk(start, ec, d, fin, self.b[:m], self.t[:m], counted=True)
                 if need_order:
                     acc.excess_all.append(self.t[:m].copy())
                 if want_histogram:
                     self._histogram_add(hist, d)
-                continue
-            if measure_scale:
-                scale = max(scale, self._finite_absmax(ec))
-            fin = np.isfinite(d)
-            b = self._bound(ec, m, rtol, const)
-            ok = self._ok(ac, ec, d, b, equal_nan)
-            acc.mismatched += int(m - np.count_nonzero(ok))
-            bad_nf = np.flatnonzero(~ok & ~fin)
-            acc.nonfinite += int(bad_nf.size)
-            if bad_nf.size:
-                acc.impossible = True
-                acc.nonfinite_worst.extend(int(start + i) for i in bad_nf[:WORST_COUNT])
-            d[~fin] = 0.0                    # statistics below are over finite pairs
-            nfin = int(np.count_nonzero(fin))
-            finite_count += nfin
-            dmax = float(d.max()) if nfin else -1.0
-            if dmax > best:
-                best, best_at = dmax, start
-            with np.errstate(over="ignore", invalid="ignore"):
-                part = float(np.sum(d, dtype=np.float64))
-            total += part
-            acc.full_chunk(start, ec, d, fin, self.b[:m], self.t[:m], counted=True)
-            if need_order:
-                acc.excess_all.append(self.t[:m].copy())
-            if want_histogram:
-                self._histogram_add(hist, d)
         acc.flush()
         # ------------------------------------------------------------------ summarise
         mean_abs = (total / finite_count if math.isfinite(total)
