@@ -724,6 +724,8 @@ class _Scanner:
                 and rtol >= 0 and math.isfinite(const) and const >= 0)
         xb = np.empty(self.d.size, self.work) if fast else None
         mk = np.empty(self.d.size, bool) if fast else None
+        cheap = True                         # candidate mask without the rtol slope, while small
+        thb, theta_at = (np.empty(self.d.size, self.work) if fast else None), None
         with np.errstate(all="ignore"):   # every case below is handled explicitly
             for start, ac, ec, m in self.chunks():
                 d = self.d[:m]
@@ -747,14 +749,30 @@ class _Scanner:
                             scale = max(scale, float(ae.max()))
                         k, c_low, kr = levels
                         x, mask = xb[:m], mk[:m]
-                        np.multiply(ae, k, out=x)
-                        np.add(x, c_low, out=x)
-                        if kr != math.inf:
-                            y = self.t[:m]
-                            np.multiply(ae, kr, out=y)
-                            np.minimum(x, y, out=x)
-                        np.greater(d, x, out=mask)
-                        idx = mask.nonzero()[0]
+                        idx = None
+                        if cheap:                # drop the rtol slope: 2 passes fewer
+                            if kr == math.inf or kr == 0:
+                                np.greater(d, c_low if kr else 0.0, out=mask)
+                            else:
+                                theta = c_low / kr
+                                if theta != theta_at:   # np.minimum with a scalar is slow
+                                    thb.fill(theta)
+                                    theta_at = theta
+                                np.minimum(ae, thb[:m], out=x)
+                                np.multiply(x, kr, out=x)
+                                np.greater(d, x, out=mask)
+                            idx = mask.nonzero()[0]
+                            if idx.size > m // _CHEAP_MAX_SHARE:
+                                cheap, idx = False, None   # the slope matters here
+                        if idx is None:
+                            np.multiply(ae, k, out=x)
+                            np.add(x, c_low, out=x)
+                            if kr != math.inf:
+                                y = self.t[:m]
+                                np.multiply(ae, kr, out=y)
+                                np.minimum(x, y, out=x)
+                            np.greater(d, x, out=mask)
+                            idx = mask.nonzero()[0]
                         if idx.size <= m // _SUBSET_MAX_SHARE:
                             acc.add_subset(idx + start, d[idx], ae[idx])
                             continue
@@ -841,6 +859,7 @@ class _Scanner:
 
 _SUBSET_STATS = True      # tests switch it off to check the short path against the full one
 _SUBSET_MAX_SHARE = 8     # a chunk with more than 1/8 candidates is computed in full
+_CHEAP_MAX_SHARE = 32     # the slope-free mask is dropped once it picks more than 1/32
 _SUBSET_BATCH = 1 << 15   # candidates gathered before their statistics are computed at once
 _MARGIN = 2.0 ** -20      # relative slack of the candidate mask, far above rounding (2**-24)
 
@@ -860,6 +879,8 @@ class _StatsAcc:
       the rtol ratio fl((d - c)/|e|) is at most fl(d/|e|); and a ULP distance
       d / max(2**E(e) 2**-nmant, floor) is below 2**(nmant+1) d/|e|, so one above the current
       maximum U needs d/|e| > U 2**-(nmant+1)/(1+u): R = min(max_rel, need_rtol, U 2**-(nmant+2)).
+    The cheaper mask ``d > fl(min(|e|, c_low/kr) kr)`` is below both terms too (it is at most
+    c_low (1+u)**3 and at most fl(kr|e|)); it only picks more elements where rtol|e| matters.
     """
 
     def __init__(self, work: np.dtype, rtol: float, const: float, nmant: int, minexp: int,

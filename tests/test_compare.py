@@ -351,6 +351,10 @@ def _failing_pairs():
     yield "float32 vs float64", bad, e.astype(np.float64), PLAIN
     yield "float64", bad.astype(np.float64) * (1 + 1e-9), e.astype(np.float64), \
         Tolerance(1e-7, 1e-7, source="a")
+    big = e * np.float32(1000)
+    big_a = (big + big * rng.uniform(-1e-6, 1e-6, n).astype(np.float32)).astype(np.float32)
+    big_a[::50] *= np.float32(1.001)
+    yield "large values: the rtol part of the bound matters", big_a, big, PLAIN
     many = e * np.float32(1.01)
     yield "every element out", many, e, PLAIN
 
