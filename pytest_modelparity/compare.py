@@ -731,17 +731,20 @@ class _Scanner:
                 d = self.d[:m]
                 np.subtract(ac, ec, out=d, dtype=self.work)
                 np.abs(d, out=d)
-                dmax = float(d.max())
+                part = float(np.dot(d, ones[:m]))   # BLAS dot: a fast sum of |a - e|
+                levels = acc.levels() if fast else None
+                # a finite sum means finite pairs; then, with the slope-free mask, every
+                # element above the best |a - e| so far is a candidate: no max pass needed
+                skip_max = (math.isfinite(part) and cheap and levels is not None
+                            and best > levels[1] * _ABOVE_MASK)
+                dmax = part if skip_max else float(d.max())
                 if math.isfinite(dmax):
-                    with np.errstate(over="ignore", invalid="ignore"):
-                        part = float(np.dot(d, ones[:m]))   # BLAS dot: a fast sum of |a - e|
-                        if not math.isfinite(part):
-                            part = float(np.sum(d, dtype=np.float64))
+                    if not math.isfinite(part):
+                        part = float(np.sum(d, dtype=np.float64))
                     total += part
                     finite_count += m
-                    if dmax > best:
+                    if dmax > best and not skip_max:
                         best, best_at = dmax, start
-                    levels = acc.levels() if fast else None
                     if levels is not None:
                         ae = self.b[:m]
                         np.abs(ec, out=ae, dtype=self.work)
@@ -774,8 +777,20 @@ class _Scanner:
                             np.greater(d, x, out=mask)
                             idx = mask.nonzero()[0]
                         if idx.size <= m // _SUBSET_MAX_SHARE:
-                            acc.add_subset(idx + start, d[idx], ae[idx])
+                            ds = d[idx]
+                            if skip_max:
+                                if not cheap:    # the mask just used had the slope
+                                    dmax = float(d.max())
+                                else:
+                                    dmax = float(ds.max()) if idx.size else -1.0
+                                if dmax > best:
+                                    best, best_at = dmax, start
+                            acc.add_subset(idx + start, ds, ae[idx])
                             continue
+                        if skip_max:
+                            dmax = float(d.max())
+                            if dmax > best:
+                                best, best_at = dmax, start
                         # too many candidates: this chunk is cheaper done in full
                     elif measure_scale:
                         scale = max(scale, self._finite_absmax(ec))
@@ -860,7 +875,8 @@ class _Scanner:
 _SUBSET_STATS = True      # tests switch it off to check the short path against the full one
 _SUBSET_MAX_SHARE = 8     # a chunk with more than 1/8 candidates is computed in full
 _CHEAP_MAX_SHARE = 32     # the slope-free mask is dropped once it picks more than 1/32
-_SUBSET_BATCH = 1 << 15   # candidates gathered before their statistics are computed at once
+_SUBSET_BATCH = 1 << 15
+_ABOVE_MASK = 1.0 + 2.0 ** -16   # the slope-free mask is below c_low (1+u)**3: this is above   # candidates gathered before their statistics are computed at once
 _MARGIN = 2.0 ** -20      # relative slack of the candidate mask, far above rounding (2**-24)
 
 
@@ -900,10 +916,17 @@ class _StatsAcc:
         self.u = np.empty(chunk, work)
         self.pending: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self.pending_size = 0
+        self._levels: tuple[float, float, float] | None = None
+        self._levels_stale = True             # the levels move only when results do
 
     # ---------------------------------------------------------------- candidate levels
     def levels(self) -> tuple[float, float, float] | None:
         """(k, c_low, kr) for the candidate mask, or None while the levels are unknown."""
+        if self._levels_stale:
+            self._levels, self._levels_stale = self._compute_levels(), False
+        return self._levels
+
+    def _compute_levels(self) -> tuple[float, float, float] | None:
         if len(self.worst) < WORST_COUNT:
             return None
         level_a = min(self.need_atol, self.worst[-1][0])
@@ -932,6 +955,7 @@ class _StatsAcc:
         else:
             idx, d, ae = (np.concatenate(p) for p in zip(*self.pending))
         self.pending, self.pending_size = [], 0
+        self._levels_stale = True
         t = np.empty_like(d)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             # mismatches, as verdict() counts them: d > rtol|e| + const
@@ -951,6 +975,7 @@ class _StatsAcc:
         """Every statistic of one chunk (``fin``: its finite pairs, None when all are);
         leaves the excess d - rtol|e| in ``t``. ``counted``: mismatches already counted."""
         m = d.size
+        self._levels_stale = True
         np.abs(ec, out=ae, dtype=self.work)
         if fin is not None:
             ae[~fin] = 1.0                   # keep non-finite pairs out of rel/ulp/rtol
