@@ -582,6 +582,7 @@ class _Scanner:
         self.d = np.empty(size, work)      # |a - e|
         self.b = np.empty(size, work)      # bound, or scratch
         self.t = np.empty(size, work)      # scratch
+        self.mask = np.empty(size, bool)   # scratch
 
     def chunks(self):
         for start in range(0, self.n, CHUNK):
@@ -627,10 +628,25 @@ class _Scanner:
     def _count_bad(self, ac, ec, d, dmax: float, m: int, rtol: float, const: float,
                    equal_nan: bool) -> tuple[int, int]:
         """(mismatched, of which NaN/inf) in one chunk."""
-        b = self._bound(ec, m, rtol, const)
         if math.isfinite(dmax):
-            # all pairs finite: numpy.isclose's rule reduces to d <= bound
+            # all pairs finite: numpy.isclose's rule reduces to d <= bound. The bound is at
+            # least fl(const), so only elements with d > const can be out: when those are
+            # few, judge just them (same float operations, so the same verdicts)
+            mask = self.mask[:m]
+            np.greater(d, const, out=mask)
+            few = int(np.count_nonzero(mask))
+            if few <= m // _FEW_SHARE:
+                if not few:
+                    return 0, 0
+                idx = mask.nonzero()[0]
+                with np.errstate(over="ignore", invalid="ignore"):
+                    bound = np.abs(ec[idx], dtype=self.work)
+                    np.multiply(bound, rtol, out=bound)
+                    np.add(bound, const, out=bound)
+                return int(np.count_nonzero(np.greater(d[idx], bound))), 0
+            b = self._bound(ec, m, rtol, const)
             return int(np.count_nonzero(np.greater(d, b))), 0
+        b = self._bound(ec, m, rtol, const)
         bad = ~self._ok(ac, ec, d, b, equal_nan)
         return int(np.count_nonzero(bad)), int(np.count_nonzero(bad & ~np.isfinite(d)))
 
@@ -653,32 +669,35 @@ class _Scanner:
         best, best_at = -1.0, None            # greatest finite |a - e| and its chunk
         suspects: list[int] = []              # chunk starts that need a look with the final scale
         mismatched = nonfinite = 0
-        for start, ac, ec, m in self.chunks():
-            if sc:                            # max|e| is only needed when it sets the bound
-                scale = max(scale, self._finite_absmax(ec))
-            d = self._absdiff(ac, ec, m)
-            dmax = float(d.max())
-            if math.isfinite(dmax):
-                if dmax > best:
-                    best, best_at = dmax, start
-                if dmax <= atol + sc * scale:
-                    continue                  # every element of the chunk is within its bound
-            else:
-                fin = np.isfinite(d)
-                if fin.any():
-                    fmax = float(d[fin].max())
-                    if fmax > best:
-                        best, best_at = fmax, start
-            bad, bad_nf = self._count_bad(ac, ec, d, dmax, m, rtol, atol + sc * scale, equal_nan)
-            if not bad:
-                continue
-            if sc == 0.0:                     # bound does not depend on the scale: count now
-                mismatched += bad
-                nonfinite += bad_nf
-                if stop_after is not None and mismatched > stop_after:
-                    return _Verdict(mismatched, nonfinite, scale, None, None, complete=False)
-            else:
-                suspects.append(start)
+        with np.errstate(all="ignore"):   # NaN/inf are judged explicitly below
+            for start, ac, ec, m in self.chunks():
+                if sc:                            # max|e| is only needed when it sets the bound
+                    scale = max(scale, self._finite_absmax(ec))
+                d = self.d[:m]
+                np.subtract(ac, ec, out=d, dtype=self.work)
+                np.abs(d, out=d)
+                dmax = float(d.max())
+                if math.isfinite(dmax):
+                    if dmax > best:
+                        best, best_at = dmax, start
+                    if dmax <= atol + sc * scale:
+                        continue                  # every element of the chunk is within its bound
+                else:
+                    fin = np.isfinite(d)
+                    if fin.any():
+                        fmax = float(d[fin].max())
+                        if fmax > best:
+                            best, best_at = fmax, start
+                bad, bad_nf = self._count_bad(ac, ec, d, dmax, m, rtol, atol + sc * scale, equal_nan)
+                if not bad:
+                    continue
+                if sc == 0.0:                     # bound does not depend on the scale: count now
+                    mismatched += bad
+                    nonfinite += bad_nf
+                    if stop_after is not None and mismatched > stop_after:
+                        return _Verdict(mismatched, nonfinite, scale, None, None, complete=False)
+                else:
+                    suspects.append(start)
         # the scale may have grown after a suspect chunk was seen: judge those with the final one
         for start in suspects:
             stop = min(start + CHUNK, self.n)
@@ -871,6 +890,8 @@ class _Scanner:
             _, ex = np.frexp(nz)
             hist += np.bincount(ex.astype(np.int64) + 1100, minlength=hist.size)[:hist.size]
 
+
+_FEW_SHARE = 16           # verdict: judge only the elements above atol when at most 1/16
 
 _SUBSET_STATS = True      # tests switch it off to check the short path against the full one
 _SUBSET_MAX_SHARE = 8     # a chunk with more than 1/8 candidates is computed in full
