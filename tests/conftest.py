@@ -3,3 +3,27 @@
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import importlib
+import importlib.util
+import pkgutil
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def _heavy_modules_stay_loaded() -> None:
+    """In-process pytester runs drop the modules they imported: TensorFlow cannot be imported
+    twice in one process, and a re-imported pytest_modelparity module would hold a second
+    Tolerance class. Importing them once, before any such run, keeps one copy of each."""
+    import keras  # noqa: F401
+    import tensorflow  # noqa: F401
+
+    import pytest_modelparity
+
+    for mod in pkgutil.walk_packages(pytest_modelparity.__path__, "pytest_modelparity."):
+        if not mod.name.endswith("__main__"):
+            importlib.import_module(mod.name)
+    for runtime in ("ai_edge_litert.interpreter", "onnxruntime"):
+        if importlib.util.find_spec(runtime.split(".")[0]):
+            importlib.import_module(runtime)

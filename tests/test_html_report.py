@@ -42,22 +42,6 @@ def test_rendered_page_escapes_text_and_fetches_nothing() -> None:
     assert "worst of 3 comparisons" in page
 
 
-@pytest.fixture(scope="module")
-def _heavy_modules_stay_loaded() -> None:
-    """In-process pytester runs drop modules they imported; TensorFlow cannot be re-imported."""
-    import importlib
-    import pkgutil
-
-    import keras  # noqa: F401
-    import tensorflow  # noqa: F401
-
-    import pytest_modelparity
-
-    for mod in pkgutil.walk_packages(pytest_modelparity.__path__, "pytest_modelparity."):
-        if not mod.name.endswith("__main__"):
-            importlib.import_module(mod.name)
-
-
 def test_html_of_a_real_run_is_self_contained(pytester: pytest.Pytester, _heavy_modules_stay_loaded: None) -> None:
     pytester.makepyfile(textwrap.dedent('''
         from pytest_modelparity import assert_outputs_close

@@ -11,7 +11,8 @@ import textwrap
 
 import pytest
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+              pytest.mark.usefixtures("_heavy_modules_stay_loaded")]
 
 CONFTEST = textwrap.dedent('''
     import pytest
@@ -31,27 +32,6 @@ CONFTEST = textwrap.dedent('''
     def modelparity_source():
         return build
 ''')
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _heavy_modules_stay_loaded() -> None:
-    """In-process pytester runs drop the modules they imported: TensorFlow cannot be imported
-    twice in one process, and a re-imported pytest_modelparity module would hold a second
-    Tolerance class. Importing them here, before any run, keeps one copy of each."""
-    import importlib
-    import importlib.util
-    import pkgutil
-
-    import keras  # noqa: F401
-    import tensorflow  # noqa: F401
-
-    import pytest_modelparity
-
-    for mod in pkgutil.walk_packages(pytest_modelparity.__path__, "pytest_modelparity."):
-        if not mod.name.endswith("__main__"):
-            importlib.import_module(mod.name)
-    for runtime in ("ai_edge_litert.interpreter", "onnxruntime"):
-        importlib.util.find_spec(runtime.split(".")[0]) and importlib.import_module(runtime)
 
 
 @pytest.fixture

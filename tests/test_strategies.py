@@ -81,27 +81,6 @@ def test_repr_shows_the_batch_size() -> None:
     assert repr(seeded_batch(SPECS, batch_size=5)).startswith("Batch(size=5, image=array(")
 
 
-@pytest.fixture(scope="module")
-def _heavy_modules_stay_loaded() -> None:
-    """In-process pytester runs drop the modules they imported: TensorFlow cannot be imported
-    twice in one process, and a re-imported pytest_modelparity module would hold a second
-    Tolerance class. Importing them here, before any run, keeps one copy of each."""
-    import importlib
-    import importlib.util
-    import pkgutil
-
-    import keras  # noqa: F401
-    import tensorflow  # noqa: F401
-
-    import pytest_modelparity
-
-    for mod in pkgutil.walk_packages(pytest_modelparity.__path__, "pytest_modelparity."):
-        if not mod.name.endswith("__main__"):
-            importlib.import_module(mod.name)
-    for runtime in ("ai_edge_litert.interpreter", "onnxruntime"):
-        importlib.util.find_spec(runtime.split(".")[0]) and importlib.import_module(runtime)
-
-
 def test_given_with_session_fixtures_shrinks_to_batch_size_five(pytester: pytest.Pytester,
                                                                 _heavy_modules_stay_loaded: None) -> None:
     # A real Keras model whose outputs depend on the batch size from 5 rows up (the shape of
