@@ -370,6 +370,7 @@ def test_short_path_statistics_equal_the_full_computation(monkeypatch, chunk, ba
         full = only(compare(a, e, tolerance=tol)).to_dict()
         assert not full["passed"], name
         assert fast == full, name
+        assert fast["mismatched"] == np.count_nonzero(~elementwise_close(a, e, tol)), name
 
 
 def test_short_path_is_taken(monkeypatch):
