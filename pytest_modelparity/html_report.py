@@ -112,7 +112,9 @@ def render_html(document: dict) -> str:
     outcome_txt = ", ".join(f"{n} {k}" for k, n in sorted(outcomes.items()))
     header = "".join(f"<th>{h}</th>" for h in ("test", "format", "device", "check", "output", "verdict",
                                                 "max abs", "max rel", "max ULP", "tolerance", "error histogram"))
-    body = "\n".join(_row_html(r) for r in rows) or '<tr><td colspan="11">no comparisons were made</td></tr>'
+    # Failing comparisons first: they are what a reader opens the page for.
+    ordered = sorted(rows, key=lambda r: r.get("verdict") == "pass")
+    body = "\n".join(_row_html(r) for r in ordered) or '<tr><td colspan="11">no comparisons were made</td></tr>'
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">

@@ -61,3 +61,12 @@ def test_html_of_a_real_run_is_self_contained(pytester: pytest.Pytester, _heavy_
     assert "<b>test_scaled[cpu]</b>" in page and "<b>test_outputs_close[saved_model-cpu]</b>" in page
     assert page.count("<tr class=") == 2
     assert "<svg" in page  # the failing comparison carries its histogram
+
+
+def test_failing_rows_come_first() -> None:
+    from pytest_modelparity.html_report import render_html
+
+    rows = [{"nodeid": f"t.py::test_{i}", "verdict": v, "check": "outputs_close", "output": "x"}
+            for i, v in enumerate(["pass", "pass", "fail", "pass"])]
+    page = render_html({"rows": rows})
+    assert page.index("test_2") < page.index("test_0") < page.index("test_1") < page.index("test_3")
