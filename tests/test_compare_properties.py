@@ -171,3 +171,54 @@ def test_smallest_passing_tolerances_really_pass(small_chunks, pair, tol):
     if math.isfinite(oc.min_rtol) and oc.min_rtol < 1:
         up = Tolerance(oc.min_rtol * (1 + 1e-5) + 1e-12, tol.atol, source="t")
         assert compare(a, e, tolerance=up).passed
+
+
+@pytest.fixture
+def short_path_everywhere():
+    """Chunks of 16 where up to half the elements may be candidates, so the statistics'
+    short path (compare._StatsAcc) runs on tiny arrays; restored afterwards."""
+    names = {"CHUNK": 16, "_SUBSET_MAX_SHARE": 2, "_CHEAP_MAX_SHARE": 4, "_SUBSET_BATCH": 24}
+    old = {k: getattr(compare_mod, k) for k in names}
+    for k, v in names.items():
+        setattr(compare_mod, k, v)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            setattr(compare_mod, k, v)
+
+
+@st.composite
+def failing_pairs(draw):
+    """Mostly-close pairs with some clear, some borderline mismatches; values drawn from
+    small sets so equal errors (ties) are common."""
+    dtype = draw(st.sampled_from(FLOATS))
+    n = draw(st.integers(40, 300))
+    e = draw(hnp.arrays(dtype, n, elements=st.sampled_from(
+        [0.0, -0.0, 1e-40 if dtype != np.float16 else 1e-7, 1e-3, -0.5, 1.0, 3.0, -7.25, 100.0,
+         2.0 ** 10])))
+    noise = draw(hnp.arrays(np.float64, n, elements=st.sampled_from(
+        [0.0, 0.0, 0.0, 1e-9, -1e-7, 1e-6, 1e-4, -1e-2, 0.3])))
+    shift = draw(hnp.arrays(np.float64, n, elements=st.sampled_from(
+        [0.0, 0.0, 0.0, 0.0, 1e-5, 1.0])))
+    with np.errstate(all="ignore"):
+        a = (e.astype(np.float64) * (1 + noise) + shift).astype(dtype)
+    return a, e
+
+
+@settings(max_examples=200, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(pair=failing_pairs(), tol=tolerances, scale=st.sampled_from([0.0, 0.0, 1e-5, 1e-3]))
+def test_short_path_statistics_are_the_full_ones(short_path_everywhere, pair, tol, scale):
+    """Every statistic of the short path (candidates only) equals the full computation:
+    values, indices (ties to the lowest index), worst elements."""
+    a, e = pair
+    tol = Tolerance(tol.rtol, tol.atol, scale=scale, source="hypothesis")
+    compare_mod._SUBSET_STATS = True
+    try:
+        fast = compare(a, e, tolerance=tol).outputs[0].to_dict()
+        compare_mod._SUBSET_STATS = False
+        full = compare(a, e, tolerance=tol).outputs[0].to_dict()
+    finally:
+        compare_mod._SUBSET_STATS = True
+    assert fast == full
