@@ -41,11 +41,15 @@ class ParityCheck(pytest.Item):
         state = get_state(self.config)
         fmt, device = self.modelparity_matrix
         source = state.options.model
+        # The candidate first: its reason is the specific one ("TFLite runs on CPU only").
         try:
-            reference = state.reference(source, device)
             candidate = state.candidate(source, fmt, device)
         except (RuntimeMissing, DeviceUnavailable) as exc:
             state.unavailable(exc, f"format {fmt!r} on {device}")
+        try:
+            reference = state.reference(source, device)
+        except (RuntimeMissing, DeviceUnavailable) as exc:
+            state.unavailable(exc, f"reference on {device}")
         getattr(self, f"_{self.check}")(reference, candidate)
 
     def _outputs_close(self, reference: Any, candidate: Any) -> None:
