@@ -20,6 +20,11 @@ checked element by element. The full statistics (relative error, ULPs, the small
 tolerance, worst elements) cost a second pass, taken only on failure or when
 ``full_stats=True``; the error histogram (for summaries and the HTML report) only with
 ``full_stats=True``, since counting bins costs more than all the other statistics together.
+On a failing output that second pass is short: apart from the sum and maximum of |a - e|,
+every statistic is a maximum (or a top 5) that only a few elements can still reach once
+the first chunk has set a level, so each chunk costs one candidate mask and the exact
+arithmetic runs on the candidates only, in batches (``_StatsAcc``; tests check it against
+the full computation, ties included).
 """
 
 from __future__ import annotations

@@ -351,6 +351,15 @@ def _failing_pairs():
     yield "float32 vs float64", bad, e.astype(np.float64), PLAIN
     yield "float64", bad.astype(np.float64) * (1 + 1e-9), e.astype(np.float64), \
         Tolerance(1e-7, 1e-7, source="a")
+    try:
+        import ml_dtypes
+    except ImportError:                  # ships with TensorFlow; the other cases still run
+        pass
+    else:
+        off = noisy.copy()
+        off[::37] *= np.float32(1.1)     # bfloat16's own rtol is 1.6e-2
+        yield "bfloat16", off.astype(ml_dtypes.bfloat16), e.astype(ml_dtypes.bfloat16), \
+            Tolerance(1.6e-2, 1e-5, source="a")
     big = e * np.float32(1000)
     big_a = (big + big * rng.uniform(-1e-6, 1e-6, n).astype(np.float32)).astype(np.float32)
     big_a[::50] *= np.float32(1.001)
