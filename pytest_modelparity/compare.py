@@ -1081,7 +1081,11 @@ class _StatsAcc:
         if full:
             thr = self.worst[-1][0]
         elif t.size > WORST_COUNT:           # the 5th largest value: ties at it all count
-            thr = float(np.partition(t, t.size - WORST_COUNT)[t.size - WORST_COUNT])
+            # when 5 or more are out (excess > const), the 5th largest is among them: a
+            # partition of those few instead of the whole chunk
+            hot = t[t > self.const]
+            pool = hot if hot.size >= WORST_COUNT else t
+            thr = float(np.partition(pool, pool.size - WORST_COUNT)[pool.size - WORST_COUNT])
         else:
             thr = -math.inf
         cand = np.flatnonzero(t >= thr)
