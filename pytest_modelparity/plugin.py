@@ -22,11 +22,9 @@ from .options import add_options, expand_devices, parse_options
 MARKER = ("modelparity(formats=None, devices=None, rtol=None, atol=None): narrow the format x device "
           "matrix of this test and set its tolerance (above the ini value, below explicit arguments)")
 _ROWS_KEY = "modelparity_rows"
-
-
-
 # Rows the terminal summary shows without -v before it keeps only the failures.
 SUMMARY_ROWS = 40
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
@@ -164,11 +162,10 @@ def collecting(item: pytest.Item) -> Iterator[None]:
         if _ACTIVE and _ACTIVE[-1] is listener:  # a nested pytest run (pytester) keeps its own
             seen.append((kind, report))
 
-    layers_cm = getattr(tolerances, "tolerance_layers", None)
     recording.subscribe(listener)
     _ACTIVE.append(listener)
     try:
-        with (layers_cm(_layers(item, state)) if layers_cm else contextlib.nullcontext()):
+        with tolerances.tolerance_layers(_layers(item, state)):
             yield
     finally:
         recording.unsubscribe(listener)
