@@ -162,3 +162,23 @@ def test_heavy_checks_use_a_few_rows_of_a_large_batch():
         assert_outputs_close(counting, case.reference, inputs=x)
     assert [h.cause for h in info.value.report.hints] == ["input_scaling"]
     assert calls[0] == 40 and set(calls[1:]) == {8}  # reruns and transforms on 8 rows
+
+
+def test_batch_statistics_found_only_in_a_training_trace():
+    """Keras 3 batch-norm in training mode is a Mean over axis 0 (no FusedBatchNorm); pooling
+    and layer-norm reduce other axes and are not batch statistics."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((6, 6, 3), name="image")
+    x = keras.layers.Conv2D(4, 3, name="conv")(inp)
+    x = keras.layers.BatchNormalization(name="bn")(x)
+    x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
+    model = keras.Model(inp, keras.layers.LayerNormalization(name="ln")(x))
+    spec = tf.TensorSpec([None, 6, 6, 3], tf.float32)
+    inference = tf.function(lambda v: model(v, training=False)).get_concrete_function(spec)
+    training = tf.function(lambda v: model(v, training=True)).get_concrete_function(spec)
+    assert scan_graph_def(inference.graph.as_graph_def())[1] == []
+    found = scan_graph_def(training.graph.as_graph_def())[1]
+    assert len(found) == 1 and found[0].name.endswith("bn_1/moments/mean"), found
+    assert found[0].detail.startswith("over the batch axis")

@@ -17,6 +17,7 @@ Nothing here imports TensorFlow at import time.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -343,8 +344,11 @@ def _diagnose_batch_variance(report: Any, model: Any, inputs: Any, batched: Any,
             hints.append(Hint("random_ops", f"the model is nondeterministic; its graph draws random numbers at "
                               f"{describe_ops(ops)}", f"two runs of the same batch differ by up to {gap:.3g}"))
         elif gap == 0 and bn:
-            hints.append(Hint("training_mode", "batch-norm runs in training mode: each row's output depends on "
-                              "the other rows through the batch statistics",
+            named = all(o.op.startswith("FusedBatchNorm") or re.search(r"moments|norm|bn", o.name, re.I) for o in bn)
+            what = ("batch-norm runs in training mode" if named
+                    else "the graph reduces over the batch axis (batch-norm in training mode?)")
+            hints.append(Hint("training_mode", f"{what}: each row's output depends on the other rows through the "
+                              "batch statistics; export/freeze the model with training=False",
                               f"the same batch repeats bitwise, yet rows change with the batch; "
-                              f"training-mode batch-norm at {describe_ops(bn)}"))
+                              f"batch statistics at {describe_ops(bn)}"))
     return hints

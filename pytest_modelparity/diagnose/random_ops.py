@@ -29,6 +29,9 @@ _KEY_ONLY = {"StatelessRandomGetKeyCounter", "StatelessRandomGetKeyCounterAlg", 
 _OTHER_RANDOM = {"RANDOM_UNIFORM", "RANDOM_STANDARD_NORMAL", "MULTINOMIAL", "RandomUniform",
                  "RandomNormal", "RandomUniformLike", "RandomNormalLike", "Bernoulli"}
 _BATCHNORM = re.compile(r"^FusedBatchNorm(V2|V3)?$")
+# Reductions that, over the batch axis, make each row depend on the others (Keras 3 and
+# tf.nn.moments batch-norm in training mode: ``…/moments/mean``, ``…/moments/variance``).
+_BATCH_REDUCTIONS = {"Mean", "Sum"}
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,33 @@ def _strip(inp: str) -> str:
     return inp.lstrip("^").split(":")[0]
 
 
+def _const_ints(node: Any) -> list[int] | None:
+    """The integer values of a Const node, or None."""
+    if node is None or node.op != "Const" or "value" not in node.attr:
+        return None
+    try:
+        import tensorflow as tf
+
+        return [int(v) for v in tf.make_ndarray(node.attr["value"].tensor).ravel()]
+    except Exception:  # noqa: BLE001 - not an integer constant: not an axis list
+        return None
+
+
+def _batch_reduction(node: Any, by_name: dict[str, Any]) -> bool:
+    """A Mean/Sum of a computed tensor over axis 0 (the batch axis): batch statistics."""
+    if node.op not in _BATCH_REDUCTIONS or len(node.input) < 2:
+        return False
+    data = by_name.get(_strip(node.input[0]))
+    if data is not None and data.op == "Const":
+        return False
+    axes = _const_ints(by_name.get(_strip(node.input[1])))
+    return bool(axes) and 0 in axes
+
+
+def _scope(name: str) -> str:
+    return name.rsplit("/", 1)[0] if "/" in name else name
+
+
 def _ancestors(nodes: Iterable[Any], fetches: Iterable[str]) -> set[str] | None:
     by_name = {n.name: n for n in nodes}
     todo = [_strip(f) for f in fetches]
@@ -98,6 +128,9 @@ def _called_functions(node: Any) -> list[str]:
 def scan_graph_def(graph_def: Any, fetches: Iterable[str] = ()) -> tuple[list[RandomOp], list[RandomOp]]:
     """(random ops, batch-norm ops in training mode) reachable from ``fetches``.
 
+    Training-mode batch-norm is ``FusedBatchNorm*`` with ``is_training=True`` (TF1, tf.keras)
+    or a Mean/Sum over axis 0 of a computed tensor (Keras 3 and ``tf.nn.moments``).
+
     Without fetches (or when they are not all in the graph) every node counts, except the
     variable initializers of a TF1 graph, which do not run at inference.
     """
@@ -107,7 +140,12 @@ def scan_graph_def(graph_def: Any, fetches: Iterable[str] = ()) -> tuple[list[Ra
     training: list[RandomOp] = []
     visited: set[str] = set()
 
+    reduced_scopes: set[str] = set()
+
     def visit(nodes: Iterable[Any], prefix: str, where: str) -> None:
+        nodes = list(nodes)
+        by_name = {n.name: n for n in nodes}
+        in_fn = f", in function {where}" if where else ""
         for node in nodes:
             if not prefix and (keep is not None and node.name not in keep):
                 continue
@@ -117,8 +155,12 @@ def scan_graph_def(graph_def: Any, fetches: Iterable[str] = ()) -> tuple[list[Ra
             if hit is not None:
                 found.append(hit)
             if _BATCHNORM.match(node.op) and "is_training" in node.attr and node.attr["is_training"].b:
+                training.append(RandomOp(f"{prefix}{node.name}", node.op, None, "is_training=True" + in_fn))
+            elif _batch_reduction(node, by_name) and f"{prefix}{_scope(node.name)}" not in reduced_scopes:
+                # one row per moments scope (its mean and variance reduce the same batch)
+                reduced_scopes.add(f"{prefix}{_scope(node.name)}")
                 training.append(RandomOp(f"{prefix}{node.name}", node.op, None,
-                                         "is_training=True" + (f", in function {where}" if where else "")))
+                                         "over the batch axis: batch statistics" + in_fn))
             for fname in _called_functions(node):
                 if fname in library and fname not in visited:
                     visited.add(fname)

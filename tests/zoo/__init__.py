@@ -165,6 +165,71 @@ def batch_drift(directory: Path) -> Case:
                 kwargs={"batch_sizes": (1,)}, passes_by_default=True, expect_in_text=("ULP", "not a conversion error"))
 
 
+def _tf1_batchnorm_graph(path: Path, *, training: bool) -> Path:
+    """A TF1 graph image -> conv -> batch-norm -> flatten -> dense, frozen to ``path``.
+
+    ``training=True`` is ``tf.compat.v1.layers.batch_normalization(training=True)``'s op
+    (FusedBatchNormV3, is_training=True: batch statistics); False uses the moving statistics.
+    """
+    import tensorflow as tf
+
+    v1 = tf.compat.v1
+    rng = np.random.default_rng(0)
+    graph = tf.Graph()
+    with graph.as_default():
+        x = v1.placeholder(tf.float32, [None, 8, 8, 3], name="image")
+        kernel = v1.get_variable("conv/kernel", initializer=rng.normal(0, 0.5, (3, 3, 3, 4)).astype("float32"))
+        h = tf.nn.conv2d(x, kernel, 1, "VALID", name="conv/Conv2D")
+        gamma = v1.get_variable("bn/gamma", initializer=rng.uniform(0.5, 1.5, 4).astype("float32"))
+        beta = v1.get_variable("bn/beta", initializer=rng.normal(0, 0.1, 4).astype("float32"))
+        stats = {} if training else {"mean": np.full(4, 0.2, "float32"), "variance": np.full(4, 1.5, "float32")}
+        h, _, _ = v1.nn.fused_batch_norm(h, gamma, beta, is_training=training, name="bn/FusedBatchNorm", **stats)
+        h = tf.reshape(h, [-1, 6 * 6 * 4], name="flatten")
+        dense = v1.get_variable("dense/kernel", initializer=rng.normal(0, 0.3, (144, 3)).astype("float32"))
+        tf.identity(tf.matmul(h, dense), name="logits")
+        init = v1.global_variables_initializer()
+    with v1.Session(graph=graph) as sess:
+        sess.run(init)
+        frozen = v1.graph_util.convert_variables_to_constants(sess, graph.as_graph_def(), ["logits"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(frozen.SerializeToString())
+    return path
+
+
+def tf1_batchnorm_training_frozen(directory: Path) -> Case:
+    """A TF1 frozen graph whose batch-norm kept is_training=True: rows change with the batch."""
+    from pytest_modelparity import load_model
+
+    pb = _tf1_batchnorm_graph(directory / "tf1_bn_training" / "frozen.pb", training=True)
+    return Case("tf1_batchnorm_training_frozen", "batch_invariant", load_model(pb, "graphdef"),
+                inputs=pixels(6) / 255, cause="training_mode",
+                expect_in_text=("batch-norm runs in training mode", "bn/FusedBatchNorm", "is_training=True"))
+
+
+def keras_batchnorm_training_saved_model(directory: Path) -> Case:
+    """A Keras model traced with training=True and exported as a SavedModel (Keras 3's
+    batch-norm computes moments, no FusedBatchNorm): rows change with the batch."""
+    import tensorflow as tf
+
+    from pytest_modelparity import load_model
+
+    keras = _keras()
+    keras.utils.set_random_seed(17)
+    inp = keras.Input((8, 8, 3), name="image")
+    x = keras.layers.Conv2D(4, 3, name="conv")(inp)
+    x = keras.layers.BatchNormalization(name="bn")(x)
+    model = trained(keras.Model(inp, keras.layers.Flatten(name="flat")(x)), 17)
+    module = tf.Module()
+    module.model = model
+    module.serve = tf.function(lambda image: {"out": model(image, training=True)},
+                               input_signature=[tf.TensorSpec([None, 8, 8, 3], tf.float32, name="image")])
+    path = directory / "keras_bn_training_sm"
+    tf.saved_model.save(module, str(path), signatures={"serving_default": module.serve})
+    return Case("keras_batchnorm_training_saved_model", "batch_invariant", load_model(path, "saved_model"),
+                inputs=pixels(6) / 255, cause="training_mode",
+                expect_in_text=("batch-norm runs in training mode", "bn_1/moments/mean", "over the batch axis"))
+
+
 # -- clean pairs ------------------------------------------------------------------------------
 
 def clean_saved_model(directory: Path) -> Case:
@@ -191,6 +256,15 @@ def clean_tf1_frozen(directory: Path) -> Case:
     return Case("clean_tf1_frozen", "deterministic", load_model(pb, "graphdef"), inputs=tf1_graphs.features(6))
 
 
+def clean_tf1_batchnorm_inference(directory: Path) -> Case:
+    """The batch-norm graph frozen with is_training=False: batch-invariant, no cause."""
+    from pytest_modelparity import load_model
+
+    pb = _tf1_batchnorm_graph(directory / "tf1_bn_inference" / "frozen.pb", training=False)
+    return Case("clean_tf1_batchnorm_inference", "batch_invariant", load_model(pb, "graphdef"), inputs=pixels(6) / 255)
+
+
 CAUSES = [tf1_dropout_frozen, tf1_dropout_vs_clean, saved_model_reinitialised, doubled_softmax, input_scaled_by_256,
-          bgr_input, tflite_one_layer_perturbed, batch_drift]
-CLEAN = [clean_saved_model, clean_tflite, clean_tf1_frozen]
+          bgr_input, tflite_one_layer_perturbed, batch_drift, tf1_batchnorm_training_frozen,
+          keras_batchnorm_training_saved_model]
+CLEAN = [clean_saved_model, clean_tflite, clean_tf1_frozen, clean_tf1_batchnorm_inference]
