@@ -80,3 +80,20 @@ def test_localize_clean_tflite_has_no_divergence(zoo_dir):
     rows = localize_divergence(case.reference, case.candidate, case.inputs)
     assert rows and not any(r.diverged for r in rows)
     assert sum(r.max_abs is not None for r in rows) >= 3
+
+
+def test_input_transform_on_one_of_a_list_of_inputs():
+    """Inputs given as a list: the image (index 0) is scaled, the side input (index 1) is not;
+    the hint names the image input and no transform of the side input is claimed."""
+    reference = zoo.two_input_classifier(23)
+    batch = zoo.two_input_batch(6)
+    inputs = [batch["image"], batch["side"]]
+
+    def by256(b):  # the candidate divides pixels by 256 where the reference divides by 255
+        return reference([b[0] * (255 / 256), b[1]])
+
+    with pytest.raises(ParityError) as info:
+        assert_outputs_close(by256, reference, inputs=inputs)
+    hints = info.value.report.hints
+    assert [h.cause for h in hints] == ["input_scaling"], [str(h) for h in hints]
+    assert "input 0 scaled by 255/256" in hints[0].message

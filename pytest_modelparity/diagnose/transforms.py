@@ -4,11 +4,11 @@ twice), or the candidate's output the reference's on a transformed input (/256 i
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from ._util import first_input, fits, flatten, pick, rebatch, run_model, scale_of
+from ._util import fits, flatten, pick, run_model
 
 Array = np.ndarray
 
@@ -151,11 +151,46 @@ def _input_transforms(x: Array) -> list[tuple[str, str, Callable[[Array], Array]
     return out
 
 
+def _named_inputs(batch: Any) -> list[tuple[Any, Array]]:
+    """(key, array) of every input: dict key, list index, or None for a bare array."""
+    if isinstance(batch, Mapping):
+        return [(k, np.asarray(v)) for k, v in batch.items()]
+    if isinstance(batch, (list, tuple)) and batch and hasattr(batch[0], "shape"):
+        return [(i, np.asarray(v)) for i, v in enumerate(batch)]
+    return [(None, np.asarray(batch))]
+
+
+def _replace(batch: Any, key: Any, array: Array) -> Any:
+    """``batch`` with the input at ``key`` replaced (same container, other inputs as given)."""
+    if key is None:
+        return array
+    if isinstance(batch, Mapping):
+        return {k: (array if k == key else v) for k, v in batch.items()}
+    return [array if i == key else v for i, v in enumerate(batch)]
+
+
+def _is_image(x: Array) -> bool:
+    """Rank 4 with 1 or 3 channels, last (NHWC) or second (NCHW)."""
+    return x.ndim == 4 and (x.shape[-1] in (1, 3) or x.shape[1] in (1, 3))
+
+
+def _candidate_inputs(batch: Any) -> list[tuple[Any, Array]]:
+    """The inputs to transform: the only one (rank >= 2), or each image-like input of many."""
+    named = _named_inputs(batch)
+    if len(named) == 1:
+        return named if named[0][1].ndim >= 2 else []
+    return [(k, x) for k, x in named if _is_image(x)]
+
+
 def input_transform(reference: Any, inputs: Any, actual: Any, paths: list[str],
                     tolerances: dict[str, Any] | None = None) -> tuple[str, str, str] | None:
-    """Test candidate(x) ≈ reference(T(x)) on the failing outputs; (cause, message, evidence)."""
-    x = first_input(inputs)
-    if x is None or x.ndim < 2:
+    """Test candidate(x) ≈ reference(T(x)) on the failing outputs; (cause, message, evidence).
+
+    With several inputs, each image-like one (rank 4, 1 or 3 channels) is transformed in
+    turn while the others are passed as they are.
+    """
+    targets = _candidate_inputs(inputs)
+    if not targets:
         return None
     flat_actual = flatten(actual)
     base = flatten(run_model(reference, inputs))
@@ -165,28 +200,33 @@ def input_transform(reference: Any, inputs: Any, actual: Any, paths: list[str],
         if a is None or e is None or np.shape(a) != np.shape(e):
             return None
         errors[p] = float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(e, np.float64))))
+    many = len(_named_inputs(inputs)) > 1
     best = None
-    for cause, label, fn in _input_transforms(x):
-        tx = np.ascontiguousarray(fn(x.astype(np.float64)).astype(x.dtype if x.dtype.kind == "f" else np.float32))
-        try:
-            got = flatten(run_model(reference, rebatch(inputs, tx)))
-        except Exception:  # noqa: BLE001 - a shape the reference refuses: not this transform
-            continue
-        worst = 0.0
-        ok_all = True
-        for p in paths:
-            a, r = pick(flat_actual, p), pick(got, p)
-            if r is None:
-                ok_all = False
-                break
-            ok, resid = fits(a, r, errors[p], (tolerances or {}).get(p))
-            ok_all &= ok
-            worst = max(worst, resid)
-        if ok_all and (best is None or worst < best[0]):
-            best = (worst, cause, label)
+    for key, x in targets:
+        for cause, label, fn in _input_transforms(x):
+            tx = np.ascontiguousarray(fn(x.astype(np.float64)).astype(x.dtype if x.dtype.kind == "f" else np.float32))
+            try:
+                got = flatten(run_model(reference, _replace(inputs, key, tx)))
+            except Exception:  # noqa: BLE001 - a shape the reference refuses: not this transform
+                continue
+            worst = 0.0
+            ok_all = True
+            for p in paths:
+                a, r = pick(flat_actual, p), pick(got, p)
+                if r is None:
+                    ok_all = False
+                    break
+                ok, resid = fits(a, r, errors[p], (tolerances or {}).get(p))
+                ok_all &= ok
+                worst = max(worst, resid)
+            if ok_all and (best is None or worst < best[0]):
+                which = f"input {key!r}" if many else "input"
+                best = (worst, cause, label, which)
     if best is None:
         return None
-    worst, cause, label = best
+    worst, cause, label, which = best
     err = max(errors.values())
-    return (cause, f"candidate(x) ≈ reference(T(x)) with the input {label}: the two forms preprocess the input differently",
+    others = " (the other inputs unchanged)" if many else ""
+    return (cause, f"candidate(x) ≈ reference(T(x)) with the {which} {label}{others}: the two forms preprocess "
+            "the input differently",
             f"max |candidate(x) - reference(T(x))| = {worst:.3g}, against {err:.3g} for reference(x)")

@@ -140,6 +140,40 @@ def bgr_input(directory: Path) -> Case:
                 cause="input_channel_order", expect_in_text=("RGB <-> BGR",))
 
 
+def two_input_classifier(seed: int = 0, *, bgr: bool = False, name: str = "two_input"):
+    """(image (8, 8, 3) pixels, side (5,) features) -> conv on image/255, concat side -> dense."""
+    keras = _keras()
+    keras.utils.set_random_seed(seed)
+    image = keras.Input(shape=(8, 8, 3), name="image")
+    side = keras.Input(shape=(5,), name="side")
+    x = image
+    if bgr:
+        x = keras.layers.Lambda(lambda v: v[..., ::-1], name="bgr")(x)
+    x = keras.layers.Rescaling(1 / 255, name="scale")(x)
+    x = keras.layers.Conv2D(4, 3, activation="relu", name="conv")(x)
+    x = keras.layers.Flatten(name="flatten")(x)
+    x = keras.layers.Concatenate(name="join")([x, keras.layers.Dense(4, activation="relu", name="side_dense")(side)])
+    x = keras.layers.Dense(4, name="logits")(x)
+    return trained(keras.Model([image, side], keras.layers.Softmax(name="probs")(x), name=name), seed + 1)
+
+
+def two_input_batch(batch: int, seed: int = 0) -> dict[str, np.ndarray]:
+    return {"image": pixels(batch, seed=seed),
+            "side": np.random.default_rng(seed + 1).normal(0, 1, (batch, 5)).astype("float32")}
+
+
+def bgr_image_two_inputs(directory: Path) -> Case:
+    """A 2-input model (image + dense side input) whose SavedModel form reads the image as BGR."""
+    from pytest_modelparity import export_model, load_model
+
+    reference = two_input_classifier(21)
+    cand = _same_weights(two_input_classifier(21, bgr=True, name="two_input_bgr"), reference)
+    path = export_model(cand, "saved_model", directory / "bgr_two_inputs_sm")
+    return Case("bgr_image_two_inputs", "outputs_close", load_model(path, "saved_model"), load_model(reference),
+                two_input_batch(6), cause="input_channel_order",
+                expect_in_text=("input 'image' channels reversed (RGB <-> BGR)", "other inputs unchanged"))
+
+
 def tflite_one_layer_perturbed(directory: Path) -> Case:
     """A TFLite form whose `hidden` kernel was perturbed: the first divergent layer is `hidden`."""
     from pytest_modelparity import export_model, load_model
@@ -265,6 +299,6 @@ def clean_tf1_batchnorm_inference(directory: Path) -> Case:
 
 
 CAUSES = [tf1_dropout_frozen, tf1_dropout_vs_clean, saved_model_reinitialised, doubled_softmax, input_scaled_by_256,
-          bgr_input, tflite_one_layer_perturbed, batch_drift, tf1_batchnorm_training_frozen,
+          bgr_input, bgr_image_two_inputs, tflite_one_layer_perturbed, batch_drift, tf1_batchnorm_training_frozen,
           keras_batchnorm_training_saved_model]
 CLEAN = [clean_saved_model, clean_tflite, clean_tf1_frozen, clean_tf1_batchnorm_inference]
