@@ -16,12 +16,20 @@ Lifetime: the process must never outlive Python. Three independent guards:
      thread's exit would otherwise kill a process still in use).
 A process that died anyway makes the next call raise ``NodeProcessDied`` with the exit status
 and the tail of its stderr; loading the model again starts a new one.
+
+One exchange at a time: ``predict`` holds a lock from the first byte written to the last byte
+read, so threads sharing a model are served in turn. ``timeout_s`` bounds the whole exchange,
+writing included (stdin is non-blocking: a large batch to a stopped process cannot hang). A call
+interrupted half-way (KeyboardInterrupt, a signal handler's exception) would leave a partial
+frame in one pipe or an unread answer in the other, so the process is killed and the model says
+so on its next call rather than answering the next batch with the previous batch's outputs.
 """
 
 from __future__ import annotations
 
 import collections
 import json
+import math
 import os
 import select
 import signal
@@ -41,6 +49,8 @@ __all__ = ["NodeProcess", "NodeProcessDied", "RunnerError", "encode_tensors", "d
 _DTYPE_CODES = {np.dtype("float32"): 0, np.dtype("int32"): 1, np.dtype("bool"): 2}
 _CODE_DTYPES = {code: dtype for dtype, code in _DTYPE_CODES.items()}
 _U32 = struct.Struct("<I")
+_MAX_FRAME = 2**32 - 1
+_WRITE_CHUNK = 1 << 20
 _STDERR_LINES = 40
 
 
@@ -54,6 +64,8 @@ class NodeProcessDied(RuntimeError):
 
 def encode_tensors(tensors: Mapping[str, np.ndarray]) -> bytes:
     """``u16 count`` then per tensor: name, dtype code, rank, u32 dims, raw little-endian data."""
+    if len(tensors) > 0xFFFF:
+        raise ValueError(f"{len(tensors)} tensors in one batch; the tfjs runner takes at most 65535")
     parts = [struct.pack("<H", len(tensors))]
     for name, value in tensors.items():
         arr = np.asarray(value)
@@ -111,6 +123,19 @@ def _pdeathsig_hook() -> Any:
     return hook
 
 
+def _grow_pipes(*streams: Any) -> None:
+    """Ask Linux for 1 MiB pipe buffers (default 64 KiB): fewer wake-ups per MB-sized batch."""
+    try:
+        import fcntl
+    except ImportError:
+        return
+    for stream in streams:
+        try:
+            fcntl.fcntl(stream.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
+        except OSError:  # not Linux, or above /proc/sys/fs/pipe-max-size: the default works too
+            pass
+
+
 def _terminate(proc: subprocess.Popen) -> None:
     """Stop ``proc``: close stdin (the runner exits on EOF), then terminate, then kill."""
     if proc.poll() is not None:
@@ -142,6 +167,7 @@ class NodeProcess:
         self.timeout_s = timeout_s
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=_STDERR_LINES)
         self.last_compute_ms: float | None = None
+        self.execution: str | None = None  # "execute" or "executeAsync" (control flow), once known
         self._lock = threading.Lock()
         self._dead: str | None = None
         env = dict(os.environ, MODELPARITY_TFJS_MODULES=str(node_modules))
@@ -151,11 +177,13 @@ class NodeProcess:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
             preexec_fn=_pdeathsig_hook() if on_linux_main else None, bufsize=0)
         self.pid = self.proc.pid
+        os.set_blocking(self.proc.stdin.fileno(), False)  # type: ignore[union-attr] - writes honour timeout_s
+        _grow_pipes(self.proc.stdin, self.proc.stdout)
         self._finalizer = weakref.finalize(self, _terminate, self.proc)
         self._stderr_thread = threading.Thread(target=self._drain_stderr, name=f"tfjs-stderr-{self.pid}",
                                                daemon=True)
         self._stderr_thread.start()
-        kind, payload = self._read_frame()
+        kind, payload = self._read_frame(self._deadline())
         if kind == "E":
             self.close()
             raise RunnerError(payload.tobytes().decode("utf-8", "replace"))
@@ -193,41 +221,64 @@ class NodeProcess:
         self._finalizer()
         return NodeProcessDied(self._dead)
 
-    def _write_all(self, data: bytes) -> None:
-        stream = self.proc.stdin  # unbuffered: a write may take only part of a large frame
+    def _deadline(self) -> float | None:
+        return None if self.timeout_s is None else time.monotonic() + self.timeout_s
+
+    @staticmethod
+    def _wait_ready(fd: int, events: int, deadline: float | None) -> None:
+        """Block until ``fd`` is ready (or closed at the other end); TimeoutError past ``deadline``."""
+        poller = select.poll()  # not select(): it fails on descriptors above 1023
+        poller.register(fd, events)
+        while True:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise TimeoutError
+            if poller.poll(None if remaining is None else max(1, math.ceil(remaining * 1000))):
+                return
+
+    def _write_all(self, data: bytes, deadline: float | None) -> None:
+        stream = self.proc.stdin  # non-blocking: waits happen in poll, under the deadline
         assert stream is not None
+        fd = stream.fileno()
         view = memoryview(data)
         while view:
-            written = stream.write(view)
-            view = view[written or 0:]
+            self._wait_ready(fd, select.POLLOUT, deadline)
+            try:
+                written = os.write(fd, view[:_WRITE_CHUNK])
+            except BlockingIOError:
+                continue
+            view = view[written:]
 
-    def _read_exact(self, n: int, deadline: float | None) -> bytes:
-        stream = self.proc.stdout  # unbuffered, so select() sees exactly what is unread
+    def _read_exact(self, n: int, deadline: float | None) -> bytearray:
+        stream = self.proc.stdout  # unbuffered, so poll() sees exactly what is unread
         assert stream is not None
-        chunks = []
-        while n:
-            if deadline is not None:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or not select.select([stream], [], [], remaining)[0]:
-                    raise TimeoutError
-            chunk = stream.read(n)
+        fd = stream.fileno()
+        buf = bytearray(n)
+        view = memoryview(buf)
+        got = 0
+        while got < n:
+            self._wait_ready(fd, select.POLLIN, deadline)
+            chunk = stream.readinto(view[got:])
             if not chunk:
                 raise EOFError
-            chunks.append(chunk)
-            n -= len(chunk)
-        return b"".join(chunks)
+            got += chunk
+        return buf
 
-    def _read_frame(self) -> tuple[str, memoryview]:
-        deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
+    def _read_frame(self, deadline: float | None) -> tuple[str, memoryview]:
         try:
             (length,) = _U32.unpack(self._read_exact(4, deadline))
+            if length == 0:
+                raise ValueError("empty frame")
             payload = memoryview(self._read_exact(length, deadline))
         except TimeoutError:
-            self.proc.kill()
-            raise self._died(f"after not answering within {self.timeout_s:g} s (timeout_s), so Python killed it") from None
+            raise self._timed_out() from None
         except (EOFError, OSError, ValueError):
             raise self._died("while Python waited for its answer") from None
         return chr(payload[0]), payload[1:]
+
+    def _timed_out(self) -> NodeProcessDied:
+        self.proc.kill()
+        return self._died(f"after not answering within {self.timeout_s:g} s (timeout_s), so Python killed it")
 
     # -- API ---------------------------------------------------------------------------
     @property
@@ -235,25 +286,43 @@ class NodeProcess:
         return self._dead is None and self.proc.poll() is None
 
     def predict(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Send the inputs, wait for the outputs; ``last_compute_ms`` is tfjs's own time in Node."""
+        """Send the inputs, wait for the outputs; ``last_compute_ms`` is tfjs's own time in Node.
+
+        Threads sharing this process are served one at a time (a lock spans the exchange).
+        """
         body = encode_tensors(feeds)
+        if len(body) + 1 > _MAX_FRAME:
+            raise ValueError(f"{self.description}: this batch is {len(body)} bytes, more than one frame of the "
+                             f"runner's protocol carries (4 GiB); split it into smaller batches")
+        frame = _U32.pack(len(body) + 1) + b"P" + body
         with self._lock:
             if self._dead is not None:
                 raise NodeProcessDied(self._dead)
             if self.proc.poll() is not None:
                 raise self._died("before this call")
-            frame = _U32.pack(len(body) + 1) + b"P" + body
             try:
-                self._write_all(frame)
-            except (BrokenPipeError, OSError, ValueError):
-                raise self._died("while Python sent it a batch") from None
-            kind, payload = self._read_frame()
+                try:
+                    self._write_all(frame, self._deadline())
+                except TimeoutError:
+                    raise self._timed_out() from None
+                except (BrokenPipeError, OSError, ValueError):
+                    raise self._died("while Python sent it a batch") from None
+                kind, payload = self._read_frame(self._deadline())
+            except NodeProcessDied:
+                raise
+            except BaseException as exc:  # interrupted mid-exchange: the pipes are out of step now
+                self.proc.kill()
+                self._died(f"because a call was interrupted ({type(exc).__name__}) half-way through an exchange, "
+                           f"which leaves the protocol out of step, so Python killed it")
+                raise
+            if kind == "R":
+                ms, mode = struct.unpack_from("<dB", payload, 0)
+                self.last_compute_ms, self.execution = ms, ("execute", "executeAsync")[mode]
         if kind == "E":
             raise RunnerError(f"{self.description}: {payload.tobytes().decode('utf-8', 'replace')}")
         if kind != "R":
             raise RunnerError(f"{self.description}: unexpected message {kind!r} from the runner")
-        (self.last_compute_ms,) = struct.unpack_from("<d", payload, 0)
-        return decode_tensors(payload, 8)
+        return decode_tensors(payload, 9)
 
     def close(self) -> None:
         """Stop the process (idempotent)."""

@@ -243,6 +243,72 @@ def test_multi_input_multi_output_model_keeps_names_and_int_inputs(tmp_path):
     assert_outputs_close(actual, {k: np.asarray(v) for k, v in expected.items()})
 
 
+class _ControlFlow:
+    """A tf.Module whose graph really branches and loops on tensor values (not Python values).
+
+    ``while_loop`` halves ``x @ w`` until its largest magnitude is <= 1 (the trip count depends
+    on the data), then ``cond`` on the batch mean picks relu or tanh. Saved with a None batch dim.
+    """
+
+    @staticmethod
+    def build(directory: Path):
+        import tensorflow as tf
+
+        class Branchy(tf.Module):
+            def __init__(self):
+                super().__init__()
+                self.w = tf.Variable(np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3))
+
+            @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+            def __call__(self, x):
+                h = tf.matmul(x, self.w)
+                steps, h = tf.while_loop(lambda i, h: tf.reduce_max(tf.abs(h)) > 1.0,
+                                         lambda i, h: (i + 1, h * 0.5), [tf.constant(0), h])
+                y = tf.cond(tf.reduce_mean(x) > 0.0, lambda: tf.nn.relu(h) + 1.0, lambda: tf.tanh(h))
+                return {"y": y, "steps": steps}
+
+        module = Branchy()
+        tf.saved_model.save(module, str(directory), signatures=module.__call__)
+        return module
+
+
+@pytest.mark.parametrize("backend", ["cpu", "wasm"])
+def test_control_flow_graph_runs_with_execute_async_and_matches_tensorflow(tmp_path, backend):
+    """While/If become Enter/Merge/Switch/LoopCond in the graph model: model.execute refuses
+    them, the runner falls back to executeAsync and the answers still match TensorFlow."""
+    from pytest_modelparity import assert_outputs_close, export_model
+
+    module = _ControlFlow.build(tmp_path / "saved_model")
+    path = export_model(tmp_path / "saved_model", "tfjs", tmp_path / "web")
+    rng = np.random.default_rng(5)
+    batches = [np.full((2, 4), 3.0, np.float32),           # loop runs, relu branch
+               np.full((3, 4), -0.1, np.float32),          # loop does not run, tanh branch
+               (rng.normal(size=(7, 4)) * 10).astype(np.float32),
+               (rng.normal(size=(1, 4)) * 10).astype(np.float32)]
+    with _load(path, backend=backend) as js:
+        ops = {op for _, op in js.op_types()}
+        assert {"LoopCond", "Switch", "Merge", "NextIteration"} <= ops, ops
+        assert js.inputs[0].shape == (None, 4)
+        steps = []
+        for x in batches:
+            expected = {k: v.numpy() for k, v in module(x).items()}
+            actual = js.predict(x)
+            assert js.process.execution == "executeAsync"
+            assert sorted(actual) == ["steps", "y"] and actual["y"].shape == (len(x), 3)
+            assert actual["steps"].dtype == np.int32 and actual["steps"].shape == ()
+            assert int(actual["steps"]) == int(expected["steps"])
+            assert_outputs_close(actual["y"], expected["y"])
+            steps.append(int(actual["steps"]))
+        assert steps[1] == 0 and steps[0] > 0 and len(set(steps)) > 2, steps  # data-dependent trip counts
+        assert js.process.alive
+
+
+def test_plain_graph_uses_synchronous_execute(cnn_tfjs):
+    with _load(cnn_tfjs) as js:
+        js.predict(models.images(2))
+        assert js.process.execution == "execute"
+
+
 # -- bad model files ----------------------------------------------------------------------
 
 def test_weight_path_outside_the_model_directory_is_refused(cnn_tfjs, tmp_path):
