@@ -97,3 +97,48 @@ def test_input_transform_on_one_of_a_list_of_inputs():
     hints = info.value.report.hints
     assert [h.cause for h in hints] == ["input_scaling"], [str(h) for h in hints]
     assert "input 0 scaled by 255/256" in hints[0].message
+
+
+def test_localize_onnx_perturbed_conv_through_the_layout_transpose(zoo_dir):
+    case = zoo.onnx_conv_perturbed(zoo_dir)
+    rows = localize_divergence(case.reference, case.candidate, case.inputs)
+    by_layer = {r.layer: r for r in rows}
+    assert [r.layer for r in rows if r.first] == ["conv"]
+    assert not by_layer["scale"].diverged and by_layer["scale"].max_abs is not None
+    conv = by_layer["conv"]
+    assert "conv" in conv.candidate and conv.layout == "channels-first, transposed"
+    # Compared in the reference's layout, the conv output differs exactly as its flattened copy
+    # (a plain reshape of the NCHW tensor would scramble it and report a larger difference).
+    assert conv.max_abs == pytest.approx(by_layer["flatten"].max_abs, rel=1e-6)
+    assert all(by_layer[n].diverged for n in ("flatten", "hidden", "logits", "probs"))
+
+
+def _two_convs(seed):
+    keras = zoo._keras()
+    keras.utils.set_random_seed(seed)
+    inp = keras.Input((8, 8, 3), name="image")
+    x = keras.layers.Rescaling(1 / 255, name="scale")(inp)
+    x = keras.layers.Conv2D(4, 3, padding="same", activation="relu", name="conv_a")(x)
+    x = keras.layers.Conv2D(6, 3, padding="same", activation="relu", name="conv_b")(x)
+    x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
+    return zoo.trained(keras.Model(inp, keras.layers.Dense(3, name="logits")(x)), seed)
+
+
+def test_localize_onnx_two_convs_in_nchw(zoo_dir):
+    """tf2onnx keeps consecutive convolutions in NCHW with no transpose between them: each is
+    compared transposed (no false divergence, nothing marked fused); then conv_b perturbed."""
+    from pytest_modelparity import export_model, load_model
+
+    reference = _two_convs(31)
+    path = export_model(reference, "onnx", zoo_dir / "two_convs.onnx")
+    x = zoo.pixels(4)
+    rows = localize_divergence(load_model(reference), load_model(path, "onnx"), x)
+    by_layer = {r.layer: r for r in rows}
+    assert not any(r.diverged for r in rows), "\n".join(map(str, rows))
+    for name in ("conv_a", "conv_b"):
+        assert by_layer[name].max_abs is not None and by_layer[name].layout, by_layer[name]
+    zoo.perturb_onnx_layer(path, "conv_b", zoo_dir / "two_convs_b.onnx")
+    rows = localize_divergence(load_model(reference), load_model(zoo_dir / "two_convs_b.onnx", "onnx"), x)
+    by_layer = {r.layer: r for r in rows}
+    assert [r.layer for r in rows if r.first] == ["conv_b"], "\n".join(map(str, rows))
+    assert not by_layer["conv_a"].diverged and by_layer["conv_a"].max_abs is not None

@@ -32,6 +32,7 @@ class LayerDiff:
     candidate_op: str | None = None
     note: str = ""
     first: bool = False            # the first divergent layer
+    layout: str = ""               # how the candidate tensor was aligned, e.g. "NCHW, transposed"
 
     def __str__(self) -> str:
         return format_rows([self])
@@ -47,6 +48,8 @@ def format_rows(diffs: list[LayerDiff]) -> str:
     for d in diffs:
         status = ("FIRST DIVERGENCE" if d.first else "diverged") if d.diverged else (d.note or "ok")
         cand = f"  <- {d.candidate_op or '?'} `{d.candidate}`" if d.candidate else ""
+        if d.candidate and d.layout:
+            cand += f" ({d.layout})"
         ma = "-" if d.max_abs is None else f"{d.max_abs:.3g}"
         mr = "-" if d.max_rel is None else f"{d.max_rel:.3g}"
         lines.append(f"{d.layer[:24]:<24} {d.op[:18]:<18} {ma:>10} {mr:>10}  {status}{cand}")
@@ -208,14 +211,38 @@ def _name_matches(layer: str, candidate_name: str) -> bool:
     return any(pattern.fullmatch(tok) for tok in re.split(r"[/;:]", candidate_name) if tok)
 
 
-def _diff(ref: np.ndarray, cand: np.ndarray) -> tuple[float, float]:
+def _layouts(shape: tuple, target: tuple) -> list[tuple[tuple[int, ...], str]]:
+    """Axis permutations that turn a candidate tensor of ``shape`` into ``target``'s layout:
+    channels-first to channels-last and back (ONNX converters run convolutions in NCHW)."""
+    n = len(shape)
+    if n < 3 or n != len(target) or tuple(shape) == tuple(target):
+        return []
+    first_to_last = (0, *range(2, n), 1)       # NCHW -> NHWC
+    last_to_first = (0, n - 1, *range(1, n - 1))  # NHWC -> NCHW
+    out = []
+    for perm, label in ((first_to_last, "channels-first, transposed"), (last_to_first, "channels-last, transposed")):
+        if tuple(shape[i] for i in perm) == tuple(target):
+            out.append((perm, label))
+    return out
+
+
+def _diff(ref: np.ndarray, cand: np.ndarray) -> tuple[float, float, str]:
+    """(max abs, max rel, layout) of ``cand`` against ``ref``: the same shape, or when the
+    shapes differ, the better of a layout transpose (NCHW <-> NHWC) and a plain reshape."""
     r = np.asarray(ref, np.float64)
-    c = np.asarray(cand, np.float64).reshape(r.shape)
-    d = np.abs(r - c)
-    d = d[np.isfinite(d)]
-    max_abs = float(d.max()) if d.size else 0.0
+    c = np.asarray(cand, np.float64)
+    tries = [(np.transpose(c, perm), label) for perm, label in _layouts(c.shape, r.shape)]
+    tries.append((c.reshape(r.shape), ""))
     scale = max(scale_of(r), 1e-30)
-    return max_abs, max_abs / scale
+    best: tuple[float, float, str] | None = None
+    for aligned, label in tries:
+        d = np.abs(r - aligned)
+        d = d[np.isfinite(d)]
+        max_abs = float(d.max()) if d.size else 0.0
+        if best is None or max_abs < best[0]:
+            best = (max_abs, max_abs / scale, label)
+    assert best is not None
+    return best
 
 
 def compare_intermediates(ref: list[Entry], cand: list[Entry], *, rel: float = DIVERGE_REL) -> list[LayerDiff]:
@@ -247,7 +274,8 @@ def compare_intermediates(ref: list[Entry], cand: list[Entry], *, rel: float = D
             rows_out.append(LayerDiff(name, op, None, None, False, note="no counterpart"))
             status.append("absent")
             continue
-        rows_out.append(LayerDiff(name, op, diffs[j][0], diffs[j][1], False, cand[j][0], cand[j][1]))
+        rows_out.append(LayerDiff(name, op, diffs[j][0], diffs[j][1], False, cand[j][0], cand[j][1],
+                                  layout=diffs[j][2]))
         status.append(st)
     last_match = max((i for i, s in enumerate(status) if s == "match"), default=-1)
     first_marked = False
@@ -256,6 +284,7 @@ def compare_intermediates(ref: list[Entry], cand: list[Entry], *, rel: float = D
             row.note = "fused or not exposed in the candidate"
             row.max_abs = row.max_rel = None
             row.candidate = row.candidate_op = None
+            row.layout = ""
         elif st == "differs":
             row.diverged = True
             if not first_marked:

@@ -190,6 +190,42 @@ def tflite_one_layer_perturbed(directory: Path) -> Case:
                 cause="first_divergent_layer", expect_in_text=("`hidden`",))
 
 
+def perturb_onnx_layer(source: Path, layer: str, dest: Path, *, sigma: float = 0.05) -> list[str]:
+    """Copy ``source`` to ``dest`` with noise added to ``layer``'s kernel initializer (rank >= 2;
+    tf2onnx keeps the Keras layer name as a path component, ``…/conv_1/…``). Returns the
+    initializers changed; the exported file itself is left as it is."""
+    import re
+
+    import onnx
+    from onnx import numpy_helper
+
+    proto = onnx.load(str(source))
+    pattern = re.compile(re.escape(layer) + r"(_\d+)?")
+    changed = []
+    for init in proto.graph.initializer:
+        if len(init.dims) >= 2 and any(pattern.fullmatch(part) for part in init.name.split("/")):
+            kernel = numpy_helper.to_array(init)
+            noisy = kernel + np.random.default_rng(0).normal(0, sigma, kernel.shape).astype(kernel.dtype)
+            init.CopyFrom(numpy_helper.from_array(noisy, init.name))
+            changed.append(init.name)
+    onnx.save(proto, str(dest))
+    return changed
+
+
+def onnx_conv_perturbed(directory: Path) -> Case:
+    """An ONNX form whose `conv` kernel was perturbed in the initializer: the first divergent
+    layer is `conv`, compared through tf2onnx's NCHW layout (transposed back)."""
+    from pytest_modelparity import export_model, load_model
+
+    reference = classifier(25)
+    exported = export_model(reference, "onnx", directory / "onnx_clean_25.onnx")
+    changed = perturb_onnx_layer(exported, "conv", directory / "onnx_conv_perturbed.onnx")
+    assert len(changed) == 1, changed
+    return Case("onnx_conv_perturbed", "outputs_close", load_model(directory / "onnx_conv_perturbed.onnx", "onnx"),
+                load_model(reference), pixels(6), cause="first_divergent_layer",
+                expect_in_text=("`conv`", "channels-first, transposed"))
+
+
 def batch_drift(directory: Path) -> Case:
     """Seed 004: a Dense 784->1024->10 model on [0, 255] inputs drifts with the batch size."""
     from tests.models import dense_784
@@ -298,7 +334,15 @@ def clean_tf1_batchnorm_inference(directory: Path) -> Case:
     return Case("clean_tf1_batchnorm_inference", "batch_invariant", load_model(pb, "graphdef"), inputs=pixels(6) / 255)
 
 
+def clean_onnx(directory: Path) -> Case:
+    from pytest_modelparity import export_model, load_model
+
+    reference = classifier(27)
+    path = export_model(reference, "onnx", directory / "clean.onnx")
+    return Case("clean_onnx", "outputs_close", load_model(path, "onnx"), load_model(reference), pixels(6))
+
+
 CAUSES = [tf1_dropout_frozen, tf1_dropout_vs_clean, saved_model_reinitialised, doubled_softmax, input_scaled_by_256,
-          bgr_input, bgr_image_two_inputs, tflite_one_layer_perturbed, batch_drift, tf1_batchnorm_training_frozen,
+          bgr_input, bgr_image_two_inputs, tflite_one_layer_perturbed, onnx_conv_perturbed, batch_drift, tf1_batchnorm_training_frozen,
           keras_batchnorm_training_saved_model]
-CLEAN = [clean_saved_model, clean_tflite, clean_tf1_frozen, clean_tf1_batchnorm_inference]
+CLEAN = [clean_saved_model, clean_tflite, clean_onnx, clean_tf1_frozen, clean_tf1_batchnorm_inference]
