@@ -142,3 +142,27 @@ def test_localize_onnx_two_convs_in_nchw(zoo_dir):
     by_layer = {r.layer: r for r in rows}
     assert [r.layer for r in rows if r.first] == ["conv_b"], "\n".join(map(str, rows))
     assert not by_layer["conv_a"].diverged and by_layer["conv_a"].max_abs is not None
+
+
+def test_localize_refuses_a_tfjs_candidate_with_the_reason(zoo_dir):
+    """TFJS exposes no intermediates (docs/diagnosis.md, Limits): a clear error, and a failing
+    comparison still gets its other hints (here the doubled softmax), never a crash."""
+    from pytest_modelparity import errors, export_model, load_model
+
+    keras = zoo._keras()
+    reference = zoo.classifier(33)
+    twice = keras.Model(reference.input, keras.layers.Softmax(name="again")(reference.output))
+    try:
+        path = export_model(twice, "tfjs", zoo_dir / "twice_tfjs")
+        candidate = load_model(path, "tfjs")
+    except errors.RuntimeMissing as exc:
+        pytest.skip(f"tfjs converter/runtime missing (pip install -e '.[tfjs]', Node.js): {exc}")
+    try:
+        x = zoo.pixels(4)
+        with pytest.raises(ValueError, match="format 'tfjs'.*returns only the model's outputs"):
+            localize_divergence(load_model(reference), candidate, x)
+        with pytest.raises(ParityError) as info:
+            assert_outputs_close(candidate, reference, inputs=x)
+        assert [h.cause for h in info.value.report.hints] == ["double_softmax"]
+    finally:
+        candidate.close()

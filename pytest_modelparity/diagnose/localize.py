@@ -308,8 +308,18 @@ def localize_divergence(reference: Any, candidate: Any, inputs: Any, *, rel: flo
     cand = intermediates_of(candidate, batch)
     if not cand:
         raise ValueError(f"cannot expose the intermediate tensors of the candidate ({_describe(candidate)}); "
-                         "for TFLite load it from a .tflite file (preserve_all_tensors=True)")
+                         + _how_to_expose(candidate))
     return compare_intermediates(ref, cand, rel=rel)
+
+
+def _how_to_expose(model: Any) -> str:
+    fmt = getattr(model, "format", None)
+    if fmt == "tfjs":
+        return ("the tfjs runner returns only the model's outputs: localise against the SavedModel or Keras "
+                "model it was converted from, or a TFLite/ONNX export")
+    if fmt == "onnx":
+        return "install the onnx package (pip install onnx), which the ONNX layer table needs"
+    return "for TFLite load it from a .tflite file (preserve_all_tensors=True)"
 
 
 def _describe(model: Any) -> str:
