@@ -51,6 +51,7 @@ _CODE_DTYPES = {code: dtype for dtype, code in _DTYPE_CODES.items()}
 _U32 = struct.Struct("<I")
 _MAX_FRAME = 2**32 - 1
 _WRITE_CHUNK = 1 << 20
+_READ_CHUNK = 1 << 22
 _STDERR_LINES = 40
 
 
@@ -250,18 +251,18 @@ class NodeProcess:
             view = view[written:]
 
     def _read_exact(self, n: int, deadline: float | None) -> bytearray:
+        """Read ``n`` bytes. The buffer grows as bytes arrive: a corrupt length (garbage on
+        stdout) must not allocate gigabytes up front; it runs into the deadline instead."""
         stream = self.proc.stdout  # unbuffered, so poll() sees exactly what is unread
         assert stream is not None
         fd = stream.fileno()
-        buf = bytearray(n)
-        view = memoryview(buf)
-        got = 0
-        while got < n:
+        buf = bytearray()
+        while len(buf) < n:
             self._wait_ready(fd, select.POLLIN, deadline)
-            chunk = stream.readinto(view[got:])
+            chunk = stream.read(min(n - len(buf), _READ_CHUNK))
             if not chunk:
                 raise EOFError
-            got += chunk
+            buf += chunk
         return buf
 
     def _read_frame(self, deadline: float | None) -> tuple[str, memoryview]:
@@ -285,36 +286,44 @@ class NodeProcess:
     def alive(self) -> bool:
         return self._dead is None and self.proc.poll() is None
 
+    def exchange(self, message: bytes) -> tuple[str, memoryview]:
+        """Send one frame (``message`` = type byte + body), return the answer's type and body."""
+        with self._lock:
+            return self._exchange(message)
+
+    def _exchange(self, message: bytes) -> tuple[str, memoryview]:
+        if len(message) > _MAX_FRAME:
+            raise ValueError(f"{self.description}: this batch is {len(message)} bytes, more than one frame of the "
+                             f"runner's protocol carries (4 GiB); split it into smaller batches")
+        if self._dead is not None:
+            raise NodeProcessDied(self._dead)
+        if self.proc.poll() is not None:
+            raise self._died("before this call")
+        deadline = self._deadline()  # one deadline for the whole exchange, writing included
+        try:
+            try:
+                self._write_all(_U32.pack(len(message)) + message, deadline)
+            except TimeoutError:
+                raise self._timed_out() from None
+            except (BrokenPipeError, OSError, ValueError):
+                raise self._died("while Python sent it a batch") from None
+            return self._read_frame(deadline)
+        except NodeProcessDied:
+            raise
+        except BaseException as exc:  # interrupted mid-exchange: the pipes are out of step now
+            self.proc.kill()
+            self._died(f"because a call was interrupted ({type(exc).__name__}) half-way through an exchange, "
+                       f"which leaves the protocol out of step, so Python killed it")
+            raise
+
     def predict(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Send the inputs, wait for the outputs; ``last_compute_ms`` is tfjs's own time in Node.
 
         Threads sharing this process are served one at a time (a lock spans the exchange).
         """
-        body = encode_tensors(feeds)
-        if len(body) + 1 > _MAX_FRAME:
-            raise ValueError(f"{self.description}: this batch is {len(body)} bytes, more than one frame of the "
-                             f"runner's protocol carries (4 GiB); split it into smaller batches")
-        frame = _U32.pack(len(body) + 1) + b"P" + body
+        message = b"P" + encode_tensors(feeds)
         with self._lock:
-            if self._dead is not None:
-                raise NodeProcessDied(self._dead)
-            if self.proc.poll() is not None:
-                raise self._died("before this call")
-            try:
-                try:
-                    self._write_all(frame, self._deadline())
-                except TimeoutError:
-                    raise self._timed_out() from None
-                except (BrokenPipeError, OSError, ValueError):
-                    raise self._died("while Python sent it a batch") from None
-                kind, payload = self._read_frame(self._deadline())
-            except NodeProcessDied:
-                raise
-            except BaseException as exc:  # interrupted mid-exchange: the pipes are out of step now
-                self.proc.kill()
-                self._died(f"because a call was interrupted ({type(exc).__name__}) half-way through an exchange, "
-                           f"which leaves the protocol out of step, so Python killed it")
-                raise
+            kind, payload = self._exchange(message)
             if kind == "R":
                 ms, mode = struct.unpack_from("<dB", payload, 0)
                 self.last_compute_ms, self.execution = ms, ("execute", "executeAsync")[mode]

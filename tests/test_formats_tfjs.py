@@ -309,6 +309,222 @@ def test_plain_graph_uses_synchronous_execute(cnn_tfjs):
         assert js.process.execution == "execute"
 
 
+# -- robustness: large frames, interrupted calls, threads, stray output, int ranges -----------
+
+_BIG = 16384  # images of 8x8x3 float32: a 12.6 MB frame, many pipe buffers' worth
+
+
+def test_large_batch_round_trips_and_costs_little_over_compute(cnn, cnn_tfjs):
+    """A 12.6 MB batch matches Keras; the pipe adds tens of ms, not the 250 ms that joining the
+    runner's input buffer on every 64 KB chunk cost (quadratic copying)."""
+    from pytest_modelparity import assert_outputs_close
+
+    x = models.images(_BIG, seed=11)
+    with _load(cnn_tfjs, backend="wasm") as js:
+        got = js.predict(x)["output_0"]
+        overheads = []
+        for _ in range(3):
+            start = time.perf_counter()
+            js.predict(x)
+            overheads.append((time.perf_counter() - start) * 1e3 - js.last_compute_ms)
+    assert got.shape == (_BIG, 4)
+    assert_outputs_close(got, cnn(x, training=False).numpy())
+    assert min(overheads) < 120, f"round trip minus tfjs compute: {overheads} ms"
+
+
+def _call_with_guard(fn, pid: int, limit: float):
+    """Run ``fn`` in a thread; if it is still blocked after ``limit`` s, SIGKILL ``pid`` to free it."""
+    import threading
+
+    box: dict = {}
+
+    def run():
+        try:
+            box["result"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    start = time.monotonic()
+    thread.start()
+    thread.join(limit)
+    hung = thread.is_alive()
+    if hung:
+        os.kill(pid, signal.SIGKILL)
+        thread.join(10)
+    return hung, time.monotonic() - start, box
+
+
+def test_timeout_covers_sending_a_large_batch_to_a_stopped_process(cnn_tfjs):
+    """A frame bigger than the pipe buffer blocks the writer while node is stopped: timeout_s
+    must still fire (stdin is non-blocking and polled), not hang forever."""
+    model = _load(cnn_tfjs, timeout_s=1.0)
+    model.predict(models.images(1))
+    pid = model.process.pid
+    os.kill(pid, signal.SIGSTOP)
+    hung, took, box = _call_with_guard(lambda: model.predict(models.images(_BIG)), pid, 15.0)
+    assert not hung, "predict hung while writing to a stopped node process"
+    assert isinstance(box.get("error"), NodeProcessDied), box
+    assert "not answering within 1 s" in str(box["error"]) and took < 8
+    assert _wait_gone(pid)
+    model.close()
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def test_call_interrupted_mid_exchange_never_returns_a_stale_answer(cnn_tfjs):
+    """An exception raised half-way (here from a SIGALRM handler, as Ctrl-C would) leaves an
+    answer in flight: the next call must not read it as its own. The process is killed and the
+    model says why."""
+    model = _load(cnn_tfjs)  # cpu backend: a 16384 batch takes long enough to interrupt
+    small = models.images(2, seed=2)
+    expected_small = model.predict(small)["output_0"]
+    pid = model.process.pid
+
+    def interrupt(signum, frame):
+        raise _Interrupted
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.05)
+        with pytest.raises(_Interrupted):
+            model.predict(models.images(_BIG))
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    with pytest.raises(NodeProcessDied) as info:
+        model.predict(small)
+    assert "interrupted (_Interrupted)" in str(info.value) and "load the model again" in str(info.value)
+    assert _wait_gone(pid)
+    model.close()
+    with _load(cnn_tfjs) as fresh:
+        np.testing.assert_array_equal(fresh.predict(small)["output_0"], expected_small)
+
+
+def test_node_dying_half_way_through_its_answer_is_reported(cnn_tfjs, tmp_path, monkeypatch):
+    """A partial frame then exit (as a crash while writing would leave): the call fails with
+    the exit status and stderr tail, it does not hang or decode half a tensor."""
+    crash = tmp_path / "crash.js"
+    crash.write_text(textwrap.dedent("""
+        const real = process.stdout.write.bind(process.stdout);
+        process.stdout.write = (chunk, ...rest) => {
+          if (Buffer.isBuffer(chunk) && chunk[4] === 0x52) {  // an 'R' frame: send half, then die
+            real(chunk.subarray(0, chunk.length >> 1));
+            process.stderr.write('crash.js: died half-way through a frame\\n');
+            process.exit(3);
+          }
+          return real(chunk, ...rest);
+        };
+        """))
+    monkeypatch.setenv("NODE_OPTIONS", f"--require {crash}")
+    model = _load(cnn_tfjs, timeout_s=20.0)
+    start = time.monotonic()
+    with pytest.raises(NodeProcessDied) as info:
+        model.predict(models.images(300))
+    text = str(info.value)
+    assert "exited with code 3 while Python waited for its answer" in text, text
+    assert "died half-way through a frame" in text and time.monotonic() - start < 10
+    with pytest.raises(NodeProcessDied, match="code 3"):
+        model.predict(models.images(1))
+    model.close()
+
+
+def test_node_killed_during_a_predict_is_reported(cnn_tfjs):
+    model = _load(cnn_tfjs)  # cpu backend: the big batch takes a while to send and compute
+    pid = model.process.pid
+    import threading
+
+    threading.Timer(0.1, os.kill, (pid, signal.SIGKILL)).start()
+    with pytest.raises(NodeProcessDied, match=r"killed by signal SIGKILL while Python (sent it a batch|waited)"):
+        model.predict(models.images(_BIG))
+    assert _wait_gone(pid)
+    model.close()
+
+
+def test_two_threads_predicting_on_one_model_are_served_in_turn(cnn_tfjs):
+    """The exchange is locked: each thread gets the answer to its own batch, never the other's."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    batches = {t: [models.images(1 + (t * 5 + i) % 7, seed=100 * t + i) for i in range(8)] for t in (0, 1)}
+    with _load(cnn_tfjs) as js:
+        alone = {t: [js.predict(x)["output_0"] for x in xs] for t, xs in batches.items()}
+        with ThreadPoolExecutor(2) as pool:
+            together = dict(zip(batches, pool.map(lambda xs: [js.predict(x)["output_0"] for x in xs],
+                                                  batches.values())))
+        assert js.process.alive
+    for t in batches:
+        for a, b in zip(alone[t], together[t]):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_a_library_writing_to_stdout_does_not_break_the_protocol(cnn, cnn_tfjs, tmp_path, monkeypatch):
+    """stdout carries frames only: a preloaded script writing to process.stdout (as a chatty npm
+    package would) is diverted to stderr instead of being read as a frame length."""
+    from pytest_modelparity import assert_outputs_close
+
+    noisy = tmp_path / "noisy.js"
+    noisy.write_text("setImmediate(() => process.stdout.write('noise from a library\\n'));\n"
+                     "setTimeout(() => process.stdout.write('more noise\\n'), 200);\n")
+    monkeypatch.setenv("NODE_OPTIONS", f"--require {noisy}")
+    x = models.images(3)
+    with _load(cnn_tfjs, timeout_s=20.0) as js:
+        first = js.predict(x)["output_0"]
+        time.sleep(0.4)
+        assert_outputs_close(first, cnn(x, training=False).numpy())
+        np.testing.assert_array_equal(js.predict(x)["output_0"], first)
+        deadline = time.monotonic() + 5
+        while "more noise" not in js.process.stderr_tail and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert {"noise from a library", "more noise"} <= set(js.process.stderr_tail)
+
+
+def test_malformed_frame_is_answered_with_an_error_and_the_runner_keeps_serving(cnn_tfjs):
+    """A tensor whose bytes are fewer than its shape needs is an error, not silently zero-filled."""
+    import struct
+
+    from pytest_modelparity.tfjs_process import RunnerError
+
+    short = b"P" + struct.pack("<HH5sBB4I", 1, 5, b"image", 0, 4, 1, 8, 8, 3) + b"\0" * 4
+    with _load(cnn_tfjs) as js:
+        kind, body = js.process.exchange(short)
+        assert kind == "E" and "malformed frame" in body.tobytes().decode() and "768 bytes" in body.tobytes().decode()
+        kind, body = js.process.exchange(b"P" + encode_tensors({"image": models.images(1)}) + b"junk")
+        assert kind == "E" and "4 bytes after the last tensor" in body.tobytes().decode()
+        with pytest.raises(RunnerError, match="predict failed"):  # tfjs refusing a feed: same process
+            js.process.predict({"not_an_input": np.zeros((1, 8, 8, 3), np.float32)})
+        assert js.predict(models.images(1))["output_0"].shape == (1, 4)
+
+
+def test_int64_inputs_run_as_int32_and_values_int32_cannot_hold_are_refused(tmp_path):
+    import tensorflow as tf
+
+    from pytest_modelparity import export_model
+
+    class Ints(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.int64, name="ids")])
+        def __call__(self, ids):
+            return {"r": tf.math.floormod(ids, 7) * 3 - ids // 5}
+
+    module = Ints()
+    tf.saved_model.save(module, str(tmp_path / "sm"), signatures=module.__call__)
+    path = export_model(tmp_path / "sm", "tfjs", tmp_path / "web")
+    ok = np.array([[1, 50, -9], [2**31 - 1, -(2**31), 4]], np.int64)
+    with _load(path) as js:
+        assert js.inputs[0].dtype == np.int32 and js.outputs[0].dtype == np.int32
+        np.testing.assert_array_equal(js.predict(ok)["r"], module(ok)["r"].numpy())
+        np.testing.assert_array_equal(js.predict({"ids": ok.astype(np.int32)})["r"], module(ok)["r"].numpy())
+        bad = ok.copy()
+        bad[1, 0] = 2**31 + 5
+        for batch in (bad, {"ids": bad}, [bad]):
+            with pytest.raises(errors.BatchMismatchError) as info:
+                js.predict(batch)
+            text = str(info.value)
+            assert "'ids'" in text and "int32" in text and str(2**31 + 5) in text
+        assert js.process.alive
+
+
 # -- bad model files ----------------------------------------------------------------------
 
 def test_weight_path_outside_the_model_directory_is_refused(cnn_tfjs, tmp_path):

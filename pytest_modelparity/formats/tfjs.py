@@ -27,6 +27,7 @@ import types
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -205,6 +206,32 @@ class TFJSModel(LoadedModel):
     @property
     def tfjs_version(self) -> str:
         return self.process.meta.get("tfjs_version", "?")
+
+    def prepare_batch(self, batch: Any) -> dict[str, np.ndarray]:
+        """As the base class, but refuse integers that int32 cannot hold.
+
+        tfjs has no int64: an ``int64`` input runs as ``int32``, and numpy's cast would wrap
+        2**31 + 5 to a negative number silently, giving an answer TensorFlow never gives.
+        """
+        if any(s.dtype == np.int32 for s in self.inputs):
+            info = np.iinfo(np.int32)
+            for name, value in self._named_values(batch):
+                arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+                if arr.dtype.kind in "iu" and arr.dtype.itemsize >= 4 and arr.size:
+                    low, high = int(arr.min()), int(arr.max())
+                    if low < info.min or high > info.max:
+                        self._mismatch(
+                            f"input {name!r} holds integers outside int32's range (min {low}, max {high}); tfjs "
+                            f"has no int64 and computes this input in int32, where they would wrap around", batch)
+        return super().prepare_batch(batch)
+
+    def _named_values(self, batch: Any) -> list[tuple[str, Any]]:
+        names = [s.name for s in self.inputs]
+        if isinstance(batch, Mapping):
+            return list(batch.items())
+        if isinstance(batch, (list, tuple)) and batch and all(hasattr(v, "dtype") for v in batch):
+            return list(zip(names, batch))
+        return [(names[0] if len(names) == 1 else "?", batch)]
 
     def _predict(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         result = self.process.predict(feeds)
