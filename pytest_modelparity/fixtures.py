@@ -99,7 +99,7 @@ class ParitySession:
 
     def candidate(self, obj: Any, format: str, device: str) -> Any:
         """The source exported to ``format`` (once) and loaded on ``device`` (once)."""
-        src = self.source(obj)
+        self.source(obj)  # resolve the source first: a bad source is reported as such
 
         def build() -> Any:
             from .formats import load_model, missing_runtime

@@ -14,7 +14,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from pytest_modelparity.devices import DeviceSpec, onnx_providers, parse_device, require_cpu_only

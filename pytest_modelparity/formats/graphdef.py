@@ -68,7 +68,7 @@ def export(model: Any, path: Path, **options: Any) -> Path:
     """Freeze the inference function of a Keras model and write its GraphDef to ``path``."""
     if options:
         raise TypeError(f"graphdef export takes no options, got {sorted(options)}")
-    tf = import_tf()
+    import_tf()  # quiet TF's start-up logging before the first TF import below
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
     from .keras import KerasModel
