@@ -374,31 +374,39 @@ class _Interrupted(Exception):
     pass
 
 
-def test_call_interrupted_mid_exchange_never_returns_a_stale_answer(cnn_tfjs):
+@pytest.mark.parametrize("batch", [2, _BIG], ids=["waiting_for_the_answer", "half_way_through_sending"])
+def test_call_interrupted_mid_exchange_never_returns_a_stale_answer(cnn_tfjs, batch):
     """An exception raised half-way (here from a SIGALRM handler, as Ctrl-C would) leaves an
-    answer in flight: the next call must not read it as its own. The process is killed and the
-    model says why."""
-    model = _load(cnn_tfjs)  # cpu backend: a 16384 batch takes long enough to interrupt
+    answer in flight or a partial frame in the pipe: the next call must not read the old answer
+    as its own. The process is killed and the model says why. Node is stopped first so the
+    exchange is certainly in progress when the alarm fires (a 12.6 MB frame fills the pipe)."""
+    model = _load(cnn_tfjs, timeout_s=5.0)  # were the pipes left out of step, calls would hang: bounded
     small = models.images(2, seed=2)
     expected_small = model.predict(small)["output_0"]
     pid = model.process.pid
+    x = models.images(batch)
 
     def interrupt(signum, frame):
         raise _Interrupted
 
     previous = signal.signal(signal.SIGALRM, interrupt)
+    os.kill(pid, signal.SIGSTOP)
     try:
-        signal.setitimer(signal.ITIMER_REAL, 0.05)
+        signal.setitimer(signal.ITIMER_REAL, 0.5)
         with pytest.raises(_Interrupted):
-            model.predict(models.images(_BIG))
+            model.predict(x)
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
-    with pytest.raises(NodeProcessDied) as info:
-        model.predict(small)
-    assert "interrupted (_Interrupted)" in str(info.value) and "load the model again" in str(info.value)
-    assert _wait_gone(pid)
-    model.close()
+        if _alive(pid):
+            os.kill(pid, signal.SIGCONT)
+    try:
+        with pytest.raises(NodeProcessDied) as info:
+            model.predict(small)
+        assert "interrupted (_Interrupted)" in str(info.value) and "load the model again" in str(info.value)
+        assert _wait_gone(pid)
+    finally:
+        model.close()
     with _load(cnn_tfjs) as fresh:
         np.testing.assert_array_equal(fresh.predict(small)["output_0"], expected_small)
 
