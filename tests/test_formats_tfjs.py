@@ -664,6 +664,48 @@ def test_failed_npm_install_raises_runtime_missing_and_leaves_no_cache(monkeypat
     assert left == []
 
 
+def test_two_processes_racing_for_the_first_install_run_npm_ci_once(tmp_path):
+    """pytest-xdist workers starting together: the file lock makes one run `npm ci` while the
+    other waits and then uses it. Real npm (from its local cache when it has the packages), two
+    real processes; a staging directory left by a killed install is cleared."""
+    from pytest_modelparity import tfjs_runner
+
+    if shutil.which("npm") is None or shutil.which("node") is None:
+        pytest.skip("Node.js and npm are not installed: apt-get install nodejs npm")
+    cache = tmp_path / "cache"
+    env = dict(os.environ, MODELPARITY_CACHE_DIR=str(cache), npm_config_prefer_offline="true")
+    target = cache / "tfjs-node-modules" / tfjs_runner.lock_hash()
+    stale = target.parent / f"{target.name}.tmp-killed"
+    (stale / "node_modules").mkdir(parents=True)
+    script = ("import sys; from pytest_modelparity import tfjs_runner; "
+              "sys.stdin.readline(); print(tfjs_runner.ensure_node_modules(), flush=True)")
+    workers = [subprocess.Popen([sys.executable, "-c", script], env=env, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    try:
+        for w in workers:  # both are up and imported: release them together
+            w.stdin.write("go\n")
+            w.stdin.flush()
+        results = [w.communicate(timeout=600) for w in workers]
+        for w, (out, err) in zip(workers, results):
+            if w.returncode != 0:
+                if "npm ci failed" in err:
+                    pytest.skip(f"npm ci cannot run here (no registry, no cache): {err[-500:]}")
+                raise AssertionError(f"worker failed ({w.returncode}):\n{err}")
+        paths = {out.strip() for out, _ in results}
+        assert paths == {str(target / "node_modules")}
+        installs = sum(err.count("installing @tensorflow/tfjs") for _, err in results)
+        assert installs == 1, [err for _, err in results]
+        assert sum(err.count("npm ci finished in") for _, err in results) == 1
+        assert (target / ".modelparity-installed").is_file()
+        assert sorted(p.name for p in target.parent.iterdir()) == [target.name, f"{target.name}.lock"]
+        assert target.stat().st_mode & 0o777 == 0o755
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
+        shutil.rmtree(cache, ignore_errors=True)  # 300 MB
+
+
 # -- the protocol ---------------------------------------------------------------------------
 
 def test_protocol_round_trips_raw_little_endian_arrays():

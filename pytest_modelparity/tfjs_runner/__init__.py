@@ -111,7 +111,12 @@ def ensure_node_modules(*, quiet: bool = False) -> Path:
     with _install_lock(target.parent / f"{target.name}.lock"):
         if is_installed(target):  # another process installed it while we waited
             return target / "node_modules"
+        # Staging directories left by an install that was killed (SIGKILL, power loss): nobody
+        # else can be using one while we hold the lock, and each holds up to 300 MB.
+        for stale in target.parent.glob(f"{target.name}.tmp-*"):
+            shutil.rmtree(stale, ignore_errors=True)
         staging = Path(tempfile.mkdtemp(prefix=f"{target.name}.tmp-", dir=target.parent))
+        os.chmod(staging, 0o755)  # mkdtemp makes it 0700: a cache shared between users must be readable
         try:
             for name in ("package.json", "package-lock.json"):
                 shutil.copyfile(RUNNER_DIR / name, staging / name)
