@@ -334,7 +334,18 @@ class NodeProcess:
         return decode_tensors(payload, 9)
 
     def close(self) -> None:
-        """Stop the process (idempotent)."""
+        """Stop the process (idempotent).
+
+        If another thread is in the middle of an exchange, its pipes are not closed under it (a
+        closed descriptor number can be reused by another file before it writes again): node is
+        killed instead, that call fails with ``NodeProcessDied`` and cleans up.
+        """
         if self._dead is None:
             self._dead = f"{self.description}: the model was closed; load it again to predict"
-        self._finalizer()
+        if self._lock.acquire(blocking=False):
+            try:
+                self._finalizer()
+            finally:
+                self._lock.release()
+        elif self.proc.poll() is None:
+            self.proc.kill()

@@ -467,6 +467,35 @@ def test_two_threads_predicting_on_one_model_are_served_in_turn(cnn_tfjs):
             np.testing.assert_array_equal(a, b)
 
 
+def test_close_from_another_thread_during_a_predict_stops_node_at_once(cnn_tfjs):
+    """close() while a call is in flight kills node (not the pipes under the caller's feet):
+    it returns at once and the call fails with NodeProcessDied."""
+    import threading
+
+    model = _load(cnn_tfjs, timeout_s=30.0)
+    pid = model.process.pid
+    os.kill(pid, signal.SIGSTOP)  # the call below is certainly in flight when close() runs
+    box: dict = {}
+
+    def call():
+        try:
+            model.predict(models.images(_BIG))
+        except BaseException as exc:  # noqa: BLE001
+            box["error"] = exc
+
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    time.sleep(0.3)
+    start = time.monotonic()
+    model.close()
+    assert time.monotonic() - start < 0.5
+    thread.join(10)
+    assert not thread.is_alive() and isinstance(box.get("error"), NodeProcessDied), box
+    assert _wait_gone(pid)
+    with pytest.raises(NodeProcessDied):
+        model.predict(models.images(1))
+
+
 def test_a_library_writing_to_stdout_does_not_break_the_protocol(cnn, cnn_tfjs, tmp_path, monkeypatch):
     """stdout carries frames only: a preloaded script writing to process.stdout (as a chatty npm
     package would) is diverted to stderr instead of being read as a frame length."""
