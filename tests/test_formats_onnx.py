@@ -148,3 +148,16 @@ def test_several_inputs_and_outputs_keep_keras_names_and_order(tmp_path):
     assert {k: v.shape for k, v in out.items()} == {"score": (3, 2), "aux": (3, 5)}
     assert_outputs_close(loaded, load_model(model), inputs=x)
     np.testing.assert_array_equal(loaded.predict([x["zeta"], x["alpha"]])["aux"], out["aux"])
+
+
+def test_sequential_model_exports_and_matches(tmp_path):
+    """tf2onnx's from_keras fails on a Keras 3 Sequential model ('keras_tensor_3'): the
+    exporter traces the model itself, so Sequential models convert like functional ones."""
+    import keras
+
+    keras.utils.set_random_seed(3)
+    model = keras.Sequential([keras.layers.Input((10,)), keras.layers.Dense(8, activation="relu"),
+                              keras.layers.Dropout(0.3), keras.layers.Dense(3, activation="softmax")])
+    loaded = load_model(export_model(model, "onnx", tmp_path / "seq.onnx"))
+    x = np.random.default_rng(0).normal(size=(5, 10)).astype("float32")
+    assert_outputs_close(loaded, model, inputs=x)

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import DeviceUnavailable, ModelLoadError
 from .base import LoadedModel, TensorSpec
-from .tflite import TF_INSTALL, _first_line, keras_signature, read_model_bytes
+from .tflite import TF_INSTALL, _first_line, keras_signature, read_model_bytes, serving_function
 
 NAME = "onnx"
 ONNX_INSTALL = "pip install 'pytest-modelparity[onnx]'"
@@ -192,7 +192,7 @@ def export(model: Any, path: Path, *, opset: int = DEFAULT_OPSET) -> Path:
     path = Path(path)
     if path.is_dir():
         path = path / "model.onnx"
-    specs, _ = keras_signature(model, NAME)
+    fn, specs = serving_function(model)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
@@ -202,12 +202,27 @@ def export(model: Any, path: Path, *, opset: int = DEFAULT_OPSET) -> Path:
         with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
-                tf2onnx.convert.from_keras(model, input_signature=specs, opset=opset, output_path=tmp)
+                proto, _ = tf2onnx.convert.from_function(fn, input_signature=specs, opset=opset)
             except Exception as exc:  # noqa: BLE001 - converter errors are many and untyped
                 raise ModelLoadError(path, NAME, f"tf2onnx failed (opset {opset}): {_first_line(exc)}",
                                      "check that every op has an ONNX mapping at this opset; try opset=...") from exc
+        _keep_keras_output_order(proto, keras_signature(model, NAME)[1])
+        Path(tmp).write_bytes(proto.SerializeToString())
         os.replace(tmp, path)
     finally:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
     return path
+
+
+def _keep_keras_output_order(proto: Any, names: list[str]) -> None:
+    """Order the graph outputs like the Keras model's (tf2onnx sorts a dict of outputs by name)."""
+    outputs = {o.name: o for o in proto.graph.output}
+    if sorted(outputs) != sorted(names):
+        return
+    ordered = [outputs[n] for n in names]
+    copies = [type(o)() for o in ordered]
+    for copy, original in zip(copies, ordered):
+        copy.CopyFrom(original)
+    del proto.graph.output[:]
+    proto.graph.output.extend(copies)

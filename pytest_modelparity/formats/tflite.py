@@ -399,8 +399,13 @@ def keras_signature(model: Any, format: str) -> tuple[list[Any], list[str]]:
     return specs, _unique(out_names)
 
 
-def _serving_function(model: Any):
-    """A concrete function with a ``None`` batch dim returning ``{output name: tensor}``."""
+def serving_function(model: Any) -> tuple[Any, list[Any]]:
+    """A ``tf.function`` with a ``None`` batch dim returning ``{output name: tensor}``.
+
+    Shared by the TFLite and ONNX exporters: tracing the model ourselves works for
+    Sequential and functional models alike (tf2onnx's ``from_keras`` fails on Keras 3
+    Sequential models with a KeyError on an internal tensor name).
+    """
     import tensorflow as tf
 
     specs, out_names = keras_signature(model, NAME)
@@ -412,7 +417,12 @@ def _serving_function(model: Any):
         result = list(result) if isinstance(result, (list, tuple)) else [result]
         return dict(zip(out_names, result))
 
-    fn = tf.function(serve, input_signature=specs, autograph=False)
+    return tf.function(serve, input_signature=specs, autograph=False), specs
+
+
+def _serving_function(model: Any) -> tuple[Any, list[Any]]:
+    """The concrete function of :func:`serving_function`, for the TFLite converter."""
+    fn, specs = serving_function(model)
     return fn.get_concrete_function(), specs
 
 
