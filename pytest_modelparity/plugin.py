@@ -278,7 +278,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             # A long table buries the failures: keep them, count the rest (-v shows all).
             shown = [r for r in rows if r["verdict"] != "pass"][:SUMMARY_ROWS]
         terminalreporter.write_sep("=", "model parity summary")
-        for line in format_table(shown):
+        for line in format_table(shown) if shown else ():
             terminalreporter.write_line(line)
         if len(shown) < len(rows):
             passed = sum(r["verdict"] == "pass" for r in rows)

@@ -193,3 +193,20 @@ def test_long_summary_keeps_the_failures_and_counts_the_rest(pytester: pytest.Py
     verbose = pytester.runpytest("-p", "no:cacheprovider", "-v").stdout.str()
     assert "test_many[3]" in verbose.split("model parity summary")[1]
     assert "more rows not shown" not in verbose
+
+
+def test_long_summary_of_passes_only_prints_no_empty_table(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(textwrap.dedent('''
+        import numpy as np
+        import pytest
+        from pytest_modelparity import assert_outputs_close
+
+        @pytest.mark.parametrize("i", range(41))
+        def test_many(i):
+            assert_outputs_close(np.full(3, i, "float32"), np.full(3, i, "float32"))
+    '''))
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=41)
+    summary = result.stdout.str().split("model parity summary")[1]
+    assert "max abs" not in summary  # no header without rows under it
+    result.stdout.fnmatch_lines(["*41 more rows not shown (41 of 41 passed)*"])
