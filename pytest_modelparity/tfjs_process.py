@@ -17,6 +17,9 @@ Lifetime: the process must never outlive Python. Three independent guards:
 A process that died anyway makes the next call raise ``NodeProcessDied`` with the exit status
 and the tail of its stderr; loading the model again starts a new one.
 
+Besides ``predict``, ``fetch`` asks for named graph nodes (``model.execute(inputs, nodes)``):
+the intermediate tensors the layer table of the diagnosis compares.
+
 One exchange at a time: ``predict`` holds a lock from the first byte written to the last byte
 read, so threads sharing a model are served in turn. ``timeout_s`` bounds the whole exchange,
 writing included (stdin is non-blocking: a large batch to a stopped process cannot hang). A call
@@ -40,7 +43,7 @@ import threading
 import time
 import weakref
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -321,7 +324,28 @@ class NodeProcess:
 
         Threads sharing this process are served one at a time (a lock spans the exchange).
         """
-        message = b"P" + encode_tensors(feeds)
+        return self._run(b"P" + encode_tensors(feeds))
+
+    def fetch(self, feeds: Mapping[str, np.ndarray], nodes: Sequence[str], *,
+              max_bytes: int = 256 << 20) -> dict[str, np.ndarray]:
+        """Run on ``feeds`` and return the named graph nodes' outputs (``model.execute(inputs,
+        nodes)``), by node name, in the order asked.
+
+        Why a budget: intermediates of a real model can be far larger than its outputs; tensors
+        past ``max_bytes`` (in the order asked), and those of a dtype the protocol lacks, are
+        left out of the answer rather than failing it.
+        """
+        if not nodes:
+            raise ValueError("fetch() needs at least one node name")
+        if len(nodes) > 0xFFFF:
+            raise ValueError(f"{len(nodes)} nodes in one fetch; the tfjs runner takes at most 65535")
+        head = [struct.pack("<IH", min(int(max_bytes), 0xFFFFFFFF), len(nodes))]
+        for name in nodes:
+            raw = name.encode("utf-8")
+            head.append(struct.pack(f"<H{len(raw)}s", len(raw), raw))
+        return self._run(b"I" + b"".join(head) + encode_tensors(feeds))
+
+    def _run(self, message: bytes) -> dict[str, np.ndarray]:
         with self._lock:
             kind, payload = self._exchange(message)
             if kind == "R":

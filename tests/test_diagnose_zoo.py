@@ -31,7 +31,7 @@ def zoo_dir(tmp_path_factory):
 
 @pytest.mark.parametrize("build", zoo.CAUSES, ids=lambda b: b.__name__)
 def test_zoo_entry_names_its_cause(build, zoo_dir):
-    case = build(zoo_dir)
+    case = _tfjs_or_skip(build, zoo_dir)
     if case.passes_by_default:
         report = _run(case)                       # float drift is not a failure by default...
         assert report.passed
@@ -52,7 +52,7 @@ def test_zoo_entry_names_its_cause(build, zoo_dir):
 
 @pytest.mark.parametrize("build", zoo.CLEAN, ids=lambda b: b.__name__)
 def test_clean_pair_passes_and_names_no_cause(build, zoo_dir):
-    case = build(zoo_dir)
+    case = _tfjs_or_skip(build, zoo_dir)
     report = _run(case)
     assert report.passed and not report.hints
     if case.check == "outputs_close":
@@ -144,25 +144,57 @@ def test_localize_onnx_two_convs_in_nchw(zoo_dir):
     assert not by_layer["conv_a"].diverged and by_layer["conv_a"].max_abs is not None
 
 
-def test_localize_refuses_a_tfjs_candidate_with_the_reason(zoo_dir):
-    """TFJS exposes no intermediates (docs/diagnosis.md, Limits): a clear error, and a failing
-    comparison still gets its other hints (here the doubled softmax), never a crash."""
-    from pytest_modelparity import errors, export_model, load_model
+def _tfjs_or_skip(build, directory):
+    """Build a case needing Node.js/tfjs, skipping (with the fix) where they are missing."""
+    from pytest_modelparity import errors
 
-    keras = zoo._keras()
-    reference = zoo.classifier(33)
-    twice = keras.Model(reference.input, keras.layers.Softmax(name="again")(reference.output))
     try:
-        path = export_model(twice, "tfjs", zoo_dir / "twice_tfjs")
-        candidate = load_model(path, "tfjs")
+        return build(directory)
     except errors.RuntimeMissing as exc:
-        pytest.skip(f"tfjs converter/runtime missing (pip install -e '.[tfjs]', Node.js): {exc}")
-    try:
-        x = zoo.pixels(4)
-        with pytest.raises(ValueError, match="format 'tfjs'.*returns only the model's outputs"):
-            localize_divergence(load_model(reference), candidate, x)
-        with pytest.raises(ParityError) as info:
-            assert_outputs_close(candidate, reference, inputs=x)
-        assert [h.cause for h in info.value.report.hints] == ["double_softmax"]
-    finally:
-        candidate.close()
+        pytest.skip(f"tfjs converter/runtime missing (pip install -e '.[tfjs]', Node.js >= 18 and npm): {exc}")
+
+
+def test_localize_tfjs_perturbed_conv_in_the_weight_shard(zoo_dir):
+    """Real tfjs in Node.js: the conv kernel edited in the weight shard; the layer table fetched
+    through model.execute(inputs, nodes) names `conv` first, its input agreeing bitwise-close."""
+    case = _tfjs_or_skip(zoo.tfjs_conv_perturbed, zoo_dir)
+    rows = localize_divergence(case.reference, case.candidate, case.inputs)
+    by_layer = {r.layer: r for r in rows}
+    assert [r.layer for r in rows if r.first] == ["conv"], "\n".join(map(str, rows))
+    assert by_layer["scale"].max_abs is not None and by_layer["scale"].max_abs < 1e-6
+    conv = by_layer["conv"]
+    assert conv.candidate == "StatefulPartitionedCall/classifier_1/conv_1/Relu" and conv.candidate_op == "_FusedConv2D"
+    assert conv.layout == ""  # tfjs keeps NHWC: compared as is, no transpose
+    assert conv.max_rel is not None and conv.max_rel > 1e-2
+    assert all(by_layer[n].diverged for n in ("flatten", "hidden", "logits", "probs"))
+    case.candidate.close()
+
+
+def test_localize_clean_tfjs_has_no_divergence(zoo_dir):
+    case = _tfjs_or_skip(zoo.clean_tfjs, zoo_dir)
+    rows = localize_divergence(case.reference, case.candidate, case.inputs)
+    assert not any(r.diverged for r in rows), "\n".join(map(str, rows))
+    # Every Keras layer has its tfjs counterpart, matched by scope name (`conv` <- `.../conv_1/Relu`).
+    for r in rows:
+        assert r.max_abs is not None and r.max_rel is not None and r.max_rel < 1e-5, r
+        assert f"/{r.layer}_1/" in (r.candidate or ""), r
+    case.candidate.close()
+
+
+def test_tfjs_as_the_reference_and_two_convs(zoo_dir):
+    """A TFJS form on either side: the second of two convolutions perturbed in the shard is found
+    (tfjs as candidate), and a clean tfjs reference against Keras shows no divergence."""
+    from pytest_modelparity import export_model, load_model
+
+    reference = _two_convs(37)
+    path = _tfjs_or_skip(lambda d: export_model(reference, "tfjs", d / "two_convs_tfjs"), zoo_dir)
+    changed = zoo.perturb_tfjs_layer(path, "conv_b", zoo_dir / "two_convs_tfjs_b")
+    assert len(changed) == 1 and "conv_b" in changed[0], changed
+    x = zoo.pixels(4)
+    with load_model(zoo_dir / "two_convs_tfjs_b", "tfjs") as bad, load_model(path, "tfjs") as clean:
+        rows = localize_divergence(load_model(reference), bad, x)
+        assert [r.layer for r in rows if r.first] == ["conv_b"], "\n".join(map(str, rows))
+        assert not {r.layer: r for r in rows}["conv_a"].diverged
+        rows = localize_divergence(clean, load_model(reference), x)
+        assert rows and not any(r.diverged for r in rows), "\n".join(map(str, rows))
+        assert sum(r.max_abs is not None for r in rows) >= 4

@@ -1,9 +1,10 @@
 """Find the first layer where two forms start to differ.
 
 Run both forms with their intermediate tensors exposed (Keras: a model over every layer's
-output; TFLite: preserved tensors; graphs: fetch every op's output), walk the reference's
-layers in execution order, match each to a candidate tensor (by name, else by size and
-order), and report the first layer whose output diverges while its inputs did not."""
+output; TFLite: preserved tensors; graphs: fetch every op's output; ONNX and TFJS: their
+format's ``intermediates`` hook, TFJS fetching the last op of each name scope in Node.js),
+walk the reference's layers in execution order, match each to a candidate tensor (by name,
+else by size and order), and report the first layer whose output diverges while its inputs did not."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ._util import first_input, hook, is_keras_model, native_of, rows, scale_of
+from ._util import first_input, is_keras_model, native_of, rows, scale_of
 
 DIVERGE_REL = 1e-4  # share of a tensor's largest value; float noise here stays <= 5e-6
 MAX_ROWS = 8        # rows of the batch used: enough to see a divergence, cheap to run
@@ -61,9 +62,19 @@ def format_rows(diffs: list[LayerDiff]) -> str:
 Entry = tuple[str, str, np.ndarray]
 
 
-def intermediates_of(model: Any, batch: Any) -> list[Entry] | None:
-    """(name, op, value) of every intermediate tensor in execution order, or None."""
-    got = hook(model, "intermediates", batch)
+def intermediates_of(model: Any, batch: Any, errors: list[str] | None = None) -> list[Entry] | None:
+    """(name, op, value) of every intermediate tensor in execution order, or None.
+
+    A format's ``intermediates`` hook that raises counts as absent; its error is appended to
+    ``errors`` (when given) so the caller can say why (e.g. the tfjs runner's message)."""
+    fn = getattr(model, "intermediates", None)
+    got = None
+    if callable(fn):
+        try:
+            got = fn(batch)
+        except Exception as exc:  # noqa: BLE001 - reported by the caller, never a crash here
+            if errors is not None:
+                errors.append(f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}")
     if got:
         return [(str(n), str(o), np.asarray(v)) for n, o, v in got]
     native = native_of(model)
@@ -301,22 +312,28 @@ def localize_divergence(reference: Any, candidate: Any, inputs: Any, *, rel: flo
     batch = rows(inputs, slice(0, MAX_ROWS))
     if first_input(batch) is None and not isinstance(batch, dict):
         batch = inputs
-    ref = intermediates_of(reference, batch)
+    errors: list[str] = []
+    ref = intermediates_of(reference, batch, errors)
     if not ref:
-        raise ValueError(f"cannot expose the intermediate tensors of the reference ({_describe(reference)}); "
-                         "pass a Keras model, a TFLite file, a GraphDef or a SavedModel")
-    cand = intermediates_of(candidate, batch)
+        raise ValueError(f"cannot expose the intermediate tensors of the reference ({_describe(reference)})"
+                         f"{_because(errors)}; pass a Keras model, a TFLite file, a GraphDef, a SavedModel, "
+                         "an ONNX or a TFJS model")
+    cand = intermediates_of(candidate, batch, errors)
     if not cand:
-        raise ValueError(f"cannot expose the intermediate tensors of the candidate ({_describe(candidate)}); "
-                         + _how_to_expose(candidate))
+        raise ValueError(f"cannot expose the intermediate tensors of the candidate ({_describe(candidate)})"
+                         f"{_because(errors)}; " + _how_to_expose(candidate))
     return compare_intermediates(ref, cand, rel=rel)
+
+
+def _because(errors: list[str]) -> str:
+    return f" ({errors[-1]})" if errors else ""
 
 
 def _how_to_expose(model: Any) -> str:
     fmt = getattr(model, "format", None)
     if fmt == "tfjs":
-        return ("the tfjs runner returns only the model's outputs: localise against the SavedModel or Keras "
-                "model it was converted from, or a TFLite/ONNX export")
+        return ("tfjs could not fetch the graph's intermediate nodes (see the reason; nodes inside control flow "
+                "cannot be fetched): localise against the SavedModel it was converted from")
     if fmt == "onnx":
         return "install the onnx package (pip install onnx), which the ONNX layer table needs"
     return "for TFLite load it from a .tflite file (preserve_all_tensors=True)"

@@ -172,6 +172,55 @@ def _meta_specs(entries: list[dict[str, Any]]) -> list[TensorSpec]:
     return specs
 
 
+
+# -- layer table: which graph nodes to fetch ------------------------------------------------
+MAX_LAYER_NODES = 512  # bounds one fetch (each is a tensor read back from tfjs)
+_NOT_LAYER_OPS = frozenset({"Const", "Placeholder", "Identity", "IdentityN", "NoOp", "Shape", "ShapeN", "Size",
+                            "Rank", "StopGradient", "Enter", "Exit", "Merge", "Switch", "NextIteration",
+                            "LoopCond", "ReadVariableOp", "VarHandleOp"})
+
+
+def _node_of(ref: str) -> str:
+    """``name:1`` or ``^name`` (a control input) -> ``name``."""
+    return ref.lstrip("^").split(":")[0]
+
+
+def _output_dtype(node: dict[str, Any]) -> str:
+    attr = node.get("attr") or {}
+    for key in ("out_type", "DstT", "dtype", "T"):
+        value = attr.get(key)
+        if isinstance(value, dict) and "type" in value:
+            return _tfjs_dtype(value["type"])
+    return "float32"
+
+
+def _topological(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The nodes in an order where every node follows its inputs, model.json's order kept
+    where it already is one (the converter usually writes it so; it is not promised)."""
+    by_name = {n["name"]: n for n in nodes}
+    done: set[str] = set()
+    visiting: set[str] = set()  # on the current path: a loop (NextIteration) is cut there
+    out: list[dict[str, Any]] = []
+    for root in nodes:
+        stack: list[tuple[dict[str, Any], bool]] = [(root, False)]
+        while stack:
+            node, expanded = stack.pop()
+            name = node["name"]
+            if expanded:
+                done.add(name)
+                out.append(node)
+                continue
+            if name in done or name in visiting:
+                continue
+            visiting.add(name)
+            stack.append((node, True))
+            for ref in reversed(node.get("input", [])):
+                dep = by_name.get(_node_of(ref))
+                if dep is not None and dep["name"] not in done and dep is not node:
+                    stack.append((dep, False))
+    return out
+
+
 # -- the loaded model ------------------------------------------------------------------
 class TFJSModel(LoadedModel):
     """A tfjs graph model served by its own Node.js process.
@@ -274,6 +323,51 @@ class TFJSModel(LoadedModel):
                     value = np.frombuffer(raw, dtype=dtype).copy()
                 out[entry["name"]] = value.reshape(shape)
         return out
+
+    def layer_nodes(self) -> list[tuple[str, str]]:
+        """``(node name, op)`` worth fetching for a layer table, in topological order.
+
+        The converter keeps Keras' name scopes (``StatefulPartitionedCall/model/conv_1/Relu``):
+        the last float op of each scope is that layer's output. Constants, weights,
+        identities, shape arithmetic and ops that depend on no input are skipped; at most
+        :data:`MAX_LAYER_NODES` are kept (evenly spread, the last always kept).
+        """
+        topology = self._spec.get("modelTopology") or {}
+        nodes = [n for n in topology.get("node", []) if isinstance(n, dict) and "name" in n]
+        inputs = {s.name.split(":")[0] for s in self.inputs}
+        last_of_scope: dict[str, int] = {}
+        ordered = _topological(nodes)
+        fed: set[str] = set(inputs)
+        for pos, node in enumerate(ordered):
+            name, op = node["name"], node.get("op", "?")
+            if op == "Placeholder":
+                fed.add(name)
+                continue
+            if not any(_node_of(i) in fed for i in node.get("input", []) if not i.startswith("^")):
+                continue  # constant folding left-overs: no input flows here
+            fed.add(name)
+            if op in _NOT_LAYER_OPS or _output_dtype(node) != "float32":
+                continue
+            last_of_scope[name.rpartition("/")[0]] = pos
+        picked = sorted(last_of_scope.values())
+        if len(picked) > MAX_LAYER_NODES:
+            step = len(picked) / MAX_LAYER_NODES
+            picked = sorted({picked[min(len(picked) - 1, int(round((k + 1) * step)) - 1)]
+                             for k in range(MAX_LAYER_NODES)})
+        return [(ordered[i]["name"], ordered[i].get("op", "?")) for i in picked]
+
+    def intermediates(self, batch: Any, *, max_bytes: int = 256 << 20) -> list[tuple[str, str, np.ndarray]]:
+        """``(node name, op, value)`` of :meth:`layer_nodes` on ``batch``, run by tfjs in Node
+        (``model.execute(inputs, nodes)``; executeAsync for control flow), in graph order.
+
+        tfjs keeps TensorFlow's layout (NHWC), so values have the Keras layers' shapes.
+        Tensors past ``max_bytes`` are left out (the table then ends early).
+        """
+        nodes = self.layer_nodes()
+        if not nodes:
+            return []
+        values = self.process.fetch(self.prepare_batch(batch), [n for n, _ in nodes], max_bytes=max_bytes)
+        return [(name, op, values[name]) for name, op in nodes if name in values]
 
     def close(self) -> None:
         self.process.close()

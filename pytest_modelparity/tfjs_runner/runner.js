@@ -20,6 +20,12 @@
 //                       + u16 count + tensors   a prediction
 //                   'E' + UTF-8 message         an error (load errors are followed by exit 1)
 //   Python -> Node  'P' + u16 count + tensors   predict on these inputs
+//                   'I' + u32 byte budget + u16 node count + (u16 length, UTF-8 node name) x count
+//                       + u16 count + tensors   run on these inputs and return the named
+//                       (intermediate) nodes' first outputs, in the order asked, as an 'R'
+//                       answer whose tensors carry the node names; tensors past the byte budget
+//                       or of a dtype the protocol lacks are left out (the answer says so by
+//                       their absence). Used by the layer table (diagnosis).
 //                   'Q'                         quit (closing stdin does the same)
 'use strict';
 
@@ -192,36 +198,71 @@ async function main() {
   // this model to executeAsync for good. The mode is reported with every answer.
   let useAsync = false;
 
-  async function predict(buf) {
+  // Runs the model on the inputs decoded from `buf` at `offset` and fetches `names`:
+  // model.execute first; control flow switches this model to executeAsync for good.
+  async function run(buf, offset, names, budget) {
     const start = performance.now();
     const inputs = {};
     let outs;
     try {
-      decodeTensors(tf, buf, 1, inputs);
+      decodeTensors(tf, buf, offset, inputs);
       if (!useAsync) {
         try {
           // tidy: an execute that throws half-way leaves no intermediate tensor behind.
-          outs = tf.tidy(() => model.execute(inputs, outputNames));
+          outs = tf.tidy(() => model.execute(inputs, names));
         } catch (err) {
           if (!/executeAsync/.test(err.message)) throw err;
           log(`runner: model.execute refused this graph (${err.message.split('.')[0]}); using model.executeAsync`);
           useAsync = true;
         }
       }
-      if (useAsync) outs = await model.executeAsync(inputs, outputNames);
+      if (useAsync) outs = await model.executeAsync(inputs, names);
       if (!Array.isArray(outs)) outs = [outs];
-      const values = await Promise.all(outs.map((t) => t.data()));
+      // Within the budget and of a sendable dtype; the rest is never read back from the backend.
+      const keep = [];
+      let used = 0;
+      for (let i = 0; i < outs.length; i++) {
+        const t = outs[i];
+        const nbytes = t.size * (ITEMSIZE[t.dtype] || 0);
+        if (budget === null) keep.push(i);
+        else if (ITEMSIZE[t.dtype] !== undefined && used + nbytes <= budget) {
+          keep.push(i);
+          used += nbytes;
+        }
+      }
+      const values = await Promise.all(keep.map((i) => outs[i].data()));
       const computeMs = performance.now() - start;
       const parts = [Buffer.alloc(11)];
       parts[0].writeDoubleLE(computeMs, 0);
       parts[0].writeUInt8(useAsync ? 1 : 0, 8);
-      parts[0].writeUInt16LE(outs.length, 9);
-      outs.forEach((t, i) => parts.push(encodeTensor(outputNames[i], t.dtype, t.shape, values[i])));
+      parts[0].writeUInt16LE(keep.length, 9);
+      keep.forEach((i, k) => parts.push(encodeTensor(names[i], outs[i].dtype, outs[i].shape, values[k])));
       send('R', Buffer.concat(parts));
     } finally {
       tf.dispose(inputs);
       if (outs) tf.dispose(outs);
     }
+  }
+
+  const predict = (buf) => run(buf, 1, outputNames, null);
+
+  // 'I' frame: the byte budget, the node names to fetch, then the inputs.
+  function intermediates(buf) {
+    let offset = 1;
+    const budget = buf.readUInt32LE(offset);
+    offset += 4;
+    const count = buf.readUInt16LE(offset);
+    offset += 2;
+    const names = [];
+    for (let i = 0; i < count; i++) {
+      const len = buf.readUInt16LE(offset);
+      offset += 2;
+      if (offset + len > buf.length) throw new Error('malformed frame: node name past the end');
+      names.push(buf.toString('utf8', offset, offset + len));
+      offset += len;
+    }
+    if (!names.length) throw new Error('no node names to fetch');
+    return run(buf, offset, names, budget);
   }
 
   // Frames arrive in pipe-sized chunks (64 KB): keep them in a list and join once per complete
@@ -246,6 +287,8 @@ async function main() {
         queue = queue.then(() => process.exit(0));
       } else if (type === 'P') {
         queue = queue.then(() => predict(frame)).catch((err) => sendError(`predict failed: ${err.message}`));
+      } else if (type === 'I') {
+        queue = queue.then(() => intermediates(frame)).catch((err) => sendError(`intermediates failed: ${err.message}`));
       } else {
         queue = queue.then(() => sendError(`unknown message type ${JSON.stringify(type)}`));
       }

@@ -226,6 +226,66 @@ def onnx_conv_perturbed(directory: Path) -> Case:
                 expect_in_text=("`conv`", "channels-first, transposed"))
 
 
+def perturb_tfjs_layer(model_json: Path, layer: str, dest: Path, *, sigma: float = 0.05) -> list[str]:
+    """Copy the tfjs model beside ``model_json`` into directory ``dest`` with noise added to
+    ``layer``'s kernel (float32 weights of rank >= 2 whose name has the layer as a path part,
+    ``StatefulPartitionedCall/model_1/conv_1/...``), edited in the copied weight shard at the
+    offset model.json's weightsManifest gives. Returns the weights changed; the export itself
+    is left as it is."""
+    import json
+    import re
+    import shutil
+
+    shutil.rmtree(dest, ignore_errors=True)  # a copy this helper made before (the zoo builds twice)
+    shutil.copytree(model_json.parent, dest)
+    spec = json.loads((dest / "model.json").read_text())
+    pattern = re.compile(re.escape(layer) + r"(_\d+)?")
+    itemsize = {"float32": 4, "int32": 4, "bool": 1, "uint8": 1, "uint16": 2, "float16": 2}
+    changed = []
+    for group in spec["weightsManifest"]:
+        files = [dest / p for p in group["paths"]]
+        data = bytearray(b"".join(f.read_bytes() for f in files))
+        offset = 0
+        for entry in group["weights"]:
+            assert "quantization" not in entry, "perturb_tfjs_layer handles unquantized exports only"
+            count = int(np.prod(entry["shape"], dtype=np.int64))
+            nbytes = count * itemsize[entry["dtype"]]
+            if (entry["dtype"] == "float32" and len(entry["shape"]) >= 2
+                    and any(pattern.fullmatch(part) for part in entry["name"].split("/"))):
+                kernel = np.frombuffer(bytes(data[offset:offset + nbytes]), "<f4")
+                noisy = kernel + np.random.default_rng(0).normal(0, sigma, kernel.shape).astype("<f4")
+                data[offset:offset + nbytes] = noisy.astype("<f4").tobytes()
+                changed.append(entry["name"])
+            offset += nbytes
+        assert offset == len(data), (offset, len(data))
+        start = 0
+        for f in files:  # write the shards back with their original sizes
+            size = f.stat().st_size
+            f.write_bytes(bytes(data[start:start + size]))
+            start += size
+    return changed
+
+
+def _tfjs_export(model: Any, directory: Path) -> Path:
+    from pytest_modelparity import export_model
+
+    return export_model(model, "tfjs", directory)
+
+
+def tfjs_conv_perturbed(directory: Path) -> Case:
+    """A TFJS form (run by tfjs in Node.js) whose `conv` kernel was perturbed in its weight
+    shard: the first divergent layer is `conv`."""
+    from pytest_modelparity import load_model
+
+    reference = classifier(29)
+    exported = _tfjs_export(reference, directory / "tfjs_clean_29")
+    changed = perturb_tfjs_layer(exported, "conv", directory / "tfjs_conv_perturbed")
+    assert len(changed) == 1, changed
+    return Case("tfjs_conv_perturbed", "outputs_close", load_model(directory / "tfjs_conv_perturbed", "tfjs"),
+                load_model(reference), pixels(6), cause="first_divergent_layer",
+                expect_in_text=("`conv`", "_FusedConv2D"))
+
+
 def batch_drift(directory: Path) -> Case:
     """Seed 004: a Dense 784->1024->10 model on [0, 255] inputs drifts with the batch size."""
     from tests.models import dense_784
@@ -342,7 +402,15 @@ def clean_onnx(directory: Path) -> Case:
     return Case("clean_onnx", "outputs_close", load_model(path, "onnx"), load_model(reference), pixels(6))
 
 
+def clean_tfjs(directory: Path) -> Case:
+    from pytest_modelparity import load_model
+
+    reference = classifier(31)
+    return Case("clean_tfjs", "outputs_close", load_model(_tfjs_export(reference, directory / "clean_tfjs"), "tfjs"),
+                load_model(reference), pixels(6))
+
+
 CAUSES = [tf1_dropout_frozen, tf1_dropout_vs_clean, saved_model_reinitialised, doubled_softmax, input_scaled_by_256,
-          bgr_input, bgr_image_two_inputs, tflite_one_layer_perturbed, onnx_conv_perturbed, batch_drift, tf1_batchnorm_training_frozen,
+          bgr_input, bgr_image_two_inputs, tflite_one_layer_perturbed, onnx_conv_perturbed, tfjs_conv_perturbed, batch_drift, tf1_batchnorm_training_frozen,
           keras_batchnorm_training_saved_model]
-CLEAN = [clean_saved_model, clean_tflite, clean_onnx, clean_tf1_frozen, clean_tf1_batchnorm_inference]
+CLEAN = [clean_saved_model, clean_tflite, clean_onnx, clean_tfjs, clean_tf1_frozen, clean_tf1_batchnorm_inference]
