@@ -259,8 +259,11 @@ def _keras_from_path(src: Source) -> Any:
     assert src.path is not None
     if src.path_format in ("keras", "h5"):
         from .formats import load_model
+        from .formats.keras import KerasModel
 
-        return load_model(src.path, src.path_format, device="cpu").native
+        loaded = load_model(src.path, src.path_format, device="cpu")
+        assert isinstance(loaded, KerasModel)  # both formats load as KerasModel
+        return loaded.native
     return src.path  # let the format's exporter decide whether it converts from this path
 
 

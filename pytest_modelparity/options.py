@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -21,7 +21,7 @@ GROUP = "modelparity"
 DEVICE_CHOICES = ("cpu", "gpu", "all")
 
 # (option suffix, ini type, help). Each option --modelparity-X has the ini key modelparity_X.
-_OPTIONS: tuple[tuple[str, str, str], ...] = (
+_OPTIONS: tuple[tuple[str, Literal["string", "bool"], str], ...] = (
     ("device", "string",
      "device(s) to run models on: cpu, gpu, gpu:N, all (every device TensorFlow sees), or a "
      "comma-separated list (default: cpu)"),

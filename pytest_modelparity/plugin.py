@@ -198,7 +198,7 @@ class OutcomeRecorder:
         entry = self.state.tests.setdefault(report.nodeid, {"outcome": "passed"})
         if not final or entry["outcome"] in ("failed", "error"):
             return
-        outcome = report.outcome
+        outcome: str = report.outcome
         if outcome == "failed" and report.when != "call":
             outcome = "error"
         if hasattr(report, "wasxfail"):

@@ -96,7 +96,8 @@ def rows_from_report(report: Any, *, nodeid: str, format: str | None, device: st
     # format/device when the assertion recorded them.
     format = format or (meta.get("format") if isinstance(meta.get("format"), str) else None)
     device = device or (meta.get("device") if isinstance(meta.get("device"), str) else None)
-    calibration = meta.get("calibration") if isinstance(meta.get("calibration"), dict) else {}
+    found = meta.get("calibration")
+    calibration: dict = found if isinstance(found, dict) else {}
     for out in getattr(report, "outputs", []) or []:
         g = lambda name: getattr(out, name, None)  # noqa: E731 - tolerant of older report versions
         hist = g("error_histogram")

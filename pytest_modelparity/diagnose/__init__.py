@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Callable
+from functools import partial
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -57,9 +58,7 @@ def _failed(report: Any) -> list[Any]:
     return [o for o in outs if not getattr(o, "passed", True) and not getattr(o, "problem", None)]
 
 
-def _hint(parts: tuple[str, str, str] | None, prefix: str = "") -> Hint | None:
-    if parts is None:
-        return None
+def _hint(parts: tuple[str, str, str], prefix: str = "") -> Hint:
     cause, message, evidence = parts
     return Hint(cause, f"{prefix}{message}", evidence)
 
@@ -68,7 +67,7 @@ def _n_terms(*models: Any) -> int | None:
     for m in models:
         if m is None:
             continue
-        n = _safe([], lambda m=m: reduction_length(weights_of(m)))
+        n = _safe([], lambda: reduction_length(weights_of(m)))  # called at once: no late binding
         if n:
             return n
     return None
@@ -95,11 +94,11 @@ def _diagnose_comparison(report: Any, actual: Any, expected: Any, cand_model: An
     if not failed or actual is None or expected is None:
         return []
     flat_a, flat_e = flatten(actual), flatten(expected)
-    pairs = []
+    pairs: list[tuple[Any, np.ndarray, np.ndarray]] = []
     for o in failed:
-        a, e = pick(flat_a, o.path), pick(flat_e, o.path)
-        if a is not None and e is not None and np.shape(a) == np.shape(e):
-            pairs.append((o, a, e))
+        picked_a, picked_e = pick(flat_a, o.path), pick(flat_e, o.path)
+        if picked_a is not None and picked_e is not None and np.shape(picked_a) == np.shape(picked_e):
+            pairs.append((o, picked_a, picked_e))
     many = len(report.outputs) > 1
     hints: list[Hint] = []
     both = cand_model is not None and ref_model is not None and inputs is not None
@@ -211,7 +210,7 @@ def _nondeterminism_hints(cand: Any, ref: Any, inputs: Any) -> list[Hint]:
         gap = gaps[role]
         if gap == 0:
             continue
-        ops, bn = _safe([], lambda m=model: find_random_ops(m)) or ([], [])
+        ops, bn = _safe([], partial(find_random_ops, model)) or ([], [])
         evidence = f"two runs of the {role} on the same inputs differ by up to {gap:.3g}"
         if ops:
             hints.append(Hint("random_ops", f"the {role} is nondeterministic; its graph draws random numbers at "
@@ -268,15 +267,17 @@ def _localize_hint(ref: Any, cand: Any, inputs: Any) -> Hint | None:
 
 # -- assert_deterministic ----------------------------------------------------------------
 
-def diagnose_nondeterminism(report: Any, *, model: Any = None, inputs: Any = None, runs: int = 3, **_: Any) -> list[Hint]:
-    """Hints for outputs that differ between runs of one model."""
+def diagnose_nondeterminism(report: Any, *, model: Any = None, inputs: Any = None,
+                            runs: int | Sequence[Any] = 3, **_: Any) -> list[Hint]:
+    """Hints for outputs that differ between runs of one model (``runs``: how many, or the
+    outputs of each run, as assert_deterministic passes them)."""
     try:
         return _diagnose_nondeterminism(report, model, inputs, runs)
     except Exception:  # noqa: BLE001
         return []
 
 
-def _diagnose_nondeterminism(report: Any, model: Any, inputs: Any, runs: int) -> list[Hint]:
+def _diagnose_nondeterminism(report: Any, model: Any, inputs: Any, runs: int | Sequence[Any]) -> list[Hint]:
     if model is None:
         return []
     if not isinstance(runs, int):  # assertions pass the list of outputs, one per run
@@ -284,7 +285,7 @@ def _diagnose_nondeterminism(report: Any, model: Any, inputs: Any, runs: int) ->
     failed = _failed(report)
     worst = max((o.max_abs or 0.0 for o in failed), default=0.0)
     measured = f"outputs differ by up to {worst:.3g} across {runs} runs" if worst else f"outputs differ across {runs} runs"
-    hints = []
+    hints: list[Hint] = []
     ops, bn = _safe(hints, lambda: find_random_ops(model)) or ([], [])
     if ops:
         hints.append(Hint("random_ops", f"{runs} runs differ; the graph draws random numbers at {describe_ops(ops)}",

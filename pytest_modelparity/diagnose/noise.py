@@ -84,8 +84,8 @@ def batch_gap(reference: Any, inputs: Any, max_rows: int = 16) -> dict[str, tupl
     singles = [flatten(run_model(reference, rows(batch, slice(i, i + 1)))) for i in range(n)]
     out = {}
     for path, arr in whole.items():
-        parts = [s.get(path) for s in singles]
-        if any(p is None for p in parts):
+        parts = [s[path] for s in singles if path in s]
+        if len(parts) < len(singles):
             return None
         out[path] = (max_abs_diff(arr, np.concatenate(parts, axis=0)), scale_of(arr))
     return out

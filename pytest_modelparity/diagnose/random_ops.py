@@ -91,7 +91,7 @@ def _batch_reduction(node: Any, by_name: dict[str, Any]) -> bool:
     if data is not None and data.op == "Const":
         return False
     axes = _const_ints(by_name.get(_strip(node.input[1])))
-    return bool(axes) and 0 in axes
+    return axes is not None and 0 in axes
 
 
 def _scope(name: str) -> str:

@@ -65,7 +65,8 @@ def output_transform(actual: Array, expected: Array, tolerance: Any = None) -> t
     if err == 0:
         return None
     probs_e = _is_prob_rows(e)
-    tries: list[tuple[str, str, Callable[[], Array], str]] = []
+    # each try makes the target for actual, or (lhs, target) when it transforms actual too
+    tries: list[tuple[str, str, Callable[[], Array | tuple[Array, Array]], str]] = []
     if a.ndim >= 1 and a.shape[-1] > 1:
         if probs_e:
             tries.append(("double_softmax", "actual ≈ softmax(expected): softmax is applied twice",
@@ -117,11 +118,11 @@ def output_transform(actual: Array, expected: Array, tolerance: Any = None) -> t
             if perm is not None:
                 ok, resid = fits(a, np.take(e, perm, axis=axis), err, tolerance)
                 if ok:
-                    shown = perm if len(perm) <= 12 else perm[:12] + ["…"]
+                    perm_shown = perm if len(perm) <= 12 else [*perm[:12], "…"]
                     return (f"{'class' if what == 'classes' else 'row'}_permutation",
                             f"actual ≈ expected with its {what} permuted: {what} are in a different order",
                             f"actual[{'..., ' if what == 'classes' else ''}i] ≈ expected[{'..., ' if what == 'classes' else ''}perm[i]] "
-                            f"with perm = {shown}; residual {resid:.3g}, against {err:.3g}")
+                            f"with perm = {perm_shown}; residual {resid:.3g}, against {err:.3g}")
     return None
 
 
@@ -213,7 +214,7 @@ def input_transform(reference: Any, inputs: Any, actual: Any, paths: list[str],
             ok_all = True
             for p in paths:
                 a, r = pick(flat_actual, p), pick(got, p)
-                if r is None:
+                if a is None or r is None:
                     ok_all = False
                     break
                 ok, resid = fits(a, r, errors[p], (tolerances or {}).get(p))

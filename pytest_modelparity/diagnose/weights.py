@@ -94,10 +94,10 @@ def match_weights(reference: dict[str, np.ndarray], candidate: dict[str, np.ndar
     """Pairs (reference name, candidate name): by exact name, normalised name, then shape in order."""
     pairs: list[tuple[str, str]] = []
     left = dict(candidate)
-    rest = []
+    rest: list[str] = []
     norm_index: dict[str, list[str]] = {}
-    for cname in candidate:
-        norm_index.setdefault(_norm(cname), []).append(cname)
+    for name in candidate:
+        norm_index.setdefault(_norm(name), []).append(name)
     for rname, rval in reference.items():
         cname = rname if rname in left and left[rname].shape == rval.shape else None
         if cname is None:
@@ -179,7 +179,7 @@ def weight_hint_parts(reference_model: Any, candidate_model: Any) -> tuple[str, 
     worst = "; ".join(f"`{d.name}` {d.shape} max |diff| {d.max_abs:.3g} ({d.max_rel:.1%} of its largest value)"
                       for d in diffs[:3])
     # Constant tensors (zero biases, unit scales) are the plainest evidence: show them first.
-    fresh = sorted((d for d in diffs if d.fresh), key=lambda d: not d.fresh.startswith("all "))
+    fresh = sorted((d for d in diffs if d.fresh), key=lambda d: not (d.fresh or "").startswith("all "))
     evidence = f"{len(diffs)} of {matched} matched weight tensors differ; worst: {worst}"
     if fresh:
         evidence += "; " + "; ".join(f"candidate `{d.candidate_name}` is {d.fresh}" for d in fresh[:4])

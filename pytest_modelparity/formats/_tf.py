@@ -160,7 +160,7 @@ def find_outputs(graph: Any) -> list[str]:
     # Ops differentiated by tf.gradients get a "gradients/<op>_grad" scope: a sink with one
     # is a loss, not a prediction.
     differentiated = {m.group(1) for op in ops for m in [_GRAD_SCOPE.match(op.name)] if m}
-    outputs = []
+    outputs: list[str] = []
     for op in ops:
         if consumers[op.name] or is_aux(op) or op.type in _SHAPE_OPS or op.name in differentiated:
             continue

@@ -15,27 +15,33 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence, SupportsInt
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from ..errors import BatchMismatchError
 
 Shape = tuple  # tuple[int | None, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class TensorSpec:
-    """Name, shape (``None`` for an unknown dim, usually the batch) and numpy dtype."""
+    """Name, shape (``None`` for an unknown dim, usually the batch) and numpy dtype.
+
+    The constructor takes any dtype numpy understands (``"float32"``, ``np.float32``) and any
+    iterable of dims (a negative dim means unknown, like ``None``); the attributes are always
+    a ``np.dtype`` and a tuple of ``int | None``.
+    """
 
     name: str
     shape: tuple[int | None, ...]
     dtype: np.dtype
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "dtype", np.dtype(self.dtype))
-        object.__setattr__(self, "shape", tuple(None if d is None or (isinstance(d, int) and d < 0) else int(d)
-                                               for d in self.shape))
+    def __init__(self, name: str, shape: Iterable[SupportsInt | None], dtype: DTypeLike) -> None:
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "shape", tuple(None if d is None or int(d) < 0 else int(d) for d in shape))
+        object.__setattr__(self, "dtype", np.dtype(dtype))
 
     def describe(self) -> str:
         dims = ", ".join("None" if d is None else str(d) for d in self.shape)

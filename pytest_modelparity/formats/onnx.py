@@ -13,13 +13,17 @@ import os
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import DeviceUnavailable, ModelLoadError
 from .base import LoadedModel, TensorSpec
 from .tflite import TF_INSTALL, _first_line, keras_signature, read_model_bytes, serving_function
+
+if TYPE_CHECKING:  # imported lazily at run time: onnx is optional
+    import onnx
+    import onnxruntime
 
 NAME = "onnx"
 ONNX_INSTALL = "pip install 'pytest-modelparity[onnx]'"
@@ -104,8 +108,8 @@ class ONNXModel(LoadedModel):
     def __init__(self, session: Any, content: bytes, *, path: Path | None, device: str) -> None:
         self.native = session
         self._content = content
-        self._proto = None
-        self._debug = None
+        self._proto: onnx.ModelProto | None = None
+        self._debug: onnxruntime.InferenceSession | None = None   # every tensor an output
         super().__init__(device=device, inputs=[_spec(a) for a in session.get_inputs()],
                          outputs=[_spec(a) for a in session.get_outputs()], source=path)
         self.format_variant = f"{NAME}:opset{self.opset}" if self.opset else NAME

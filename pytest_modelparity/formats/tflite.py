@@ -185,7 +185,7 @@ class TFLiteModel(LoadedModel):
         self.format_variant = f"{NAME}:{_variant(native)}"
         self._pool: OrderedDict[tuple, Any] = OrderedDict()
         self._pool[self._shape_key_of(native)] = native
-        self._debug = None
+        self._debug: tuple[tuple, Any] | None = None   # (input shapes, interpreter keeping all tensors)
 
     # -- names ----------------------------------------------------------------------
     @staticmethod
@@ -339,7 +339,8 @@ def _interpreter_error(path: Path | None, content: bytes, exc: BaseException) ->
 def _variant(interp) -> str:
     """Read the quantisation scheme from the file: int8 activations, int8 or float16 weights."""
     produced = {int(i) for op in interp._get_ops_details() for i in op["outputs"]}
-    kinds_act, kinds_const = set(), set()
+    kinds_act: set[str] = set()
+    kinds_const: set[str] = set()
     for det in interp.get_tensor_details():
         name = np.dtype(det["dtype"]).name
         (kinds_act if int(det["index"]) in produced else kinds_const).add(name)
