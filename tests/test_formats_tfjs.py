@@ -444,9 +444,10 @@ def test_node_killed_during_a_predict_is_reported(cnn_tfjs):
     pid = model.process.pid
     import threading
 
-    threading.Timer(0.1, os.kill, (pid, signal.SIGKILL)).start()
+    x = models.images(_BIG)  # made before the timer: on a loaded machine it took > 0.1 s (the kill
+    threading.Timer(0.1, os.kill, (pid, signal.SIGKILL)).start()  # then landed "before this call")
     with pytest.raises(NodeProcessDied, match=r"killed by signal SIGKILL while Python (sent it a batch|waited)"):
-        model.predict(models.images(_BIG))
+        model.predict(x)
     assert _wait_gone(pid)
     model.close()
 
@@ -639,6 +640,83 @@ def test_op_types_and_weights_come_from_model_json(cnn, cnn_tfjs):
     dense = [w for name, w in weights.items() if w.shape == (256, 4)]
     assert len(dense) == 1
     np.testing.assert_array_equal(dense[0], cnn.get_layer("logits").get_weights()[0])
+
+
+def _keras_layer_outputs(model, x):
+    import keras
+
+    names = ["relu", "flatten", "logits", "probs"]
+    probe = keras.Model(model.input, [model.get_layer(n).output for n in names])
+    return dict(zip(names, (np.asarray(v) for v in probe(x, training=False))))
+
+
+def test_intermediates_fetch_the_last_op_of_each_layer_scope_in_graph_order(cnn, cnn_tfjs):
+    """The runner's 'I' frame runs model.execute(inputs, nodes): one tensor per Keras layer
+    scope (conv+bn+relu fused by the converter into one _FusedConv2D), NHWC like Keras,
+    equal to the Keras layer outputs; no constants, weights, identities or shape ops."""
+    x = models.images(3, seed=7)
+    with _load(cnn_tfjs) as js:
+        nodes = js.layer_nodes()
+        names = [n for n, _ in nodes]
+        assert [n.split("/")[-2] for n in names] == ["relu_1", "flatten_1", "logits_1", "probs_1"], nodes
+        assert not {op for _, op in nodes} & {"Const", "Identity", "Placeholder", "Shape", "StridedSlice", "Pack"}
+        got = js.intermediates(x)
+        assert [n for n, _, _ in got] == names and js.process.execution == "execute"
+        expected = _keras_layer_outputs(cnn, x)
+        for (name, op, value), layer in zip(got, expected):
+            assert value.shape == expected[layer].shape and value.dtype == np.float32, (name, value.shape)
+            np.testing.assert_allclose(value, expected[layer], rtol=1e-5, atol=1e-6, err_msg=name)
+        # The same process still predicts, and the last intermediate is the model's output.
+        np.testing.assert_array_equal(js.predict(x)["output_0"], got[-1][2])
+
+
+def test_fetch_leaves_out_tensors_past_the_byte_budget_and_names_unknown_nodes(cnn_tfjs):
+    from pytest_modelparity.tfjs_process import RunnerError
+
+    x = models.images(2, seed=1)
+    with _load(cnn_tfjs) as js:
+        names = [n for n, _ in js.layer_nodes()]
+        feeds = js.prepare_batch(x)
+        conv_bytes = 2 * 8 * 8 * 4 * 4
+        got = js.process.fetch(feeds, names, max_bytes=conv_bytes)   # room for the conv output only
+        assert list(got) == names[:1] and got[names[0]].shape == (2, 8, 8, 4)
+        assert js.process.fetch(feeds, names, max_bytes=0) == {}
+        with pytest.raises(RunnerError, match="intermediates failed.*no/such/node"):
+            js.process.fetch(feeds, ["no/such/node"])
+        with pytest.raises(ValueError, match="at least one node"):
+            js.process.fetch(feeds, [])
+        assert js.process.alive and js.predict(x)["output_0"].shape == (2, 4)  # still serving
+
+
+def test_layer_node_selection_is_bounded_and_keeps_the_last(cnn_tfjs):
+    from pytest_modelparity.formats.tfjs import MAX_LAYER_NODES, select_layer_nodes
+
+    nodes = json.loads(Path(cnn_tfjs).read_text())["modelTopology"]["node"]
+    full = select_layer_nodes(nodes, {"image"})
+    assert 4 == len(full) <= MAX_LAYER_NODES
+    two = select_layer_nodes(nodes, {"image"}, limit=2)
+    assert len(two) == 2 and two[-1] == full[-1] and set(two) <= set(full)
+    # Order-free: shuffled model.json nodes give the same (topological) selection.
+    shuffled = list(reversed(nodes))
+    assert select_layer_nodes(shuffled, {"image"}) == full
+
+
+def test_intermediates_of_a_control_flow_graph_skip_loop_and_branch_internals(tmp_path):
+    """Nodes inside a while body or an untaken cond branch cannot be fetched by name: only the
+    loop's and the branch's results are (with executeAsync), and they match TensorFlow."""
+    from pytest_modelparity import export_model
+
+    module = _ControlFlow.build(tmp_path / "saved_model")
+    path = export_model(tmp_path / "saved_model", "tfjs", tmp_path / "web")
+    x = np.full((2, 4), 3.0, np.float32)
+    with _load(path) as js:
+        got = {name: (op, value) for name, op, value in js.intermediates(x)}
+        assert js.process.execution == "executeAsync"
+    ops = sorted(op for op, _ in got.values())
+    assert ops == ["Exit", "MatMul", "Mean", "Merge"], got.keys()
+    assert not any("/body/" in n or "/then/" in n or "/else/" in n for n in got)
+    merge = next(v for op, v in got.values() if op == "Merge")
+    np.testing.assert_allclose(merge, module(x)["y"].numpy(), rtol=1e-6)
 
 
 def test_detection_finds_model_json_and_its_directory(cnn_tfjs):

@@ -42,6 +42,11 @@ class LayerDiff:
         return (self.layer, self.op, self.max_abs, self.max_rel, self.diverged)
 
 
+def _tail(name: str, width: int) -> str:
+    """The end of a long graph name (`…/conv_1/Relu`): its start is the same on every row."""
+    return name if len(name) <= width else "…" + name[-(width - 1):]
+
+
 def format_rows(diffs: list[LayerDiff]) -> str:
     """A plain-text table of divergence rows."""
     head = f"{'layer':<24} {'op':<18} {'max abs':>10} {'max rel':>10}  status"
@@ -53,7 +58,7 @@ def format_rows(diffs: list[LayerDiff]) -> str:
             cand += f" ({d.layout})"
         ma = "-" if d.max_abs is None else f"{d.max_abs:.3g}"
         mr = "-" if d.max_rel is None else f"{d.max_rel:.3g}"
-        lines.append(f"{d.layer[:24]:<24} {d.op[:18]:<18} {ma:>10} {mr:>10}  {status}{cand}")
+        lines.append(f"{_tail(d.layer, 24):<24} {d.op[:18]:<18} {ma:>10} {mr:>10}  {status}{cand}")
     return "\n".join(lines)
 
 
@@ -264,7 +269,9 @@ def compare_intermediates(ref: list[Entry], cand: list[Entry], *, rel: float = D
     status: list[str] = []
     pos = 0
     for name, op, r in ref:
-        token = name if "/" not in name else _layer_token(name)
+        # A graph reference's scope carries Keras' call suffix (`conv_1`): a Keras candidate's
+        # layer is `conv`, so the suffix is dropped for the name match.
+        token = name if "/" not in name else re.sub(r"_\d+$", "", _layer_token(name))
         pool = [j for j in range(pos, len(cand)) if cand[j][2].size == r.size]
         diffs = {j: _diff(r, cand[j][2]) for j in pool}
         close = [j for j in pool if diffs[j][1] <= rel]

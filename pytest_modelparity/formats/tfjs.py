@@ -176,8 +176,11 @@ def _meta_specs(entries: list[dict[str, Any]]) -> list[TensorSpec]:
 # -- layer table: which graph nodes to fetch ------------------------------------------------
 MAX_LAYER_NODES = 512  # bounds one fetch (each is a tensor read back from tfjs)
 _NOT_LAYER_OPS = frozenset({"Const", "Placeholder", "Identity", "IdentityN", "NoOp", "Shape", "ShapeN", "Size",
-                            "Rank", "StopGradient", "Enter", "Exit", "Merge", "Switch", "NextIteration",
-                            "LoopCond", "ReadVariableOp", "VarHandleOp"})
+                            "Rank", "StopGradient", "Enter", "Switch", "NextIteration", "LoopCond",
+                            "ReadVariableOp", "VarHandleOp"})
+# Ops whose output is bool whatever their ``T`` (the input type) says.
+_BOOL_OPS = frozenset({"Greater", "GreaterEqual", "Less", "LessEqual", "Equal", "NotEqual", "LogicalAnd",
+                       "LogicalOr", "LogicalNot", "IsNan", "IsInf", "IsFinite", "ApproximateEqual"})
 
 
 def _node_of(ref: str) -> str:
@@ -186,12 +189,90 @@ def _node_of(ref: str) -> str:
 
 
 def _output_dtype(node: dict[str, Any]) -> str:
+    if node.get("op") in _BOOL_OPS:
+        return "bool"
     attr = node.get("attr") or {}
-    for key in ("out_type", "DstT", "dtype", "T"):
+    for key in ("out_type", "output_type", "DstT", "dtype", "T"):
         value = attr.get(key)
         if isinstance(value, dict) and "type" in value:
             return _tfjs_dtype(value["type"])
     return "float32"
+
+
+def _inside_control_flow(nodes: list[dict[str, Any]]) -> set[str]:
+    """Nodes inside a loop body or a conditional branch, which tfjs cannot fetch by name (a
+    branch not taken has no value; a loop's nodes have one per iteration): forward from each
+    ``Enter`` up to its ``Exit``, from each ``Switch`` up to its ``Merge``. The ``Merge`` and
+    ``Exit`` themselves (the branch's or loop's result) stay fetchable."""
+    consumers: dict[str, list[dict[str, Any]]] = {}
+    for n in nodes:
+        for ref in n.get("input", []):
+            consumers.setdefault(_node_of(ref), []).append(n)
+    inside: set[str] = set()
+    for start in nodes:
+        op = start.get("op")
+        if op not in ("Enter", "Switch"):
+            continue
+        stops = ("Exit",) if op == "Enter" else ("Merge", "Exit")
+        seen: set[str] = set()
+        todo = [start["name"]]
+        while todo:
+            name = todo.pop()
+            for c in consumers.get(name, []):
+                if c["name"] in seen or c.get("op") in stops:
+                    continue
+                seen.add(c["name"])
+                todo.append(c["name"])
+        inside |= seen
+    return inside
+
+
+def _scope(name: str) -> str:
+    return name.rpartition("/")[0]
+
+
+def select_layer_nodes(nodes: list[dict[str, Any]], inputs: set[str],
+                       limit: int | None = None) -> list[tuple[str, str]]:
+    """``(node name, op)`` of the graph nodes a layer table fetches, in topological order.
+
+    The converter keeps Keras' name scopes (``StatefulPartitionedCall/model/conv_1/Relu``), so
+    a layer's output is the last float op of its scope; ops whose output leaves their scope
+    are kept too (a graph without layer scopes, e.g. a ``tf.Module``, has one scope for
+    everything). Skipped: constants, weights, identities, shape arithmetic, non-float outputs,
+    ops no input flows into, and ops inside loop bodies or conditional branches (tfjs cannot
+    fetch them; the loop's or branch's result is kept). At most ``limit``
+    (:data:`MAX_LAYER_NODES`) are kept, evenly spread, the last always kept.
+    """
+    limit = MAX_LAYER_NODES if limit is None else limit
+    ordered = _topological(nodes)
+    inside = _inside_control_flow(nodes)
+    consumers: dict[str, list[str]] = {}
+    for n in nodes:
+        for ref in n.get("input", []):
+            if not ref.startswith("^"):
+                consumers.setdefault(_node_of(ref), []).append(n["name"])
+    fed = set(inputs) | {n["name"] for n in nodes if n.get("op") == "Placeholder"}
+    todo = list(fed)
+    while todo:  # forward from the inputs (order-free: loops make any order imperfect)
+        for c in consumers.get(todo.pop(), []):
+            if c not in fed:
+                fed.add(c)
+                todo.append(c)
+    last_of_scope: dict[str, int] = {}
+    leaving: set[int] = set()
+    for pos, node in enumerate(ordered):
+        name, op = node["name"], node.get("op", "?")
+        if (name not in fed or op in _NOT_LAYER_OPS or name in inside or op == "Placeholder"
+                or _output_dtype(node) != "float32"):
+            continue
+        last_of_scope[_scope(name)] = pos
+        if any(_scope(c) != _scope(name) for c in consumers.get(name, [])):
+            leaving.add(pos)
+    picked = sorted(set(last_of_scope.values()) | leaving)
+    if len(picked) > limit > 0:
+        step = len(picked) / limit
+        picked = sorted({picked[min(len(picked) - 1, int(round((k + 1) * step)) - 1)] for k in range(limit)})
+    return [(ordered[i]["name"], ordered[i].get("op", "?")) for i in picked]
 
 
 def _topological(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -327,34 +408,11 @@ class TFJSModel(LoadedModel):
     def layer_nodes(self) -> list[tuple[str, str]]:
         """``(node name, op)`` worth fetching for a layer table, in topological order.
 
-        The converter keeps Keras' name scopes (``StatefulPartitionedCall/model/conv_1/Relu``):
-        the last float op of each scope is that layer's output. Constants, weights,
-        identities, shape arithmetic and ops that depend on no input are skipped; at most
-        :data:`MAX_LAYER_NODES` are kept (evenly spread, the last always kept).
+        See :func:`select_layer_nodes`.
         """
         topology = self._spec.get("modelTopology") or {}
         nodes = [n for n in topology.get("node", []) if isinstance(n, dict) and "name" in n]
-        inputs = {s.name.split(":")[0] for s in self.inputs}
-        last_of_scope: dict[str, int] = {}
-        ordered = _topological(nodes)
-        fed: set[str] = set(inputs)
-        for pos, node in enumerate(ordered):
-            name, op = node["name"], node.get("op", "?")
-            if op == "Placeholder":
-                fed.add(name)
-                continue
-            if not any(_node_of(i) in fed for i in node.get("input", []) if not i.startswith("^")):
-                continue  # constant folding left-overs: no input flows here
-            fed.add(name)
-            if op in _NOT_LAYER_OPS or _output_dtype(node) != "float32":
-                continue
-            last_of_scope[name.rpartition("/")[0]] = pos
-        picked = sorted(last_of_scope.values())
-        if len(picked) > MAX_LAYER_NODES:
-            step = len(picked) / MAX_LAYER_NODES
-            picked = sorted({picked[min(len(picked) - 1, int(round((k + 1) * step)) - 1)]
-                             for k in range(MAX_LAYER_NODES)})
-        return [(ordered[i]["name"], ordered[i].get("op", "?")) for i in picked]
+        return select_layer_nodes(nodes, {s.name.split(":")[0] for s in self.inputs})
 
     def intermediates(self, batch: Any, *, max_bytes: int = 256 << 20) -> list[tuple[str, str, np.ndarray]]:
         """``(node name, op, value)`` of :meth:`layer_nodes` on ``batch``, run by tfjs in Node
