@@ -42,8 +42,9 @@ import sys
 import threading
 import time
 import weakref
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

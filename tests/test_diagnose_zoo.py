@@ -198,3 +198,32 @@ def test_tfjs_as_the_reference_and_two_convs(zoo_dir):
         rows = localize_divergence(clean, load_model(reference), x)
         assert rows and not any(r.diverged for r in rows), "\n".join(map(str, rows))
         assert sum(r.max_abs is not None for r in rows) >= 4
+
+
+def test_tfjs_fused_conv_bn_relu_divergence_is_reported_at_conv(zoo_dir):
+    """The converter fuses conv + batch-norm + relu into one _FusedConv2D (kernel
+    `conv_1/convolution/merged_input`): agreeing, conv and bn show as fused; with the merged
+    kernel perturbed in the shard the first divergence is `conv`, the first of the fused layers."""
+    from pytest_modelparity import export_model, load_model
+    from tests.models import images, tiny_cnn
+
+    reference = tiny_cnn(seed=5)
+    path = _tfjs_or_skip(lambda d: export_model(reference, "tfjs", d / "tiny_cnn_tfjs"), zoo_dir)
+    assert zoo.perturb_tfjs_layer(path, "conv", zoo_dir / "tiny_cnn_tfjs_bad") == [
+        "StatefulPartitionedCall/tiny_cnn_1/conv_1/convolution/merged_input"]
+    x = images(4)
+    with load_model(path, "tfjs") as clean, load_model(zoo_dir / "tiny_cnn_tfjs_bad", "tfjs") as bad:
+        rows = {r.layer: r for r in localize_divergence(load_model(reference), clean, x)}
+        assert not any(r.diverged for r in rows.values())
+        assert rows["conv"].note.startswith("fused") and rows["bn"].note.startswith("fused")
+        assert rows["relu"].candidate_op == "_FusedConv2D" and rows["relu"].max_abs is not None
+        rows_bad = localize_divergence(load_model(reference), bad, x)
+        assert [r.layer for r in rows_bad if r.first] == ["conv"], "\n".join(map(str, rows_bad))
+
+
+def test_localize_quotes_the_tfjs_runner_error_when_it_cannot_fetch(zoo_dir):
+    """A TFJS form whose Node process is gone: the ValueError says why (the hook's own error)."""
+    case = _tfjs_or_skip(zoo.clean_tfjs, zoo_dir)
+    case.candidate.close()
+    with pytest.raises(ValueError, match=r"candidate \(format 'tfjs'\) \(NodeProcessDied: .*closed"):
+        localize_divergence(case.reference, case.candidate, case.inputs)

@@ -271,7 +271,7 @@ def select_layer_nodes(nodes: list[dict[str, Any]], inputs: set[str],
     picked = sorted(set(last_of_scope.values()) | leaving)
     if len(picked) > limit > 0:
         step = len(picked) / limit
-        picked = sorted({picked[min(len(picked) - 1, int(round((k + 1) * step)) - 1)] for k in range(limit)})
+        picked = sorted({picked[min(len(picked) - 1, round((k + 1) * step) - 1)] for k in range(limit)})
     return [(ordered[i]["name"], ordered[i].get("op", "?")) for i in picked]
 
 

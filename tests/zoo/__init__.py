@@ -1,7 +1,7 @@
 """The bug zoo: one small model pair per cause the diagnosis must name, plus clean pairs.
 
 Each builder returns a ``Case``: the check to run (``outputs_close``, ``deterministic`` or
-``batch_invariant``), the models (real TF, LiteRT; built in code, exported to ``directory``),
+``batch_invariant``), the models (real TF, LiteRT, onnxruntime, tfjs in Node.js; built in code, exported to ``directory``),
 the inputs, and the cause the failure must name (``None`` for a clean pair).
 """
 
@@ -411,6 +411,6 @@ def clean_tfjs(directory: Path) -> Case:
 
 
 CAUSES = [tf1_dropout_frozen, tf1_dropout_vs_clean, saved_model_reinitialised, doubled_softmax, input_scaled_by_256,
-          bgr_input, bgr_image_two_inputs, tflite_one_layer_perturbed, onnx_conv_perturbed, tfjs_conv_perturbed, batch_drift, tf1_batchnorm_training_frozen,
-          keras_batchnorm_training_saved_model]
+          bgr_input, bgr_image_two_inputs, tflite_one_layer_perturbed, onnx_conv_perturbed, tfjs_conv_perturbed,
+          batch_drift, tf1_batchnorm_training_frozen, keras_batchnorm_training_saved_model]
 CLEAN = [clean_saved_model, clean_tflite, clean_onnx, clean_tfjs, clean_tf1_frozen, clean_tf1_batchnorm_inference]
