@@ -26,14 +26,18 @@ class ModelLoadError(Exception):
     """
 
     def __init__(self, path: str | Path | None, format: str | None, problem: str,
-                 fix: str | None = None) -> None:
+                 fix: str | None = None, *, action: str = "load") -> None:
         self.path = None if path is None else str(path)
         self.format = format
         self.problem = problem
         self.fix = fix
+        self.action = action  # "load", "export" (writing ``path``) or "convert" (reading it)
         where = f"{self.path!r}" if self.path is not None else "the model"
-        fmt = f" as format {format!r}" if format else ""
-        text = f"cannot load {where}{fmt}: {problem}"
+        if action == "export":
+            text = f"cannot export the model to {where}" + (f" as format {format!r}" if format else "")
+        else:
+            text = f"cannot {action} {where}" + (f" as format {format!r}" if format else "")
+        text += f": {problem}"
         if fix:
             text += f"\n  fix: {fix}"
         super().__init__(text)

@@ -161,3 +161,30 @@ def test_sequential_model_exports_and_matches(tmp_path):
     loaded = load_model(export_model(model, "onnx", tmp_path / "seq.onnx"))
     x = np.random.default_rng(0).normal(size=(5, 10)).astype("float32")
     assert_outputs_close(loaded, model, inputs=x)
+
+
+def test_saved_model_directory_converts_to_onnx_and_tflite(tmp_path):
+    """A user's SavedModel (no Keras model at hand) converts to both; names and values kept."""
+    model = mlp(seed=4)
+    saved = tmp_path / "sm"
+    model.export(str(saved), verbose=False)
+    before = sorted(p.read_bytes() for p in saved.rglob("*") if p.is_file())
+    x = np.random.default_rng(1).normal(size=(6, 16)).astype("float32")
+    reference = load_model(saved)
+    for fmt, name in (("onnx", "m.onnx"), ("tflite", "m.tflite")):
+        candidate = load_model(export_model(saved, fmt, tmp_path / name))
+        assert [s.name for s in candidate.inputs] == [s.name for s in reference.inputs]
+        assert [s.name for s in candidate.outputs] == [s.name for s in reference.outputs]
+        assert_outputs_close(candidate, reference, inputs=x)
+    assert sorted(p.read_bytes() for p in saved.rglob("*") if p.is_file()) == before
+
+
+def test_export_errors_say_export_and_name_the_format(tmp_path):
+    from pytest_modelparity import ModelLoadError
+
+    not_a_model = tmp_path / "notes.txt"
+    not_a_model.write_text("hello")
+    with pytest.raises(ModelLoadError, match=r"cannot convert '.*notes.txt' as format 'saved_model'.*"
+                                             r"only a Keras model or a SavedModel directory"):
+        export_model(not_a_model, "onnx", tmp_path / "x.onnx")
+    assert not_a_model.read_text() == "hello"

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import DeviceUnavailable, ModelLoadError
 from .base import LoadedModel, TensorSpec
-from .tflite import TF_INSTALL, _first_line, keras_signature, read_model_bytes, serving_function
+from .tflite import TF_INSTALL, _first_line, read_model_bytes, serving_function
 
 if TYPE_CHECKING:  # imported lazily at run time: onnx is optional
     import onnx
@@ -196,7 +196,7 @@ def export(model: Any, path: Path, *, opset: int = DEFAULT_OPSET) -> Path:
     path = Path(path)
     if path.is_dir():
         path = path / "model.onnx"
-    fn, specs = serving_function(model)
+    serving = serving_function(model)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
@@ -206,11 +206,13 @@ def export(model: Any, path: Path, *, opset: int = DEFAULT_OPSET) -> Path:
         with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
-                proto, _ = tf2onnx.convert.from_function(fn, input_signature=specs, opset=opset)
+                proto, _ = tf2onnx.convert.from_function(serving.function, input_signature=serving.specs,
+                                                         opset=opset)
             except Exception as exc:  # noqa: BLE001 - converter errors are many and untyped
                 raise ModelLoadError(path, NAME, f"tf2onnx failed (opset {opset}): {_first_line(exc)}",
-                                     "check that every op has an ONNX mapping at this opset; try opset=...") from exc
-        _keep_keras_output_order(proto, keras_signature(model, NAME)[1])
+                                     "check that every op has an ONNX mapping at this opset; try opset=...",
+                                     action="export") from exc
+        _keep_keras_output_order(proto, serving.output_names)
         Path(tmp).write_bytes(proto.SerializeToString())
         os.replace(tmp, path)
     finally:

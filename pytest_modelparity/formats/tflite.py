@@ -23,6 +23,7 @@ import re
 import tempfile
 import warnings
 from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -385,9 +386,9 @@ def keras_signature(model: Any, format: str) -> tuple[list[Any], list[str]]:
 
     inputs = getattr(model, "inputs", None)
     if not inputs:
-        raise ModelLoadError(None, format, f"cannot export {type(model).__name__}: it has no known inputs",
+        raise ModelLoadError(None, format, f"a {type(model).__name__} has no known inputs",
                              "export a functional or Sequential Keras model built on keras.Input(...), "
-                             "or call the model once on a batch before exporting")
+                             "or call the model once on a batch before exporting", action="export")
     specs = []
     for i, t in enumerate(inputs):
         shape = (None, *[None if d is None else int(d) for d in tuple(t.shape)[1:]])
@@ -400,31 +401,61 @@ def keras_signature(model: Any, format: str) -> tuple[list[Any], list[str]]:
     return specs, _unique(out_names)
 
 
-def serving_function(model: Any) -> tuple[Any, list[Any]]:
-    """A ``tf.function`` with a ``None`` batch dim returning ``{output name: tensor}``.
+@dataclass
+class Serving:
+    """What a converter needs from a model: a traced function and what it closes over."""
+
+    function: Any            # tf.function, None batch dim, returning {output name: tensor}
+    specs: list[Any]         # tf.TensorSpec per input, in the model's input order
+    output_names: list[str]  # in the model's output order
+    holder: Any              # an object tracking the variables, for the TFLite converter
+
+
+def serving_function(model: Any) -> Serving:
+    """The serving function of a Keras model, or of a SavedModel directory's signature.
 
     Shared by the TFLite and ONNX exporters: tracing the model ourselves works for
     Sequential and functional models alike (tf2onnx's ``from_keras`` fails on Keras 3
-    Sequential models with a KeyError on an internal tensor name).
+    Sequential models with a KeyError on an internal tensor name), and lets a user's
+    SavedModel be converted without a Keras model at hand.
     """
     import tensorflow as tf
 
+    if isinstance(model, (str, Path)):
+        return _saved_model_serving(Path(model))
     specs, out_names = keras_signature(model, NAME)
 
-    def serve(*args):
+    def serve(*args: Any) -> dict[str, Any]:
         result = model(list(args) if len(args) > 1 else args[0], training=False)
         if isinstance(result, dict):
             return {str(k): v for k, v in result.items()}
         result = list(result) if isinstance(result, (list, tuple)) else [result]
         return dict(zip(out_names, result))
 
-    return tf.function(serve, input_signature=specs, autograph=False), specs
+    function = tf.function(serve, input_signature=specs, autograph=False)
+    return Serving(function, specs, out_names, _variable_holder(model))
 
 
-def _serving_function(model: Any) -> tuple[Any, list[Any]]:
-    """The concrete function of :func:`serving_function`, for the TFLite converter."""
-    fn, specs = serving_function(model)
-    return fn.get_concrete_function(), specs
+def _saved_model_serving(path: Path) -> Serving:
+    """A positional tf.function over a SavedModel's serving signature (keyword-only)."""
+    import tensorflow as tf
+
+    from . import saved_model
+
+    if not saved_model.detect(path):
+        raise ModelLoadError(path, saved_model.NAME, "only a Keras model or a SavedModel directory can be "
+                             "converted to tflite or onnx", "pass the Keras model, or the directory "
+                             "written by model.export() / tf.saved_model.save()", action="convert")
+    loaded = saved_model.load(path, device="cpu")
+    names = [s.name for s in loaded.inputs]
+    specs = [tf.TensorSpec(s.shape, tf.as_dtype(s.dtype), name=s.name) for s in loaded.inputs]
+    signature = loaded.native
+
+    def serve(*args: Any) -> Any:
+        return signature(**dict(zip(names, args)))
+
+    function = tf.function(serve, input_signature=specs, autograph=False)
+    return Serving(function, specs, [s.name for s in loaded.outputs], loaded.loaded)
 
 
 def _variable_holder(model: Any):
@@ -496,11 +527,13 @@ def export(model: Any, path: Path, *, quantization: str | None = None,
     path = Path(path)
     if path.is_dir():
         path = path / "model.tflite"
-    concrete, specs = _serving_function(model)
+    serving = serving_function(model)
+    specs = serving.specs
     # The converter prints "Saved artifact at ..." and an endpoint listing on stdout.
     with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete], _variable_holder(model))
+        converter = tf.lite.TFLiteConverter.from_concrete_functions([serving.function.get_concrete_function()],
+                                                                    serving.holder)
         if variant != "float32":
             converter.optimizations = [tf.lite.Optimize.DEFAULT]
         if variant == "float16":
@@ -515,7 +548,7 @@ def export(model: Any, path: Path, *, quantization: str | None = None,
         except Exception as exc:  # noqa: BLE001 - converter errors are many and untyped
             raise ModelLoadError(path, NAME, f"the TFLite converter failed ({variant}): {_first_line(exc)}",
                                  "check that every op has a TFLite kernel; for int8, that the "
-                                 "representative data matches the model's inputs") from exc
+                                 "representative data matches the model's inputs", action="export") from exc
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
