@@ -182,7 +182,8 @@ class NodeProcess:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
             preexec_fn=_pdeathsig_hook() if on_linux_main else None, bufsize=0)
         self.pid = self.proc.pid
-        os.set_blocking(self.proc.stdin.fileno(), False)  # type: ignore[union-attr] - writes honour timeout_s
+        assert self.proc.stdin is not None and self.proc.stdout is not None  # both are PIPEs
+        os.set_blocking(self.proc.stdin.fileno(), False)  # non-blocking: writes honour timeout_s
         _grow_pipes(self.proc.stdin, self.proc.stdout)
         self._finalizer = weakref.finalize(self, _terminate, self.proc)
         self._stderr_thread = threading.Thread(target=self._drain_stderr, name=f"tfjs-stderr-{self.pid}",

@@ -136,8 +136,9 @@ def check_weight_files(path: Path, manifest: list[dict[str, Any]]) -> list[tuple
             files.append(target)
         weights = group.get("weights", [])
         sizes = [_weight_nbytes(w) for w in weights]
-        if files and None not in sizes:
-            need = sum(sizes)  # type: ignore[arg-type]
+        known = [n for n in sizes if n is not None]
+        if files and len(known) == len(sizes):
+            need = sum(known)
             have = sum(f.stat().st_size for f in files)
             if have != need:
                 short = "truncated" if have < need else "longer than expected"
@@ -519,7 +520,8 @@ def import_converter() -> types.ModuleType:
             continue
         stand_in = types.ModuleType(mod, "pytest-modelparity stand-in used while importing tensorflowjs")
         if mod == "tf_keras":
-            stand_in.layers = types.SimpleNamespace(Layer=type("Layer", (), {}))  # tensorflow_hub subclasses it
+            # tensorflow_hub subclasses tf_keras.layers.Layer at import time.
+            setattr(stand_in, "layers", types.SimpleNamespace(Layer=type("Layer", (), {})))
         sys.modules[mod] = stand_in
         added.append(mod)
         if "." in mod:
