@@ -320,3 +320,14 @@ def test_format_modules_import_without_tensorflow():
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr
+
+
+def test_tensor_spec_takes_any_dtype_and_negative_numpy_dims():
+    """Negative dims of any integer type mean 'unknown' (numpy ints stayed -1 before)."""
+    import numpy as np
+
+    from pytest_modelparity.formats.base import TensorSpec
+
+    spec = TensorSpec("x", np.array([-1, 3]), "float32")
+    assert spec.shape == (None, 3) and spec.dtype == np.dtype("float32")
+    assert TensorSpec("x", (None, np.int64(4)), np.float16).shape == (None, 4)
