@@ -62,10 +62,7 @@ def assert_outputs_close(actual: Any, expected: Any, *, inputs: Any = None, rtol
         meta["alignment"] = alignment
     calibration = None
     if isinstance(tolerance, str):
-        if tolerance != "calibrated":
-            raise ValueError(f"tolerance={tolerance!r}: pass a Tolerance, None or the string 'calibrated'")
-        if rtol is not None or atol is not None:
-            raise ValueError("tolerance='calibrated' and rtol=/atol= exclude each other: pass one of them")
+        _check_calibrated(tolerance, rtol, atol)
         if expected_model is None:
             raise TypeError("tolerance='calibrated' measures the reference's own float noise, so expected must "
                             "be a model (a callable taking a batch) and inputs must be given; got arrays")
@@ -161,10 +158,7 @@ def assert_batch_invariant(model: Callable, inputs: Any, *, batch_sizes: Sequenc
         expected = {f"sub-batches of {s}": batched for s in sizes}
     calibration = None
     if isinstance(tolerance, str):
-        if tolerance != "calibrated":
-            raise ValueError(f"tolerance={tolerance!r}: pass a Tolerance, None or the string 'calibrated'")
-        if rtol is not None or atol is not None:
-            raise ValueError("tolerance='calibrated' and rtol=/atol= exclude each other: pass one of them")
+        _check_calibrated(tolerance, rtol, atol)
         calibration = _calibrate_reversed(model, inputs, batched, wrap=None if len(sizes) == 1 else
                                           [f"sub-batches of {s}" for s in sizes])
         tol_fn = calibration.tolerance_for
@@ -387,6 +381,14 @@ def _context(actual_model: Any, expected_model: Any) -> tuple[str, str | None]:
         if fmt is None:
             fmt = getattr(model, "format_variant", None) or getattr(model, "format", None)
     return device, fmt
+
+
+def _check_calibrated(tolerance: str, rtol: float | None, atol: float | None) -> None:
+    """The one string ``tolerance=`` accepts, and it excludes an explicit rtol/atol."""
+    if tolerance != "calibrated":
+        raise ValueError(f"tolerance={tolerance!r}: pass a Tolerance, None or the string 'calibrated'")
+    if rtol is not None or atol is not None:
+        raise ValueError("tolerance='calibrated' and rtol=/atol= exclude each other: pass one of them")
 
 
 def _align_structures(act: Any, exp: Any) -> tuple[Any, Any, str | None]:

@@ -57,3 +57,13 @@ def dense_784(seed: int = 0):
 
 def images(batch: int, shape=(8, 8, 3), seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).uniform(0, 1, (batch, *shape)).astype("float32")
+
+
+def two_in_two_out():
+    """Two inputs, two outputs, named out of alphabetical order: exporters must keep the order."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    a, b = keras.Input((4,), name="zeta"), keras.Input((3,), name="alpha")
+    h = keras.layers.Concatenate()([a, b])
+    return keras.Model([a, b], [keras.layers.Dense(2, name="score")(h), keras.layers.Dense(5, name="aux")(h)])

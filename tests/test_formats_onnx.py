@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models import images, mlp, tiny_cnn
+from models import images, mlp, tiny_cnn, two_in_two_out
 from pytest_modelparity import DeviceUnavailable, assert_outputs_close, export_model, load_model
 from pytest_modelparity.formats import onnx as onnx_format
 
@@ -127,15 +127,6 @@ def test_intermediates_in_graph_order(cnn, cnn_onnx):
     relu = next(v for _, op, v in steps if op == "Relu")
     assert relu.shape[0] == 3 and np.all(relu >= 0)
     assert cnn_onnx.read_bytes() == before
-
-
-def two_in_two_out():
-    import keras
-
-    keras.utils.set_random_seed(0)
-    a, b = keras.Input((4,), name="zeta"), keras.Input((3,), name="alpha")
-    h = keras.layers.Concatenate()([a, b])
-    return keras.Model([a, b], [keras.layers.Dense(2, name="score")(h), keras.layers.Dense(5, name="aux")(h)])
 
 
 def test_several_inputs_and_outputs_keep_keras_names_and_order(tmp_path):

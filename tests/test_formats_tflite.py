@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models import images, mlp, tiny_cnn
+from models import images, mlp, tiny_cnn, two_in_two_out
 from pytest_modelparity import DeviceUnavailable, ParityError, assert_outputs_close, export_model, load_model
 from pytest_modelparity.formats import tflite
 
@@ -220,15 +220,6 @@ def test_integer_io_model_is_shown_as_float_by_default(cnn, tmp_path, io_dtype):
 def test_integer_io_needs_int8_quantisation(cnn, tmp_path):
     with pytest.raises(ValueError, match="io_dtype"):
         export_model(cnn, "tflite", tmp_path / "bad.tflite", io_dtype="int8")
-
-
-def two_in_two_out():
-    import keras
-
-    keras.utils.set_random_seed(0)
-    a, b = keras.Input((4,), name="zeta"), keras.Input((3,), name="alpha")
-    h = keras.layers.Concatenate()([a, b])
-    return keras.Model([a, b], [keras.layers.Dense(2, name="score")(h), keras.layers.Dense(5, name="aux")(h)])
 
 
 def test_several_inputs_and_outputs_keep_keras_names_and_order(tmp_path):
