@@ -13,6 +13,8 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
+from .summary import format_number
+
 _CSS = """
 body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px;color:#1b1f24;background:#fff}
 h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 8px}
@@ -31,14 +33,6 @@ tr.fail td{background:#fff5f5} td.hist svg{display:block}
 
 def _e(value: Any) -> str:
     return html.escape("" if value is None else str(value), quote=True)
-
-
-def _num(value: Any, spec: str = ".3g") -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, str):
-        return value
-    return format(value, spec)
 
 
 def histogram_svg(hist: dict | None, *, width: int = 220, height: int = 64, failed: bool = False) -> str:
@@ -91,9 +85,9 @@ def _row_html(row: dict) -> str:
         f"<td>{_e(row.get('check'))}</td>",
         f"<td><code>{_e(row.get('output') or '-')}</code>{problem}</td>",
         f'<td class="{"fail" if failed else "pass"}"><b>{"FAIL" if failed else "PASS"}</b></td>',
-        f'<td class="num">{_num(row.get("max_abs"))}</td>',
-        f'<td class="num">{_num(row.get("max_rel"))}</td>',
-        f'<td class="num">{_num(row.get("max_ulp"), ".4g")}</td>',
+        f'<td class="num">{format_number(row.get("max_abs"))}</td>',
+        f'<td class="num">{format_number(row.get("max_rel"))}</td>',
+        f'<td class="num">{format_number(row.get("max_ulp"), ".4g")}</td>',
         f'<td class="small tol">{_e(row.get("tolerance") or "-")}</td>',
         f'<td class="hist">{histogram_svg(row.get("error_histogram"), failed=failed)}</td>',
     ]

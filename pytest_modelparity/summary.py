@@ -156,7 +156,8 @@ def merge_rows(rows: Sequence[dict]) -> list[dict]:
 
 # -- terminal table ---------------------------------------------------------------------
 
-def _fmt(value: Any, spec: str = ".3g") -> str:
+def format_number(value: Any, spec: str = ".3g") -> str:
+    """A number for the table (3 significant digits), "-" when not measured."""
     if value is None:
         return "-"
     if isinstance(value, str):
@@ -167,9 +168,9 @@ def _fmt(value: Any, spec: str = ".3g") -> str:
 def _short_tolerance(row: dict) -> str:
     if row.get("rtol") is None:
         return row.get("tolerance") or "-"
-    text = f"rtol={_fmt(row['rtol'])} atol={_fmt(row['atol'])}"
+    text = f"rtol={format_number(row['rtol'])} atol={format_number(row['atol'])}"
     if row.get("scale"):
-        text += f" scale={_fmt(row['scale'])}"
+        text += f" scale={format_number(row['scale'])}"
     return f"{text} ({row.get('tolerance_source') or '?'})"
 
 
@@ -180,8 +181,8 @@ def format_table(rows: Sequence[dict]) -> list[str]:
     for r in rows:
         test = r["nodeid"].rsplit("::", 1)[-1]
         body.append((test, r.get("format") or "-", r.get("device") or "-", r.get("check") or "-",
-                     r.get("output") or "-", r["verdict"].upper(), _fmt(r.get("max_abs")),
-                     _fmt(r.get("max_rel")), _fmt(r.get("max_ulp"), ".4g"), _short_tolerance(r)))
+                     r.get("output") or "-", r["verdict"].upper(), format_number(r.get("max_abs")),
+                     format_number(r.get("max_rel")), format_number(r.get("max_ulp"), ".4g"), _short_tolerance(r)))
     widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(header)]
     widths[0] = min(widths[0], 64)
     lines = []
