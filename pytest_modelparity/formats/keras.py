@@ -118,7 +118,9 @@ def _pack_inputs(model: Any, xs: list[Any]) -> Any:
     """Arrange flat inputs the way the model was built (single tensor, list or dict)."""
     struct = getattr(model, "_inputs_struct", None)
     if isinstance(struct, dict):
-        return {key: x for key, x in zip(struct, xs)}
+        # model.inputs (the order of xs) is Keras' flattening of the dict, sorted by key, not
+        # the dict's insertion order: pack with Keras' own inverse of that flattening.
+        return _keras().tree.pack_sequence_as(struct, list(xs))
     if isinstance(struct, (list, tuple)):
         return list(xs)
     return xs[0] if len(xs) == 1 else list(xs)
@@ -127,7 +129,8 @@ def _pack_inputs(model: Any, xs: list[Any]) -> Any:
 def _name_outputs(result: Any, names: list[str], numpy: bool = True) -> dict[str, Any]:
     conv = (lambda v: np.asarray(v)) if numpy else (lambda v: v)
     if isinstance(result, dict):
-        values = [result[n] for n in names] if all(n in result for n in names) else list(result.values())
+        # By name when the keys are the output names; else in model.outputs' order (sorted keys).
+        values = [result[n] for n in names] if all(n in result for n in names) else _keras().tree.flatten(result)
     elif isinstance(result, (list, tuple)):
         values = list(result)
     else:

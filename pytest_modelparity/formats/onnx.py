@@ -206,8 +206,8 @@ def export(model: Any, path: Path, *, opset: int = DEFAULT_OPSET) -> Path:
         with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
-                proto, _ = tf2onnx.convert.from_function(serving.function, input_signature=serving.specs,
-                                                         opset=opset)
+                proto, _ = tf2onnx.convert.from_function(_without_captured_constants(serving),
+                                                         input_signature=serving.specs, opset=opset)
             except Exception as exc:  # noqa: BLE001 - converter errors are many and untyped
                 raise ModelLoadError(path, NAME, f"tf2onnx failed (opset {opset}): {_first_line(exc)}",
                                      "check that every op has an ONNX mapping at this opset; try opset=...",
@@ -219,6 +219,25 @@ def export(model: Any, path: Path, *, opset: int = DEFAULT_OPSET) -> Path:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
     return path
+
+
+def _without_captured_constants(serving: Any) -> Any:
+    """The serving function with its captures frozen into the graph.
+
+    tf2onnx lists every non-resource capture of the function as a graph input, so a
+    constant the model closes over (an adapted ``Normalization``'s mean and variance are
+    eager tensors) became a required ONNX input. Freezing first leaves only the real inputs.
+    """
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+    concrete = serving.function.get_concrete_function()
+    frozen = convert_variables_to_constants_v2(concrete)
+
+    def serve(*xs: Any) -> Any:  # the frozen function returns a flat list: give back the dict
+        return tf.nest.pack_sequence_as(concrete.structured_outputs, tf.nest.flatten(frozen(*xs)))
+
+    return tf.function(serve, input_signature=serving.specs, autograph=False)
 
 
 def _keep_keras_output_order(proto: Any, names: list[str]) -> None:

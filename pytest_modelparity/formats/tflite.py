@@ -425,12 +425,12 @@ def serving_function(model: Any) -> Serving:
         return _saved_model_serving(Path(model))
     specs, out_names = keras_signature(model, NAME)
 
+    from .keras import _name_outputs, _pack_inputs
+
     def serve(*args: Any) -> dict[str, Any]:
-        result = model(list(args) if len(args) > 1 else args[0], training=False)
-        if isinstance(result, dict):
-            return {str(k): v for k, v in result.items()}
-        result = list(result) if isinstance(result, (list, tuple)) else [result]
-        return dict(zip(out_names, result))
+        # Inputs packed as the model was built (a dict model refuses a list); outputs named
+        # like KerasModel names them, so the reference and the export agree on names.
+        return _name_outputs(model(_pack_inputs(model, list(args)), training=False), out_names, numpy=False)
 
     function = tf.function(serve, input_signature=specs, autograph=False)
     return Serving(function, specs, out_names, _variable_holder(model))

@@ -1,0 +1,65 @@
+"""Models real users hand the plugin, beyond plain functional stacks (found in a user study).
+
+Each test is a bug seen by running the plugin on such a model: dict inputs fed in the wrong
+order, dict models refused by the TFLite/ONNX tracer, an adapted Normalization whose
+constants became ONNX inputs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pytest_modelparity import assert_outputs_close, export_model, load_model
+from pytest_modelparity.strategies import seeded_batch
+
+
+def dict_in_dict_out():
+    """Dict inputs whose insertion order differs from Keras' sorted flattening, dict outputs."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    image, ids = keras.Input((3,), name="image"), keras.Input((2,), name="ids")
+    h = keras.layers.Concatenate()([image, ids * 10.0])  # order matters: swapped inputs differ
+    return keras.Model({"image": image, "ids": ids},
+                       {"cls": keras.layers.Dense(2, name="cls")(h), "reg": keras.layers.Dense(1, name="reg")(h)})
+
+
+def adapted_normalization():
+    import keras
+
+    keras.utils.set_random_seed(0)
+    x = keras.Input((4,), name="x")
+    norm = keras.layers.Normalization()
+    norm.adapt(np.random.default_rng(0).uniform(0, 5, (16, 4)).astype("float32"))
+    return keras.Model(x, keras.layers.Dense(2, name="y")(norm(x)))
+
+
+def test_dict_inputs_are_fed_by_name_to_the_keras_reference():
+    model = dict_in_dict_out()
+    ref = load_model(model)
+    batch = seeded_batch(ref, batch_size=3, seed=0)
+    expected = model({"image": batch["image"], "ids": batch["ids"]}, training=False)
+    got = ref.predict(batch)
+    assert sorted(got) == ["cls", "reg"]
+    for name in ("cls", "reg"):
+        np.testing.assert_allclose(got[name], np.asarray(expected[name]), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("format, name", [("tflite", "m.tflite"), ("onnx", "m.onnx")])
+def test_dict_model_exports_and_matches(tmp_path, format, name):
+    model = dict_in_dict_out()
+    candidate = load_model(export_model(model, format, tmp_path / name), format)
+    assert sorted(s.name for s in candidate.inputs) == ["ids", "image"]
+    assert sorted(s.name for s in candidate.outputs) == ["cls", "reg"]
+    ref = load_model(model)
+    assert_outputs_close(candidate, ref, inputs=seeded_batch(ref, batch_size=3, seed=1))
+
+
+@pytest.mark.parametrize("format, name", [("tflite", "m.tflite"), ("onnx", "m.onnx")])
+def test_adapted_normalization_exports_with_its_constants(tmp_path, format, name):
+    model = adapted_normalization()
+    candidate = load_model(export_model(model, format, tmp_path / name), format)
+    assert [s.name for s in candidate.inputs] == ["x"]  # not the mean and variance too
+    ref = load_model(model)
+    assert_outputs_close(candidate, ref, inputs=seeded_batch(ref, batch_size=3, seed=2))
