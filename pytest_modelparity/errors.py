@@ -34,7 +34,8 @@ class ModelLoadError(Exception):
         self.action = action  # "load", "export" (writing ``path``) or "convert" (reading it)
         where = f"{self.path!r}" if self.path is not None else "the model"
         if action == "export":
-            text = f"cannot export the model to {where}" + (f" as format {format!r}" if format else "")
+            text = "cannot export the model" + (f" to {where}" if self.path is not None else "") + (
+                f" as format {format!r}" if format else "")
         else:
             text = f"cannot {action} {where}" + (f" as format {format!r}" if format else "")
         text += f": {problem}"

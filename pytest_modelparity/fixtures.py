@@ -207,7 +207,9 @@ def get_state(config: pytest.Config) -> ParitySession:
 # -- resolving a source -----------------------------------------------------------------
 
 def _is_keras_model(obj: Any) -> bool:
-    return hasattr(obj, "layers") and hasattr(obj, "inputs") and callable(obj)
+    # Not hasattr(obj, "inputs"): a subclassed Keras 3 model has none, and was then taken
+    # for a factory and called with no arguments (TypeError: missing argument 'x').
+    return hasattr(obj, "layers") and hasattr(obj, "weights") and callable(obj)
 
 
 def resolve_source(obj: Any, *, _depth: int = 0) -> Source:
@@ -314,6 +316,8 @@ def parity_reference(request: pytest.FixtureRequest, modelparity_source: Any, mo
         return state.reference(modelparity_source, modelparity_device)
     except (RuntimeMissing, DeviceUnavailable) as exc:
         state.unavailable(exc, f"reference on {modelparity_device}")
+    except ModelLoadError as exc:  # the message names the file, the format and the fix
+        pytest.fail(f"modelparity: reference: {exc}", pytrace=False)
 
 
 @pytest.fixture(scope="module")

@@ -63,3 +63,44 @@ def test_adapted_normalization_exports_with_its_constants(tmp_path, format, name
     assert [s.name for s in candidate.inputs] == ["x"]  # not the mean and variance too
     ref = load_model(model)
     assert_outputs_close(candidate, ref, inputs=seeded_batch(ref, batch_size=3, seed=2))
+
+
+SUBCLASSED_CONFTEST = '''
+import numpy as np
+import pytest
+
+def build():
+    import keras
+
+    class Sub(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = keras.layers.Dense(3)
+
+        def call(self, x):
+            return self.dense(x)
+
+    model = Sub()
+    model(np.zeros((1, 5), "float32"))  # built, yet still no symbolic inputs in Keras 3
+    return model
+
+@pytest.fixture(scope="session")
+def modelparity_source():
+    return build()      # the model itself, not a factory
+'''
+
+
+@pytest.mark.usefixtures("_heavy_modules_stay_loaded")
+def test_subclassed_model_source_is_not_called_as_a_factory(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(SUBCLASSED_CONFTEST)
+    pytester.makepyfile(test_parity='''
+        def test_reference(parity_reference):
+            pass
+    ''')
+    result = pytester.runpytest("--modelparity-formats=keras")
+    result.assert_outcomes(errors=1)
+    text = result.stdout.str()
+    assert "missing a required argument" not in text
+    result.stdout.fnmatch_lines(["*modelparity: reference: cannot load the model as format 'keras': "
+                                 "the Keras model has no symbolic inputs (a subclassed keras.Model*",
+                                 "*fix: wrap it in a functional model: x = keras.Input(shape)*"])

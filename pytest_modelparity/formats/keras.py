@@ -20,6 +20,11 @@ from ._tf import first_line, import_tf, quiet, require_path
 from .base import LoadedModel, TensorSpec
 
 NAME = "keras"
+# A subclassed Keras 3 model never gets symbolic inputs, even after a call on data.
+SUBCLASSED_WHAT = ("the Keras model has no symbolic inputs (a subclassed keras.Model, or a Sequential "
+                   "model without an Input)")
+SUBCLASSED_FIX = ("wrap it in a functional model: x = keras.Input(shape); model = keras.Model(x, "
+                  "subclassed(x)); or build a Sequential model with keras.Input(...) first")
 EXPORT_REQUIRES: tuple[tuple[str, str], ...] = ()
 
 
@@ -91,10 +96,7 @@ def _input_specs(model: Any, source: Any, format: str) -> list[TensorSpec]:
     try:
         tensors = list(model.inputs)
     except (AttributeError, ValueError) as exc:
-        raise ModelLoadError(source, format, "the Keras model has no defined inputs (a subclassed model, "
-                             "or a Sequential model without an Input)",
-                             "build it with keras.Input(...) (functional or Sequential), or call it once "
-                             "on data before passing it") from exc
+        raise ModelLoadError(source, format, SUBCLASSED_WHAT, SUBCLASSED_FIX) from exc
     specs, seen = [], set()
     for i, t in enumerate(tensors):
         name = getattr(t, "name", None) or f"input_{i}"

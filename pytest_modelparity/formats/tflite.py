@@ -386,9 +386,10 @@ def keras_signature(model: Any, format: str) -> tuple[list[Any], list[str]]:
 
     inputs = getattr(model, "inputs", None)
     if not inputs:
-        raise ModelLoadError(None, format, f"a {type(model).__name__} has no known inputs",
-                             "export a functional or Sequential Keras model built on keras.Input(...), "
-                             "or call the model once on a batch before exporting", action="export")
+        from .keras import SUBCLASSED_FIX, SUBCLASSED_WHAT
+
+        raise ModelLoadError(None, format, f"{SUBCLASSED_WHAT}: {type(model).__name__}", SUBCLASSED_FIX,
+                             action="export")
     specs = []
     for i, t in enumerate(inputs):
         shape = (None, *[None if d is None else int(d) for d in tuple(t.shape)[1:]])
