@@ -70,7 +70,8 @@ def assert_outputs_close(actual: Any, expected: Any, *, inputs: Any = None, rtol
         tol_fn = calibration.tolerance_for
         meta["calibration"] = calibration.meta
     else:
-        tol_fn = _tolerance_fn(act, tolerance, rtol=rtol, atol=atol, device=device, fmt=fmt)
+        tol_fn = _tolerance_fn(act, tolerance, rtol=rtol, atol=atol, device=device, fmt=fmt,
+                               compute=_compute_dtype(actual_model, expected_model))
     report = compare(act, exp, tolerance=tol_fn, equal_nan=equal_nan, full_stats=calibration is not None or recording.listening())
     report.title = f"{_name(actual_model) if actual_model is not None else 'actual'} vs " \
                    f"{_name(expected_model) if expected_model is not None else 'expected'}"
@@ -164,7 +165,8 @@ def assert_batch_invariant(model: Callable, inputs: Any, *, batch_sizes: Sequenc
         tol_fn = calibration.tolerance_for
         meta["calibration"] = calibration.meta
     else:
-        tol_fn = _tolerance_fn(actual, tolerance, rtol=rtol, atol=atol, device=device, fmt=fmt)
+        tol_fn = _tolerance_fn(actual, tolerance, rtol=rtol, atol=atol, device=device, fmt=fmt,
+                               compute=_compute_dtype(model))
     report = compare(actual, expected, tolerance=tol_fn, full_stats=calibration is not None or recording.listening())
     sizes_text = ", ".join(str(s) for s in sizes)
     report.title = f"{_name(model)}: batch of {n} at once vs sub-batches of {sizes_text}"
@@ -207,8 +209,9 @@ def _finish(kind: str, report: ComparisonReport, msg: str | None, why: Callable[
 # Tolerances per output
 # --------------------------------------------------------------------------------------
 
-def _tolerance_fn(actual: Any, tolerance: Tolerance | None, *, rtol, atol, device, fmt):
-    """A ``(expected_dtype, path) -> Tolerance`` using the less precise of the two dtypes."""
+def _tolerance_fn(actual: Any, tolerance: Tolerance | None, *, rtol, atol, device, fmt, compute=None):
+    """A ``(expected_dtype, path) -> Tolerance`` using the less precise of the two dtypes
+    (and of ``compute``, the dtype a mixed-precision model computes its float outputs in)."""
     if isinstance(tolerance, Tolerance):
         if rtol is not None or atol is not None:
             raise ValueError("pass either tolerance=Tolerance(...) or rtol=/atol=, not both")
@@ -226,6 +229,8 @@ def _tolerance_fn(actual: Any, tolerance: Tolerance | None, *, rtol, atol, devic
                 dtype = tol_mod.less_precise(actual_dtypes[path], expected_dtype)
             except TypeError:
                 dtype = expected_dtype
+        if compute is not None and np.dtype(dtype).kind == "f":
+            dtype = tol_mod.less_precise(dtype, compute)
         return tol_mod.resolve_tolerance(dtype, rtol=rtol, atol=atol, device=device, format=fmt, layers=layers)
 
     return for_output
@@ -366,6 +371,17 @@ def _is_loaded_model(model: Any) -> bool:
     except ImportError:  # pragma: no cover
         return False
     return isinstance(model, LoadedModel)
+
+
+def _compute_dtype(*models: Any) -> str | None:
+    """The least precise compute dtype declared by the models (``LoadedModel.compute_dtype``)."""
+    found = [str(d) for m in models if m is not None and (d := getattr(m, "compute_dtype", None))]
+    if not found:
+        return None
+    least = found[0]
+    for d in found[1:]:
+        least = str(tol_mod.less_precise(least, d))
+    return least
 
 
 def _context(actual_model: Any, expected_model: Any) -> tuple[str, str | None]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pytest_modelparity import assert_outputs_close, export_model, load_model
+from pytest_modelparity import assert_batch_invariant, assert_outputs_close, export_model, load_model
 from pytest_modelparity.strategies import seeded_batch
 
 
@@ -104,3 +104,36 @@ def test_subclassed_model_source_is_not_called_as_a_factory(pytester: pytest.Pyt
     result.stdout.fnmatch_lines(["*modelparity: reference: cannot load the model as format 'keras': "
                                  "the Keras model has no symbolic inputs (a subclassed keras.Model*",
                                  "*fix: wrap it in a functional model: x = keras.Input(shape)*"])
+
+
+def mixed_float16_model():
+    """keras.mixed_precision 'mixed_float16': float16 layers, a float32 output (the usual recipe)."""
+    import keras
+
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        keras.utils.set_random_seed(0)
+        x = keras.Input((None, 4), name="seq")  # variable-length sequences too
+        h = keras.layers.GlobalAveragePooling1D()(keras.layers.Dense(16, activation="relu")(x))
+        return keras.Model(x, keras.layers.Dense(3, activation="softmax", dtype="float32", name="probs")(h))
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+
+def test_mixed_precision_is_judged_by_the_float16_tolerance(tmp_path):
+    model = mixed_float16_model()
+    ref = load_model(model)
+    assert ref.compute_dtype == "float16" and ref.outputs[0].dtype == np.float32
+    assert load_model(adapted_normalization()).compute_dtype is None
+    # ONNX runs the float16 graph in its own order: float16 noise on a float32 output, which
+    # the float32 default failed (33% of elements, 5e-5 on a 0.45 output).
+    onnx = load_model(export_model(model, "onnx", tmp_path / "m.onnx"), "onnx")
+    batch = seeded_batch(ref, batch_size=8, seed=0)
+    report = assert_outputs_close(onnx, ref, inputs=batch)
+    assert "float16" in report.outputs[0].tolerance.source
+    report = assert_batch_invariant(ref, batch, batch_sizes=(3,))
+    assert "float16" in report.outputs[0].tolerance.source
+    # float16-aware, not blind: outputs 1% off (a real bug's size) still fail.
+    off = {"probs": onnx.predict(batch)["probs"] * 1.01}
+    with pytest.raises(AssertionError, match="float16"):
+        assert_outputs_close(off, ref, inputs=batch)

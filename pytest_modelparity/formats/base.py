@@ -59,6 +59,10 @@ class LoadedModel(abc.ABC):
     """A model in one format, loaded on one device, callable on numpy batches."""
 
     format: str = "?"
+    # The least precise float dtype the model computes in, when narrower than its outputs
+    # (Keras mixed precision: float16 layers under a float32 output). None: its outputs' dtype.
+    # The default tolerance follows it, so float16 arithmetic is judged as float16.
+    compute_dtype: str | None = None
 
     def __init__(self, *, device: str, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec],
                  source: str | Path | None = None) -> None:

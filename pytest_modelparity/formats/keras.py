@@ -40,6 +40,7 @@ class KerasModel(LoadedModel):
         self.native = model
         self._device = require_tf_device(device, format=format)
         self._traced: Any = None
+        self.compute_dtype = _compute_dtype(model)
         super().__init__(device=device, source=source, inputs=_input_specs(model, source, format),
                          outputs=_output_specs(model))
 
@@ -90,6 +91,20 @@ def _keras() -> Any:
     import keras
 
     return keras
+
+
+def _compute_dtype(model: Any) -> str | None:
+    """The least precise float compute dtype of the model's layers (mixed_float16 -> float16)."""
+    from ..tolerances import less_precise
+
+    least: Any = None
+    for layer in [model, *getattr(model, "_flatten_layers", lambda: [])()]:
+        dtype = getattr(getattr(layer, "dtype_policy", None), "compute_dtype", None)
+        if dtype not in ("float16", "bfloat16", "float32", "float64"):
+            continue
+        least = dtype if least is None else less_precise(least, dtype)
+    name = None if least is None else str(least)
+    return name if name in ("float16", "bfloat16") else None
 
 
 def _input_specs(model: Any, source: Any, format: str) -> list[TensorSpec]:
