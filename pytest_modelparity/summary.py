@@ -73,7 +73,8 @@ def _plain(value: Any) -> Any:
 
 def _tolerance_fields(tol: Any) -> dict:
     if tol is None:
-        return {"tolerance": None, "tolerance_source": None, "tolerance_rule": None}
+        return {"tolerance": None, "tolerance_source": None, "tolerance_rule": None,
+                "rtol": None, "atol": None, "scale": None}
     describe = getattr(tol, "describe", None)
     return {
         "tolerance": describe() if callable(describe) else str(tol),
@@ -215,10 +216,13 @@ def _node_version() -> str | None:
 
 
 def _tfjs_version() -> str | None:
-    pkg = Path(__file__).parent / "tfjs_runner" / "node_modules" / "@tensorflow" / "tfjs" / "package.json"
+    """The @tensorflow/tfjs version the runner installed (in the npm cache), if installed."""
     try:
+        from .tfjs_runner import modules_dir
+
+        pkg = modules_dir() / "node_modules" / "@tensorflow" / "tfjs" / "package.json"
         return json.loads(pkg.read_text()).get("version")
-    except (OSError, ValueError):
+    except (OSError, ValueError, ImportError):
         return None
 
 
