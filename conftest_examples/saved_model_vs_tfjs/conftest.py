@@ -3,7 +3,8 @@
 ``modelparity_source`` returns the SavedModel directory, so ``parity_reference`` is the
 SavedModel and ``parity_candidate`` is its TFJS graph model, converted once per session
 (into a temporary directory: file sources are not cached) and run by real @tensorflow/tfjs
-in a Node.js process. Needs Node.js >= 18 and npm; without them the tests skip and say how to install them (``--modelparity-strict`` makes that a failure).
+in a Node.js process. Needs Node.js >= 18 and npm; without them the tests skip and say how
+to install them (``--modelparity-strict`` makes that a failure).
 """
 
 import pytest
