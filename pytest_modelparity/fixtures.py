@@ -92,31 +92,44 @@ class ParitySession:
         return self.sources[key]
 
     # -- models ---------------------------------------------------------------------
-    def reference(self, obj: Any, device: str) -> Any:
-        """The source loaded as a ``LoadedModel`` on ``device`` (once per session)."""
-        src = self.source(obj)
-        return self._once(self.references, (id(obj), device), lambda: _load_reference(src, device))
+    def reference(self, obj: Any, device: str, load_options: dict | None = None) -> Any:
+        """The source loaded as a ``LoadedModel`` on ``device`` (once per session).
 
-    def candidate(self, obj: Any, format: str, device: str) -> Any:
-        """The source exported to ``format`` (once) and loaded on ``device`` (once)."""
-        self.source(obj)  # resolve the source first: a bad source is reported as such
+        ``load_options`` (``modelparity_load_options``) go to ``load_model`` with the source.
+        """
+        src = self.source(obj)
+        opts = dict(load_options or {})
+        return self._once(self.references, (id(obj), device, _options_key(opts)),
+                          lambda: _load_reference(src, device, opts))
+
+    def candidate(self, obj: Any, format: str, device: str, load_options: dict | None = None) -> Any:
+        """The source exported to ``format`` (once) and loaded on ``device`` (once).
+
+        ``load_options`` apply where the source file itself is loaded: as the candidate of its
+        own format (loaded as is), or as the Keras model the exports are made from.
+        """
+        src = self.source(obj)  # resolve the source first: a bad source is reported as such
+        opts = dict(load_options or {})
 
         def build() -> Any:
-            from .formats import load_model, missing_runtime
+            from .formats import missing_runtime
 
             missing = missing_runtime(format)
             if missing is not None:
                 raise missing
-            path = self.export(obj, format)
-            return load_model(path, format, device=device)
+            path = self.export(obj, format, opts)
+            as_is = src.path is not None and path == src.path
+            return _load_source(path, format, device, opts if as_is else {})
 
-        return self._once(self.candidates, (id(obj), format, device), build)
+        return self._once(self.candidates, (id(obj), format, device, _options_key(opts)), build)
 
-    def export(self, obj: Any, format: str) -> Path:
+    def export(self, obj: Any, format: str, load_options: dict | None = None) -> Path:
         src = self.source(obj)
-        return self._once(self.exports, (id(obj), format), lambda: self._export(src, format))
+        opts = dict(load_options or {})
+        return self._once(self.exports, (id(obj), format, _options_key(opts)),
+                          lambda: self._export(src, format, opts))
 
-    def _export(self, src: Source, format: str) -> Path:
+    def _export(self, src: Source, format: str, load_options: dict) -> Path:
         from .formats import missing_runtime
 
         if src.path is not None and src.path_format == format:
@@ -131,7 +144,7 @@ class ParitySession:
         missing = missing_runtime(format, export=True)
         if missing is not None:
             raise missing
-        model = src.keras_model if src.keras_model is not None else _keras_from_path(src)
+        model = src.keras_model if src.keras_model is not None else _keras_from_path(src, load_options)
         start = time.perf_counter()
         # The cache keys Keras models by architecture and weights; a file source is converted
         # afresh into this session's temporary directory (user files are never written to).
@@ -248,22 +261,42 @@ def resolve_source(obj: Any, *, _depth: int = 0) -> Source:
         ".tflite, model.json, .onnx)")
 
 
-def _load_reference(src: Source, device: str) -> Any:
+def _options_key(options: dict) -> str:
+    """A session-cache key for load options (their values may be unhashable lists)."""
+    return repr(sorted(options.items(), key=lambda kv: str(kv[0])))
+
+
+def _load_source(source: Any, format: str, device: str, options: dict) -> Any:
+    """``load_model`` with the user's load options; an option the loader lacks says so."""
     from .formats import load_model
 
+    try:
+        return load_model(source, format, device=device, **options)
+    except TypeError as exc:
+        if not options or "unexpected keyword argument" not in str(exc):
+            raise
+        path = source if isinstance(source, (str, Path)) else None
+        raise ModelLoadError(
+            path, format, f"modelparity_load_options {options!r} holds an option that format {format!r} "
+            f"does not take ({exc})",
+            "return only options of this format's loader from modelparity_load_options (graphdef, "
+            "checkpoint: inputs, outputs; keras, h5: safe_mode, custom_objects)") from exc
+
+
+def _load_reference(src: Source, device: str, options: dict | None = None) -> Any:
     if src.keras_model is not None:
-        return load_model(src.keras_model, "keras", device=device)
-    return load_model(src.path, src.path_format, device=device)
+        return _load_source(src.keras_model, "keras", device, dict(options or {}))
+    assert src.path_format is not None
+    return _load_source(src.path, src.path_format, device, dict(options or {}))
 
 
-def _keras_from_path(src: Source) -> Any:
+def _keras_from_path(src: Source, options: dict | None = None) -> Any:
     """Other formats are exported from a Keras model; a file source must hold one."""
     assert src.path is not None
     if src.path_format in ("keras", "h5"):
-        from .formats import load_model
         from .formats.keras import KerasModel
 
-        loaded = load_model(src.path, src.path_format, device="cpu")
+        loaded = _load_source(src.path, src.path_format, "cpu", dict(options or {}))
         assert isinstance(loaded, KerasModel)  # both formats load as KerasModel
         return loaded.native
     return src.path  # let the format's exporter decide whether it converts from this path
@@ -295,6 +328,18 @@ def modelparity_source(request: pytest.FixtureRequest) -> Any:
 
 
 @pytest.fixture(scope="session")
+def modelparity_load_options() -> dict:
+    """Override in conftest.py (session scope) to return keyword options for ``load_model``.
+
+    They are used wherever the source itself is loaded: the reference, the candidate of the
+    source's own format, and a ``.keras``/``.h5`` source read to export it. A frozen ``.pb``
+    or TF1 checkpoint whose tensors cannot be found automatically wants
+    ``{"inputs": ["x:0"], "outputs": ["predictions:0"]}``. Default: no options.
+    """
+    return {}
+
+
+@pytest.fixture(scope="session")
 def modelparity_device(request: pytest.FixtureRequest) -> str:
     """The device this test runs on (parametrized by ``--modelparity-device`` and the marker)."""
     return getattr(request, "param", "cpu")
@@ -309,28 +354,40 @@ def modelparity_format(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(scope="module")
-def parity_reference(request: pytest.FixtureRequest, modelparity_source: Any, modelparity_device: str) -> Any:
+def parity_reference(request: pytest.FixtureRequest, modelparity_source: Any, modelparity_device: str,
+                     modelparity_load_options: dict) -> Any:
     """The source as a ``LoadedModel`` on ``modelparity_device`` (built once per session)."""
     state = get_state(request.config)
     try:
-        return state.reference(modelparity_source, modelparity_device)
+        return state.reference(modelparity_source, modelparity_device, modelparity_load_options)
     except (RuntimeMissing, DeviceUnavailable) as exc:
         state.unavailable(exc, f"reference on {modelparity_device}")
     except ModelLoadError as exc:  # the message names the file, the format and the fix
-        pytest.fail(f"modelparity: reference: {exc}", pytrace=False)
+        pytest.fail(f"modelparity: reference: {exc}{_load_options_hint(exc)}", pytrace=False)
+
+
+def _load_options_hint(exc: BaseException) -> str:
+    """A fix that says "pass X to load_model" reads, in a suite, "return X from the fixture"."""
+    if "load_model" not in str(exc):
+        return ""
+    return ("\n(in a pytest suite, load_model's options come from a session-scoped fixture in conftest.py:\n"
+            "    @pytest.fixture(scope='session')\n"
+            "    def modelparity_load_options():\n"
+            "        return {'inputs': ['x:0'], 'outputs': ['predictions:0']})")
 
 
 @pytest.fixture(scope="module")
 def parity_candidate(request: pytest.FixtureRequest, modelparity_source: Any, modelparity_format: str,
-                     modelparity_device: str) -> Any:
+                     modelparity_device: str, modelparity_load_options: dict) -> Any:
     """The source exported to ``modelparity_format`` (cached) and loaded on the device."""
     state = get_state(request.config)
     try:
-        return state.candidate(modelparity_source, modelparity_format, modelparity_device)
+        return state.candidate(modelparity_source, modelparity_format, modelparity_device,
+                               modelparity_load_options)
     except (RuntimeMissing, DeviceUnavailable) as exc:
         state.unavailable(exc, f"format {modelparity_format!r} on {modelparity_device}")
     except (NotExportable, ExportFailed, ModelLoadError) as exc:
-        pytest.fail(f"modelparity: {exc}", pytrace=False)
+        pytest.fail(f"modelparity: {exc}{_load_options_hint(exc)}", pytrace=False)
 
 
 @pytest.fixture(scope="module")

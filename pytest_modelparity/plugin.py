@@ -15,8 +15,8 @@ import pytest
 
 from . import recording
 from .fixtures import (STATE_KEY, ParitySession, get_state, modelparity_device,  # noqa: F401 - fixtures
-                       modelparity_format, modelparity_source, parity_batch, parity_candidate,
-                       parity_reference)
+                       modelparity_format, modelparity_load_options, modelparity_source, parity_batch,
+                       parity_candidate, parity_reference)
 from .options import add_options, expand_devices, parse_options
 
 MARKER = ("modelparity(formats=None, devices=None, rtol=None, atol=None): narrow the format x device "

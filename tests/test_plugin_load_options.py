@@ -1,0 +1,98 @@
+"""``modelparity_load_options``: a frozen TF1 graph whose outputs cannot be found automatically.
+
+The graph has two sinks (the softmax and a mean of the logits, neither an Identity), so
+``load_model`` refuses to guess; the suite passes once the fixture names the tensors.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+              pytest.mark.usefixtures("_heavy_modules_stay_loaded")]
+
+TWO_SINKS = textwrap.dedent('''
+    import numpy as np
+    import pytest
+    from pathlib import Path
+
+
+    def freeze_two_sinks(directory):
+        import tensorflow as tf
+
+        v1 = tf.compat.v1
+        rng = np.random.default_rng(0)
+        graph = tf.Graph()
+        with graph.as_default():
+            x = v1.placeholder(tf.float32, [None, 12], name="x")
+            w = v1.get_variable("dense/kernel", initializer=rng.normal(0, 0.5, (12, 3)).astype("float32"))
+            logits = tf.matmul(x, w, name="logits")
+            tf.nn.softmax(logits, name="predictions")
+            tf.reduce_mean(logits, axis=1, name="mean_logit")  # a second, non-Identity sink
+            init = v1.global_variables_initializer()
+        with v1.Session(graph=graph) as sess:
+            sess.run(init)
+            frozen = v1.graph_util.convert_variables_to_constants(
+                sess, graph.as_graph_def(), ["predictions", "mean_logit"])
+        path = Path(directory) / "frozen.pb"
+        path.write_bytes(frozen.SerializeToString())
+        return path
+
+
+    @pytest.fixture(scope="session")
+    def modelparity_source(tmp_path_factory):
+        return freeze_two_sinks(tmp_path_factory.mktemp("graph"))
+''')
+
+TEST = textwrap.dedent('''
+    from pytest_modelparity import assert_outputs_close
+
+    def test_export(parity_candidate, parity_reference, parity_batch):
+        assert_outputs_close(parity_candidate, parity_reference, inputs=parity_batch)
+''')
+
+OPTIONS = textwrap.dedent('''
+    @pytest.fixture(scope="session")
+    def modelparity_load_options():
+        return {"inputs": ["x:0"], "outputs": ["predictions:0"]}
+''')
+
+
+def test_ambiguous_graph_fails_clearly_without_load_options(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(TWO_SINKS)
+    pytester.makepyfile(test_graph=TEST)
+    result = pytester.runpytest("--modelparity-formats=graphdef", "-p", "no:cacheprovider")
+    result.assert_outcomes(errors=1)
+    out = result.stdout.str()
+    assert "cannot tell the output tensor: the graph has 2 candidate sink(s)" in out
+    assert "mean_logit:0" in out and "predictions:0" in out
+    assert "def modelparity_load_options" in out  # the fix, as a suite writes it
+
+
+def test_load_options_name_the_tensors_for_reference_and_candidate(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(TWO_SINKS + OPTIONS)
+    pytester.makepyfile(test_graph=TEST + textwrap.dedent('''
+        def test_options_reach_both(parity_candidate, parity_reference, modelparity_format):
+            assert modelparity_format == "graphdef"
+            for model in (parity_reference, parity_candidate):
+                assert model.format == "graphdef"
+                assert len(model.outputs) == 1 and model.outputs[0].shape[-1] == 3, model.outputs
+                assert len(model.inputs) == 1
+    '''))
+    result = pytester.runpytest("-v", "--modelparity-formats=graphdef", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*test_export[[]graphdef-cpu[]] PASSED*"])
+
+
+def test_an_option_the_loader_lacks_is_named(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(TWO_SINKS + textwrap.dedent('''
+        @pytest.fixture(scope="session")
+        def modelparity_load_options():
+            return {"outputs": ["predictions:0"], "output_names": ["predictions"]}
+    '''))
+    pytester.makepyfile(test_graph=TEST)
+    result = pytester.runpytest("--modelparity-formats=graphdef", "-p", "no:cacheprovider")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*modelparity_load_options*output_names*does not take*"])
