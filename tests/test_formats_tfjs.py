@@ -102,14 +102,14 @@ def test_cnn_matches_keras_on_batches_1_4_9(cnn, cnn_tfjs, backend):
         for batch in (1, 4, 9):
             x = models.images(batch, seed=batch)
             got = model.predict(x)
-            assert list(got) == ["output_0"] and got["output_0"].shape == (batch, 4)
-            assert got["output_0"].dtype == np.float32
-            assert_outputs_close(got["output_0"], cnn(x, training=False).numpy())
+            assert list(got) == ["probs"] and got["probs"].shape == (batch, 4)
+            assert got["probs"].dtype == np.float32
+            assert_outputs_close(got["probs"], cnn(x, training=False).numpy())
             assert model.last_compute_ms is not None and model.last_compute_ms > 0
         # The same process served every call, and a repeat gives the same answer.
         x = models.images(4, seed=4)
-        again = model.predict(x)["output_0"]
-        np.testing.assert_array_equal(again, model.predict(x)["output_0"])
+        again = model.predict(x)["probs"]
+        np.testing.assert_array_equal(again, model.predict(x)["probs"])
         assert model.process.pid == pid and model.process.alive
     assert _wait_gone(pid), "close() must stop the node process"
 
@@ -125,7 +125,7 @@ def test_doubled_softmax_fails_assert_outputs_close(cnn, tmp_path):
     x = models.images(9, seed=7)
     expected = cnn(x, training=False).numpy()
     with _load(path) as model:
-        actual = model.predict(x)["output_0"]
+        actual = model.predict(x)["softmax_again"]
         assert any(op == "Softmax" for _, op in model.op_types())
         assert sum(op == "Softmax" for _, op in model.op_types()) == 2
     # It really is softmax(expected): the form runs, the numbers are just wrong.
@@ -141,7 +141,7 @@ def test_doubled_softmax_fails_assert_outputs_close(cnn, tmp_path):
 def test_killed_process_gives_clear_error_then_fresh_load_works(cnn, cnn_tfjs):
     x = models.images(2)
     model = _load(cnn_tfjs)
-    first = model.predict(x)["output_0"]
+    first = model.predict(x)["probs"]
     pid = model.process.pid
     os.kill(pid, signal.SIGKILL)
     assert _wait_gone(pid)
@@ -156,7 +156,7 @@ def test_killed_process_gives_clear_error_then_fresh_load_works(cnn, cnn_tfjs):
     model.close()
     with _load(cnn_tfjs) as fresh:
         assert fresh.process.pid != pid
-        np.testing.assert_array_equal(fresh.predict(x)["output_0"], first)
+        np.testing.assert_array_equal(fresh.predict(x)["probs"], first)
 
 
 def test_hung_process_times_out_and_is_killed(cnn_tfjs):
@@ -321,7 +321,7 @@ def test_large_batch_round_trips_and_costs_little_over_compute(cnn, cnn_tfjs):
 
     x = models.images(_BIG, seed=11)
     with _load(cnn_tfjs, backend="wasm") as js:
-        got = js.predict(x)["output_0"]
+        got = js.predict(x)["probs"]
         overheads = []
         for _ in range(3):
             start = time.perf_counter()
@@ -382,7 +382,7 @@ def test_call_interrupted_mid_exchange_never_returns_a_stale_answer(cnn_tfjs, ba
     exchange is certainly in progress when the alarm fires (a 12.6 MB frame fills the pipe)."""
     model = _load(cnn_tfjs, timeout_s=5.0)  # were the pipes left out of step, calls would hang: bounded
     small = models.images(2, seed=2)
-    expected_small = model.predict(small)["output_0"]
+    expected_small = model.predict(small)["probs"]
     pid = model.process.pid
     x = models.images(batch)
 
@@ -408,7 +408,7 @@ def test_call_interrupted_mid_exchange_never_returns_a_stale_answer(cnn_tfjs, ba
     finally:
         model.close()
     with _load(cnn_tfjs) as fresh:
-        np.testing.assert_array_equal(fresh.predict(small)["output_0"], expected_small)
+        np.testing.assert_array_equal(fresh.predict(small)["probs"], expected_small)
 
 
 def test_node_dying_half_way_through_its_answer_is_reported(cnn_tfjs, tmp_path, monkeypatch):
@@ -458,9 +458,9 @@ def test_two_threads_predicting_on_one_model_are_served_in_turn(cnn_tfjs):
 
     batches = {t: [models.images(1 + (t * 5 + i) % 7, seed=100 * t + i) for i in range(8)] for t in (0, 1)}
     with _load(cnn_tfjs) as js:
-        alone = {t: [js.predict(x)["output_0"] for x in xs] for t, xs in batches.items()}
+        alone = {t: [js.predict(x)["probs"] for x in xs] for t, xs in batches.items()}
         with ThreadPoolExecutor(2) as pool:
-            together = dict(zip(batches, pool.map(lambda xs: [js.predict(x)["output_0"] for x in xs],
+            together = dict(zip(batches, pool.map(lambda xs: [js.predict(x)["probs"] for x in xs],
                                                   batches.values())))
         assert js.process.alive
     for t in batches:
@@ -508,10 +508,10 @@ def test_a_library_writing_to_stdout_does_not_break_the_protocol(cnn, cnn_tfjs, 
     monkeypatch.setenv("NODE_OPTIONS", f"--require {noisy}")
     x = models.images(3)
     with _load(cnn_tfjs, timeout_s=20.0) as js:
-        first = js.predict(x)["output_0"]
+        first = js.predict(x)["probs"]
         time.sleep(0.4)
         assert_outputs_close(first, cnn(x, training=False).numpy())
-        np.testing.assert_array_equal(js.predict(x)["output_0"], first)
+        np.testing.assert_array_equal(js.predict(x)["probs"], first)
         deadline = time.monotonic() + 5
         while "more noise" not in js.process.stderr_tail and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -532,7 +532,7 @@ def test_malformed_frame_is_answered_with_an_error_and_the_runner_keeps_serving(
         assert kind == "E" and "4 bytes after the last tensor" in body.tobytes().decode()
         with pytest.raises(RunnerError, match="predict failed"):  # tfjs refusing a feed: same process
             js.process.predict({"not_an_input": np.zeros((1, 8, 8, 3), np.float32)})
-        assert js.predict(models.images(1))["output_0"].shape == (1, 4)
+        assert js.predict(models.images(1))["probs"].shape == (1, 4)
 
 
 def test_int64_inputs_run_as_int32_and_values_int32_cannot_hold_are_refused(tmp_path):
@@ -667,7 +667,7 @@ def test_intermediates_fetch_the_last_op_of_each_layer_scope_in_graph_order(cnn,
             assert value.shape == expected[layer].shape and value.dtype == np.float32, (name, value.shape)
             np.testing.assert_allclose(value, expected[layer], rtol=1e-5, atol=1e-6, err_msg=name)
         # The same process still predicts, and the last intermediate is the model's output.
-        np.testing.assert_array_equal(js.predict(x)["output_0"], got[-1][2])
+        np.testing.assert_array_equal(js.predict(x)["probs"], got[-1][2])
 
 
 def test_fetch_leaves_out_tensors_past_the_byte_budget_and_names_unknown_nodes(cnn_tfjs):
@@ -685,7 +685,7 @@ def test_fetch_leaves_out_tensors_past_the_byte_budget_and_names_unknown_nodes(c
             js.process.fetch(feeds, ["no/such/node"])
         with pytest.raises(ValueError, match="at least one node"):
             js.process.fetch(feeds, [])
-        assert js.process.alive and js.predict(x)["output_0"].shape == (2, 4)  # still serving
+        assert js.process.alive and js.predict(x)["probs"].shape == (2, 4)  # still serving
 
 
 def test_layer_node_selection_is_bounded_and_keeps_the_last(cnn_tfjs):
@@ -835,3 +835,12 @@ def test_protocol_round_trips_raw_little_endian_arrays():
     np.testing.assert_array_equal(decode_tensors(encode_tensors({"x": be}))["x"], be)
     with pytest.raises(TypeError, match="float64"):
         encode_tensors({"x": np.zeros(2)})
+
+
+def test_tfjs_outputs_carry_the_keras_names(cnn, tmp_path):
+    """Like every other export, the TFJS form names its outputs as the Keras model does
+    (model.export() would call them output_0)."""
+    from pytest_modelparity import export_model
+
+    with _load(export_model(cnn, "tfjs", tmp_path / "named")) as js:
+        assert [s.name for s in js.outputs] == ["probs"]

@@ -123,12 +123,20 @@ def _input_specs(model: Any, source: Any, format: str) -> list[TensorSpec]:
     return specs
 
 
+def keras_output_names(model: Any) -> list[str]:
+    """The output names every form uses: the keys a dict-output model returns, else Keras'
+    ``output_names`` (layer names), else ``output_<i>``; in ``model.outputs`` order."""
+    n = len(getattr(model, "outputs", None) or []) or 1
+    struct = getattr(model, "_outputs_struct", None)
+    if isinstance(struct, dict) and len(struct) == n:
+        return sorted(str(k) for k in struct)  # Keras flattens a dict by sorted key
+    names = [str(n_) for n_ in (getattr(model, "output_names", None) or [])]
+    return names if len(names) == n and len(set(names)) == n else [f"output_{i}" for i in range(n)]
+
+
 def _output_specs(model: Any) -> list[TensorSpec]:
     outputs = list(model.outputs)
-    names = list(getattr(model, "output_names", None) or [])
-    if len(names) != len(outputs):
-        names = [f"output_{i}" for i in range(len(outputs))]
-    return [TensorSpec(n, tuple(t.shape), np.dtype(t.dtype)) for n, t in zip(names, outputs)]
+    return [TensorSpec(n, tuple(t.shape), np.dtype(t.dtype)) for n, t in zip(keras_output_names(model), outputs)]
 
 
 def _pack_inputs(model: Any, xs: list[Any]) -> Any:

@@ -563,25 +563,34 @@ def export(model: Any, path: Path, *, quantization: str | None = None, **convert
         if isinstance(model, (str, Path)):
             saved_model = Path(model)
             if not (saved_model / "saved_model.pb").is_file():
-                raise ModelLoadError(saved_model, NAME, "not a SavedModel directory (no saved_model.pb) to convert",
-                                     "pass a Keras model or a SavedModel directory")
+                raise ModelLoadError(saved_model, "saved_model", "only a Keras model or a SavedModel directory "
+                                     "can be converted to tflite, onnx or tfjs", "pass the Keras model, or the "
+                                     "directory written by model.export() / tf.saved_model.save()", action="convert")
         else:
             if not hasattr(model, "export"):
                 raise TypeError(f"cannot export a {type(model).__name__} to tfjs: pass a Keras model "
                                 f"or the path of a SavedModel directory")
             saved_model = Path(tmp) / "saved_model"
             try:
+                # The saved_model exporter names the outputs like the Keras model ("probs"),
+                # where model.export() says "output_0": the TFJS outputs then match by name.
+                from . import saved_model as saved_model_format
+
                 with quiet():
-                    model.export(str(saved_model), verbose=False)
+                    saved_model_format.export(model, saved_model)
+            except ModelLoadError:
+                raise
             except Exception as exc:  # noqa: BLE001 - reported with the format and the fix
-                raise ModelLoadError(out_dir, NAME, f"model.export() to a SavedModel failed ({type(exc).__name__}: "
+                raise ModelLoadError(out_dir, NAME, f"writing the intermediate SavedModel failed ({type(exc).__name__}: "
                                      f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''})",
-                                     "build the model (call it once on a batch) before exporting") from exc
+                                     "export a functional or Sequential Keras model built on keras.Input(...)",
+                                     action="export") from exc
         try:
             with quiet():
                 converter.convert_tf_saved_model(str(saved_model), str(out_dir), **converter_options)
         except Exception as exc:  # noqa: BLE001
             raise ModelLoadError(out_dir, NAME, f"the tensorflowjs converter failed ({type(exc).__name__}: {exc})",
-                                 "unsupported ops are listed above; see "
-                                 "https://github.com/tensorflow/tfjs/blob/master/tfjs-converter/docs/supported_ops.md") from exc
+                                 "check the model's ops against the converter's supported ops "
+                                 "(tfjs-converter/docs/supported_ops.md in the tfjs repository)",
+                                 action="export") from exc
     return out_dir / "model.json"

@@ -395,11 +395,9 @@ def keras_signature(model: Any, format: str) -> tuple[list[Any], list[str]]:
         shape = (None, *[None if d is None else int(d) for d in tuple(t.shape)[1:]])
         name = str(getattr(t, "name", None) or f"input_{i}").split(":", 1)[0]
         specs.append(tf.TensorSpec(shape, tf.as_dtype(getattr(t, "dtype", "float32")), name=name))
-    out_names = list(getattr(model, "output_names", None) or [])
-    n_out = len(getattr(model, "outputs", None) or []) or len(out_names) or 1
-    if len(out_names) != n_out:
-        out_names = [f"output_{i}" for i in range(n_out)]
-    return specs, _unique(out_names)
+    from .keras import keras_output_names
+
+    return specs, _unique(keras_output_names(model))
 
 
 @dataclass
@@ -445,7 +443,7 @@ def _saved_model_serving(path: Path) -> Serving:
 
     if not saved_model.detect(path):
         raise ModelLoadError(path, saved_model.NAME, "only a Keras model or a SavedModel directory can be "
-                             "converted to tflite or onnx", "pass the Keras model, or the directory "
+                             "converted to tflite, onnx or tfjs", "pass the Keras model, or the directory "
                              "written by model.export() / tf.saved_model.save()", action="convert")
     loaded = saved_model.load(path, device="cpu")
     names = [s.name for s in loaded.inputs]
