@@ -179,3 +179,15 @@ def test_export_errors_say_export_and_name_the_format(tmp_path):
                                              r"only a Keras model or a SavedModel directory"):
         export_model(not_a_model, "onnx", tmp_path / "x.onnx")
     assert not_a_model.read_text() == "hello"
+
+
+def test_a_saved_model_cannot_become_a_keras_form(tmp_path):
+    """keras/h5/graphdef exports need the Keras model: a path gets a clear 'cannot convert'."""
+    from pytest_modelparity import ModelLoadError
+
+    saved = tmp_path / "sm"
+    mlp(seed=1).export(str(saved), verbose=False)
+    for fmt in ("keras", "h5", "graphdef", "saved_model"):
+        with pytest.raises(ModelLoadError, match=rf"cannot convert '.*sm': a file cannot be converted to '{fmt}'"
+                                                 r"(.|\n)*fix: .*tflite, tfjs, onnx"):
+            export_model(saved, fmt, tmp_path / f"out-{fmt}")

@@ -115,10 +115,20 @@ def load_model(source: Any, format: str | None = None, *, device: str = "cpu", *
 
 
 def export_model(model: Any, format: str, path: str | Path, **options: Any) -> Path:
-    """Export a Keras model to ``format`` at ``path``; return the path written."""
+    """Export a Keras model to ``format`` at ``path``; return the path written.
+
+    A SavedModel directory (a path) converts only to the formats whose module sets
+    ``CONVERTS_SAVED_MODEL`` (tflite, onnx, tfjs); the others need the Keras model itself.
+    """
     module = format_module(format)
     if not hasattr(module, "export"):
         raise ValueError(f"format {format!r} can be loaded but not exported to")
+    if isinstance(model, (str, Path)) and not getattr(module, "CONVERTS_SAVED_MODEL", False):
+        takers = [n for n in ALL_FORMATS if getattr(format_module(n), "CONVERTS_SAVED_MODEL", False)]
+        raise ModelLoadError(model, None, f"a file cannot be converted to {format!r}: that export needs the "
+                             "Keras model itself",
+                             f"pass the Keras model (or a .keras/.h5 file loaded with load_model), or convert "
+                             f"a SavedModel directory to one of: {', '.join(takers)}", action="convert")
     missing = missing_runtime(format, export=True)
     if missing is not None:
         raise missing

@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # imported lazily at run time: onnx is optional
     import onnxruntime
 
 NAME = "onnx"
+CONVERTS_SAVED_MODEL = True  # export() also takes a SavedModel directory
 ONNX_INSTALL = "pip install 'pytest-modelparity[onnx]'"
 LOAD_REQUIRES = (("onnxruntime", ONNX_INSTALL),)
 EXPORT_REQUIRES = (("tensorflow", TF_INSTALL), ("tf2onnx", ONNX_INSTALL))

@@ -36,6 +36,7 @@ from ..errors import DeviceUnavailable, ModelLoadError, RuntimeMissing
 from .base import LoadedModel, TensorSpec
 
 NAME = "tfjs"
+CONVERTS_SAVED_MODEL = True  # export() also takes a SavedModel directory
 TF_INSTALL = "pip install 'pytest-modelparity[tensorflow]' (or any TensorFlow >= 2.16 build)"
 TFJS_CONVERTER_INSTALL = ("pip install --no-deps tensorflowjs==4.22.0 tensorflow_hub==0.16.1 && "
                           "pip install 'pytest-modelparity[tfjs]'  (plain `pip install tensorflowjs` "

@@ -33,6 +33,7 @@ from ..errors import DeviceUnavailable, ModelLoadError
 from .base import LoadedModel, TensorSpec
 
 NAME = "tflite"
+CONVERTS_SAVED_MODEL = True  # export() also takes a SavedModel directory
 TF_INSTALL = "pip install 'pytest-modelparity[tensorflow]' (or any TensorFlow >= 2.16 build)"
 LOAD_REQUIRES = (("ai_edge_litert", "pip install 'pytest-modelparity[tflite]'"),)
 EXPORT_REQUIRES = (("tensorflow", TF_INSTALL),)
