@@ -21,11 +21,16 @@ from typing import Any
 import pytest
 
 from .errors import DeviceUnavailable, ModelLoadError, RuntimeMissing
-from .options import ParityOptions
+from .options import ParityOptions, split_format
 
 STATE_KEY = pytest.StashKey["ParitySession"]()
 BATCH_SIZE = 4
 BATCH_SEED = 0
+# A tflite:int8 candidate calibrates on rows drawn like parity_batch (another seed), so its
+# quantisation ranges fit the inputs the tests feed it (the exporter's own default, uniform
+# [0, 1), would clip every negative input).
+CALIBRATION_ROWS = 100
+CALIBRATION_SEED = 1
 
 # File names used when exporting without the shared cache (and the suffix each format wants).
 _EXPORT_NAMES = {"keras": "model.keras", "h5": "model.h5", "saved_model": "saved_model",
@@ -114,12 +119,13 @@ class ParitySession:
         def build() -> Any:
             from .formats import missing_runtime
 
-            missing = missing_runtime(format)
+            base, _variant = split_format(format)
+            missing = missing_runtime(base)
             if missing is not None:
                 raise missing
             path = self.export(obj, format, opts)
             as_is = src.path is not None and path == src.path
-            return _load_source(path, format, device, opts if as_is else {})
+            return _load_source(path, base, device, opts if as_is else {})
 
         return self._once(self.candidates, (id(obj), format, device, _options_key(opts)), build)
 
@@ -136,29 +142,31 @@ class ParitySession:
             return src.path  # the source already is this format: load it as is, never rewrite it
         from .formats import format_module
 
-        if not hasattr(format_module(format), "export"):
+        base, variant = split_format(format)
+        if not hasattr(format_module(base), "export"):
             raise NotExportable(
                 f"format {format!r} can be loaded but not exported to, so it cannot be a candidate "
                 f"for {src.label!r}; return a {format} path from modelparity_source (it is then "
                 "loaded as is), or deselect it from --modelparity-formats")
-        missing = missing_runtime(format, export=True)
+        missing = missing_runtime(base, export=True)
         if missing is not None:
             raise missing
         model = src.keras_model if src.keras_model is not None else _keras_from_path(src, load_options)
+        options = _variant_options(model, variant)
         start = time.perf_counter()
         # The cache keys Keras models by architecture and weights; a file source is converted
         # afresh into this session's temporary directory (user files are never written to).
         cache = self._export_cache() if not isinstance(model, (str, Path)) else None
         try:
             if cache is not None:
-                path = Path(cache.export(model, format))
+                path = Path(cache.export(model, base, **options))
             else:
                 from .formats import export_model
 
                 if self._tmp is None:
                     self._tmp = Path(tempfile.mkdtemp(prefix="modelparity-"))
-                target = self._tmp / f"{len(self.artifacts)}-{format}" / _EXPORT_NAMES[format]
-                path = export_model(model, format, target)
+                target = self._tmp / f"{len(self.artifacts)}-{format.replace(':', '-')}" / _EXPORT_NAMES[base]
+                path = export_model(model, base, target, **options)
         except (RuntimeMissing, DeviceUnavailable, ModelLoadError):
             raise
         except Exception as exc:  # noqa: BLE001 - any converter failure, reported once per format
@@ -259,6 +267,20 @@ def resolve_source(obj: Any, *, _depth: int = 0) -> Source:
         f"modelparity_source returned {type(obj).__name__}; return a Keras model, a zero-argument "
         "factory returning one, or a path to a saved model (.keras, .h5, SavedModel dir, .pb, "
         ".tflite, model.json, .onnx)")
+
+
+def _variant_options(model: Any, variant: str | None) -> dict[str, Any]:
+    """Export options of a format variant: ``quantization=<variant>``, and for int8 the
+    calibration rows (arrays, so the export cache keys them by content)."""
+    if variant is None:
+        return {}
+    options: dict[str, Any] = {"quantization": variant}
+    if variant == "int8" and not isinstance(model, (str, Path)):
+        from .strategies import seeded_batch
+
+        arrays = list(seeded_batch(model, batch_size=CALIBRATION_ROWS, seed=CALIBRATION_SEED).values())
+        options["representative_data"] = [arrays if len(arrays) > 1 else arrays[0]]
+    return options
 
 
 def _options_key(options: dict) -> str:

@@ -18,6 +18,12 @@ from .devices import parse_device
 from .formats import ALL_FORMATS, available_formats
 
 GROUP = "modelparity"
+# Variants a format is exported in, named "base:variant" (tflite:int8): the exporter gets
+# quantization=<variant>. They mirror formats/tflite.py's QUANTIZATIONS (float32 is plain
+# "tflite"), kept here because importing that module at start-up would import numpy.
+FORMAT_VARIANTS: dict[str, tuple[str, ...]] = {"tflite": ("float16", "dynamic_range", "int8")}
+VALID_FORMATS: tuple[str, ...] = ALL_FORMATS + tuple(
+    f"{base}:{variant}" for base, variants in FORMAT_VARIANTS.items() for variant in variants)
 DEVICE_CHOICES = ("cpu", "gpu", "all")
 
 # (option suffix, ini type, help). Each option --modelparity-X has the ini key modelparity_X.
@@ -26,7 +32,8 @@ _OPTIONS: tuple[tuple[str, Literal["string", "bool"], str], ...] = (
      "device(s) to run models on: cpu, gpu, gpu:N, all (every device TensorFlow sees), or a "
      "comma-separated list (default: cpu)"),
     ("formats", "string",
-     f"comma-separated export formats to test (default: every installed one); valid: {', '.join(ALL_FORMATS)}"),
+     f"comma-separated export formats to test (default: every installed one; quantised variants such as "
+     f"tflite:int8 only when named); valid: {', '.join(VALID_FORMATS)}"),
     ("report", "string", "write every comparison as JSON to this path (schema: docs/report-schema.md)"),
     ("html", "string", "write a self-contained HTML report (table + error histograms) to this path"),
     ("cache-dir", "string",
@@ -109,12 +116,18 @@ def parse_formats(text: str | None) -> tuple[tuple[str, ...], bool]:
     if not text:
         return available_formats(), False
     names = _split(text)
-    unknown = [n for n in names if n not in ALL_FORMATS]
+    unknown = [n for n in names if n not in VALID_FORMATS]
     if unknown:
         raise pytest.UsageError(
             f"--modelparity-formats: unknown format(s) {', '.join(map(repr, unknown))}; "
-            f"valid formats: {', '.join(ALL_FORMATS)}")
+            f"valid formats: {', '.join(VALID_FORMATS)}")
     return tuple(dict.fromkeys(names)), True
+
+
+def split_format(name: str) -> tuple[str, str | None]:
+    """``"tflite:int8"`` -> ``("tflite", "int8")``; a plain name has no variant."""
+    base, _, variant = name.partition(":")
+    return base, variant or None
 
 
 def _float(config: pytest.Config, key: str) -> float | None:

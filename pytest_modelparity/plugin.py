@@ -76,17 +76,16 @@ def exportable(name: str) -> bool:
 
 def select_matrix(state: ParitySession, marker: Any, where: str) -> tuple[list[str], list[str]]:
     """The formats and devices one test runs on: the options narrowed by its marker."""
-    from .formats import ALL_FORMATS
-    from .options import parse_devices
+    from .options import VALID_FORMATS, parse_devices
 
     opts = state.options
     formats = list(opts.formats) if opts.formats_explicit else [f for f in opts.formats if exportable(f)]
     wanted = _marker_list(marker, "formats")
     if wanted is not None:
-        unknown = [f for f in wanted if f not in ALL_FORMATS]
+        unknown = [f for f in wanted if f not in VALID_FORMATS]
         if unknown:
             pytest.fail(f"{where}: @pytest.mark.modelparity(formats=...) names unknown format(s) "
-                        f"{unknown}; valid formats: {', '.join(ALL_FORMATS)}", pytrace=False)
+                        f"{unknown}; valid formats: {', '.join(VALID_FORMATS)}", pytrace=False)
         # With --modelparity-formats the marker narrows it; without, the marker chooses (a format
         # whose runtime is missing then skips with the install hint instead of vanishing).
         formats = [f for f in formats if f in wanted] if opts.formats_explicit else list(dict.fromkeys(wanted))

@@ -1,0 +1,116 @@
+"""Quantised TFLite variants (``tflite:float16``, ``tflite:dynamic_range``, ``tflite:int8``)
+in the format matrix: ids, export with ``quantization=``, default tolerances, usage errors."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from pytest_modelparity.formats import available_formats, tflite
+from pytest_modelparity.options import FORMAT_VARIANTS, VALID_FORMATS
+
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+              pytest.mark.usefixtures("_heavy_modules_stay_loaded")]
+
+CONFTEST = textwrap.dedent('''
+    import pytest
+
+    def build():
+        import keras
+        x = keras.Input((8,), name="x")
+        h = keras.layers.Dense(256, activation="relu", name="h",
+                               kernel_initializer=keras.initializers.GlorotUniform(seed=1))(x)
+        y = keras.layers.Dense(4, name="out", kernel_initializer=keras.initializers.GlorotUniform(seed=2))(h)
+        # 8x256 and 256x4 weights: the converter leaves tensors under 1024 elements float
+        return keras.Model(x, y, name="tiny")
+
+    @pytest.fixture(scope="session")
+    def modelparity_source():
+        return build
+''')
+
+TEST = textwrap.dedent('''
+    from pytest_modelparity import assert_outputs_close
+
+    def test_export(parity_candidate, parity_reference, parity_batch, modelparity_format):
+        assert parity_candidate.format == "tflite"
+        assert parity_candidate.format_variant == (
+            "tflite:float32" if modelparity_format == "tflite" else modelparity_format)
+        assert_outputs_close(parity_candidate, parity_reference, inputs=parity_batch)
+''')
+
+
+def test_variants_mirror_the_exporter_and_stay_out_of_the_default_set() -> None:
+    assert FORMAT_VARIANTS["tflite"] == tuple(q for q in tflite.QUANTIZATIONS if q != "float32")
+    assert {"tflite:float16", "tflite:dynamic_range", "tflite:int8"} <= set(VALID_FORMATS)
+    assert not any(":" in f for f in available_formats())
+
+
+def test_variants_parametrize_export_quantised_and_pass_at_their_default(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_q=TEST)
+    result = pytester.runpytest("-v", "-p", "no:cacheprovider", "--modelparity-no-cache",
+                                "--modelparity-formats=tflite,tflite:float16,tflite:dynamic_range,tflite:int8",
+                                "--modelparity-report=r.json")
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines(["*test_export[[]tflite-cpu[]] PASSED*",
+                                 "*test_export[[]tflite:float16-cpu[]] PASSED*",
+                                 "*test_export[[]tflite:dynamic_range-cpu[]] PASSED*",
+                                 "*test_export[[]tflite:int8-cpu[]] PASSED*"])
+    doc = json.loads((pytester.path / "r.json").read_text())
+    assert sorted(a["format"] for a in doc["artifacts"]) == [
+        "tflite", "tflite:dynamic_range", "tflite:float16", "tflite:int8"]
+    rows = {r["format"]: r for r in doc["rows"]}
+    # Each is judged by its own variant's default: int8 looser than float32.
+    assert set(rows) == {"tflite", "tflite:float16", "tflite:dynamic_range", "tflite:int8"}
+    assert all(r["verdict"] == "pass" for r in rows.values())
+    int8, f32 = rows["tflite:int8"], rows["tflite"]
+    assert "tflite:int8" in int8["tolerance_source"] and "tflite" not in f32["tolerance_source"], (int8, f32)
+    assert int8["scale"] > rows["tflite:float16"]["scale"] > f32["scale"], (int8, f32)
+
+
+def test_marker_selects_a_variant_and_ini_accepts_one(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(CONFTEST)
+    pytester.makeini("[pytest]\nmodelparity_formats = keras,tflite:int8\n")
+    pytester.makepyfile(test_m=textwrap.dedent('''
+        import pytest
+        from pytest_modelparity import assert_outputs_close
+
+        @pytest.mark.modelparity(formats=["tflite:int8"])
+        def test_int8(parity_candidate, parity_reference, parity_batch, modelparity_format):
+            assert modelparity_format == "tflite:int8"
+            assert parity_candidate.format_variant == "tflite:int8"
+            assert_outputs_close(parity_candidate, parity_reference, inputs=parity_batch)
+
+        def test_all(modelparity_format, modelparity_device):
+            pass
+    '''))
+    result = pytester.runpytest("-v", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=3)
+    for line in ("*test_int8[[]tflite:int8-cpu[]] PASSED*", "*test_all[[]keras-cpu[]] PASSED*",
+                 "*test_all[[]tflite:int8-cpu[]] PASSED*"):
+        result.stdout.fnmatch_lines([line])
+
+
+def test_unknown_variant_is_a_usage_error_listing_the_valid_names(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_x="def test_x(): pass")
+    result = pytester.runpytest("--modelparity-formats=tflite:int4")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*unknown format(s) 'tflite:int4'*valid formats:*tflite:float16, "
+                                 "tflite:dynamic_range, tflite:int8*"])
+
+
+def test_unknown_variant_in_the_marker_fails_naming_the_valid_ones(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_m=textwrap.dedent('''
+        import pytest
+
+        @pytest.mark.modelparity(formats=["onnx:int8"])
+        def test_bad(parity_candidate):
+            pass
+    '''))
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(["*formats=...) names unknown format(s) [[]'onnx:int8'[]]*tflite:dynamic_range, tflite:int8*"])
+    assert result.ret != 0
