@@ -11,6 +11,7 @@ TensorFlow is imported only when a model is actually resolved or loaded.
 from __future__ import annotations
 
 import importlib
+import re
 import shutil
 import tempfile
 import time
@@ -205,7 +206,8 @@ class ParitySession:
         """A runtime or device is missing: skip with the install hint, or fail if strict."""
         reason = f"modelparity: {what}: {exc}"
         if self.options.strict:
-            pytest.fail(reason + " [--modelparity-strict turns this skip into a failure]", pytrace=False)
+            raise pytest.fail.Exception(reason + " [--modelparity-strict turns this skip into a failure]",
+                                        pytrace=False) from None  # called in an except: no chained repeat
         pytest.skip(reason)
 
     def close(self) -> None:
@@ -385,12 +387,14 @@ def parity_reference(request: pytest.FixtureRequest, modelparity_source: Any, mo
     except (RuntimeMissing, DeviceUnavailable) as exc:
         state.unavailable(exc, f"reference on {modelparity_device}")
     except ModelLoadError as exc:  # the message names the file, the format and the fix
-        pytest.fail(f"modelparity: reference: {exc}{_load_options_hint(exc)}", pytrace=False)
+        # ``from None``: the message already carries the error; a chained traceback repeats it.
+        raise pytest.fail.Exception(f"modelparity: reference: {exc}{_load_options_hint(exc)}",
+                                    pytrace=False) from None
 
 
 def _load_options_hint(exc: BaseException) -> str:
     """A fix that says "pass X to load_model" reads, in a suite, "return X from the fixture"."""
-    if "load_model" not in str(exc):
+    if not re.search(r"\bpass \S+.* to load_model\b", str(exc)):  # not "loaded with load_model"
         return ""
     return ("\n(in a pytest suite, load_model's options come from a session-scoped fixture in conftest.py:\n"
             "    @pytest.fixture(scope='session')\n"
@@ -409,7 +413,7 @@ def parity_candidate(request: pytest.FixtureRequest, modelparity_source: Any, mo
     except (RuntimeMissing, DeviceUnavailable) as exc:
         state.unavailable(exc, f"format {modelparity_format!r} on {modelparity_device}")
     except (NotExportable, ExportFailed, ModelLoadError) as exc:
-        pytest.fail(f"modelparity: {exc}{_load_options_hint(exc)}", pytrace=False)
+        raise pytest.fail.Exception(f"modelparity: {exc}{_load_options_hint(exc)}", pytrace=False) from None
 
 
 @pytest.fixture(scope="module")

@@ -96,3 +96,17 @@ def test_an_option_the_loader_lacks_is_named(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--modelparity-formats=graphdef", "-p", "no:cacheprovider")
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*modelparity_load_options*output_names*does not take*"])
+
+
+def test_a_format_the_graph_cannot_reach_fails_once_without_a_misleading_fix(pytester: pytest.Pytester) -> None:
+    # A .pb source asked for as tflite: the setup error is printed once (no chained
+    # "During handling of the above exception" repeat of the same text), and it does not
+    # tell a user who already has the fixture to write modelparity_load_options.
+    pytester.makeconftest(TWO_SINKS + OPTIONS)
+    pytester.makepyfile(test_graph=TEST)
+    result = pytester.runpytest("--modelparity-formats=tflite,keras", "-p", "no:cacheprovider")
+    result.assert_outcomes(errors=2)
+    out = result.stdout.str()
+    assert "cannot convert" in out
+    assert "During handling of the above exception" not in out
+    assert "def modelparity_load_options" not in out
