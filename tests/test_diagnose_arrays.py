@@ -101,3 +101,13 @@ def test_output_transform_never_raises_on_odd_arrays():
     assert transforms.output_transform(np.array([np.nan, 1.0]), np.array([1.0, np.inf])) is None
     assert transforms.output_transform(np.zeros((0, 3)), np.zeros((0, 3))) is None
     assert transforms.output_transform(np.ones(3, "int32"), np.zeros(3, "int32")) is None
+
+
+def test_noise_hint_says_its_ulps_are_of_the_largest_value_not_per_element():
+    # Seed 004's table line reads "Greatest ULP distance 12651" (an element near zero) while
+    # the hint counts ULPs of the largest output: unqualified, "up to 9 ULP" contradicted it.
+    e = np.array([344.743, 0.01], dtype="float32")
+    a = e + np.float32(2.75e-4)
+    hint = noise.accumulation_noise(a, e, 1024)
+    assert hint is not None
+    assert "ULP of the output's largest value" in hint[1]

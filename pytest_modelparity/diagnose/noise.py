@@ -61,8 +61,8 @@ def accumulation_noise(actual: np.ndarray, expected: np.ndarray, n_terms: int | 
         bound = ULPS_PER_TERM * n_terms
         if ulps <= bound:
             return ("accumulation_noise",
-                    f"differences up to {ulps:.0f} ULP, the size {dt.name} reductions of {n_terms} terms reorder "
-                    "(batch size, kernel blocking, fused ops); not a conversion error",
+                    f"differences up to {ulps:.0f} ULP of the output's largest value, the size {dt.name} reductions "
+                    f"of {n_terms} terms reorder (batch size, kernel blocking, fused ops); not a conversion error",
                     f"max |diff| {diff:.3g} = {ulps:.1f} ULP of the largest output {scale:.6g}; reordering "
                     f"a {n_terms}-term {dt.name} sum can move it by ~{bound} ULP")
         return None
