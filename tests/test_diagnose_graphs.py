@@ -182,3 +182,24 @@ def test_batch_statistics_found_only_in_a_training_trace():
     found = scan_graph_def(training.graph.as_graph_def())[1]
     assert len(found) == 1 and found[0].name.endswith("bn_1/moments/mean"), found
     assert found[0].detail.startswith("over the batch axis")
+
+
+def test_localizing_a_raw_keras_reference_raises_no_keras_structure_warning(tmp_path):
+    """A user's Keras model as the reference of a failing comparison: the layer table must not
+    print Keras' "The structure of `inputs` doesn't match" UserWarning in their test output."""
+    import warnings
+
+    from pytest_modelparity import export_model, load_model
+    from tests.models import images, tiny_cnn
+
+    reference, changed = tiny_cnn(0), tiny_cnn(0)
+    kernel, bias = changed.get_layer("logits").get_weights()
+    kernel[:, 0] += 0.3  # one class only: a shift of every logit would cancel in the softmax
+    changed.get_layer("logits").set_weights([kernel, bias])
+    candidate = load_model(export_model(changed, "tflite", tmp_path / "m.tflite"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(ParityError) as info:
+            assert_outputs_close(candidate, reference, inputs=images(4))
+    assert "first_divergent_layer" in [h.cause for h in info.value.report.hints]
+    assert [str(w.message) for w in caught if "structure" in str(w.message)] == []

@@ -103,6 +103,17 @@ def intermediates_of(model: Any, batch: Any, errors: list[str] | None = None) ->
     return None
 
 
+def _fit_structure(struct: Any, inputs: list[Any], batch: Any) -> Any:
+    """``batch`` arranged as ``struct``: a dict keyed by input name becomes a tensor or list."""
+    if isinstance(struct, dict) or not isinstance(batch, dict):
+        return batch
+    names = [getattr(t, "name", None) for t in inputs]
+    if not all(n in batch for n in names):
+        return batch
+    values = [batch[n] for n in names]
+    return values if isinstance(struct, (list, tuple)) else values[0]
+
+
 def _keras_intermediates(model: Any, batch: Any) -> list[Entry]:
     import keras
 
@@ -118,8 +129,13 @@ def _keras_intermediates(model: Any, batch: Any) -> list[Entry]:
             continue
         layers.append(layer)
         outputs.append(out)
-    probe = keras.Model(model.inputs, outputs)
-    values = probe(batch, training=False)
+    # Built on the model's own input structure (one tensor, list or dict) and fed in it, so
+    # Keras does not warn "The structure of `inputs` doesn't match" into the user's test output.
+    struct = getattr(model, "_inputs_struct", None)
+    if struct is None:
+        struct = model.inputs
+    probe = keras.Model(struct, outputs)
+    values = probe(_fit_structure(struct, model.inputs, batch), training=False)
     if not isinstance(values, (list, tuple)):
         values = [values]
     return [(l.name, type(l).__name__, np.asarray(v)) for l, v in zip(layers, values)]
