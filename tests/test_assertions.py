@@ -280,3 +280,19 @@ def test_differently_named_outputs_meet_by_position():
     # Shared names are never re-paired: a missing key stays a structure failure.
     with pytest.raises(ParityError, match="missing|structure"):
         assert_outputs_close(lambda b: {"a": b, "c": b}, lambda b: {"a": b, "b": b}, inputs=x)
+
+
+def test_a_raw_keras_model_fed_a_named_batch_gets_no_structure_warning():
+    """parity_batch is {input name: array}; a user's single-input Keras model as the expected
+    side must be fed it without Keras' "structure of `inputs` doesn't match" UserWarning."""
+    import warnings
+
+    pytest.importorskip("tensorflow", reason="needs TensorFlow: pip install -e '.[all]'")
+    from tests.models import images, tiny_cnn
+
+    model = tiny_cnn(0)
+    x = images(3)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert_outputs_close(model, model, inputs={"image": x})
+    assert [str(w.message) for w in caught if "structure" in str(w.message)] == []
