@@ -16,6 +16,7 @@ import numpy as np
 from . import diagnose, recording
 from . import tolerances as tol_mod
 from .compare import ComparisonReport, compare
+from .diagnose._util import fit_inputs
 from .errors import ParityError
 from .tolerances import Tolerance
 
@@ -436,21 +437,7 @@ def _align_structures(act: Any, exp: Any) -> tuple[Any, Any, str | None]:
 
 
 def _run(model: Any, batch: Any) -> Any:
-    return _to_numpy(model(_fit_inputs(model, batch)))
-
-
-def _fit_inputs(model: Any, batch: Any) -> Any:
-    """A ``{input name: array}`` batch arranged as a raw Keras model was built (one tensor or a
-    list), so Keras does not warn "The structure of `inputs` doesn't match" at the user."""
-    struct = getattr(model, "_inputs_struct", None)
-    inputs = getattr(model, "inputs", None)
-    if not isinstance(batch, Mapping) or struct is None or isinstance(struct, Mapping) or not inputs:
-        return batch
-    names = [getattr(t, "name", None) for t in inputs]
-    if not all(n in batch for n in names) or len(names) != len(batch):
-        return batch
-    values = [batch[n] for n in names]
-    return values if isinstance(struct, (list, tuple)) else values[0]
+    return _to_numpy(model(fit_inputs(model, batch)))
 
 
 def _to_numpy(obj: Any) -> Any:

@@ -290,9 +290,14 @@ def test_a_raw_keras_model_fed_a_named_batch_gets_no_structure_warning():
     pytest.importorskip("tensorflow", reason="needs TensorFlow: pip install -e '.[all]'")
     from tests.models import images, tiny_cnn
 
-    model = tiny_cnn(0)
+    model, changed = tiny_cnn(0), tiny_cnn(0)
+    kernel, bias = changed.get_layer("logits").get_weights()
+    kernel[:, 0] += 0.3
+    changed.get_layer("logits").set_weights([kernel, bias])
     x = images(3)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert_outputs_close(model, model, inputs={"image": x})
+        with pytest.raises(ParityError):  # the diagnosis reruns both models on the batch
+            assert_outputs_close(changed, model, inputs={"image": x})
     assert [str(w.message) for w in caught if "structure" in str(w.message)] == []

@@ -49,6 +49,20 @@ def to_numpy(value: Any) -> Any:
     return np.asarray(value)
 
 
+def fit_inputs(model: Any, batch: Any) -> Any:
+    """A ``{input name: array}`` batch arranged as a raw Keras model was built (one tensor or a
+    list), so Keras does not warn "The structure of `inputs` doesn't match" at the user."""
+    struct = getattr(model, "_inputs_struct", None)
+    inputs = getattr(model, "inputs", None)
+    if not isinstance(batch, Mapping) or struct is None or isinstance(struct, Mapping) or not inputs:
+        return batch
+    names = [getattr(t, "name", None) for t in inputs]
+    if not all(n in batch for n in names) or len(names) != len(batch):
+        return batch
+    values = [batch[n] for n in names]
+    return values if isinstance(struct, (list, tuple)) else values[0]
+
+
 def run_model(model: Any, batch: Any, *, training: bool | None = None) -> Any:
     """Outputs of ``model`` on ``batch`` as numpy (LoadedModel, Keras model or callable)."""
     if _is_loaded_model(model):
@@ -57,6 +71,7 @@ def run_model(model: Any, batch: Any, *, training: bool | None = None) -> Any:
         return model.predict(batch)
     if is_keras_model(model):
         # ``model(x)`` is what the assertions run; training=True only when asked for.
+        batch = fit_inputs(model, batch)
         return to_numpy(model(batch, training=True) if training else model(batch))
     if training:
         raise TypeError("training mode is only available on Keras models")

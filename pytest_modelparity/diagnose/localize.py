@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ._util import first_input, is_keras_model, native_of, rows, scale_of
+from ._util import first_input, fit_inputs, is_keras_model, native_of, rows, scale_of
 
 DIVERGE_REL = 1e-4  # share of a tensor's largest value; float noise here stays <= 5e-6
 MAX_ROWS = 8        # rows of the batch used: enough to see a divergence, cheap to run
@@ -103,17 +103,6 @@ def intermediates_of(model: Any, batch: Any, errors: list[str] | None = None) ->
     return None
 
 
-def _fit_structure(struct: Any, inputs: list[Any], batch: Any) -> Any:
-    """``batch`` arranged as ``struct``: a dict keyed by input name becomes a tensor or list."""
-    if isinstance(struct, dict) or not isinstance(batch, dict):
-        return batch
-    names = [getattr(t, "name", None) for t in inputs]
-    if not all(n in batch for n in names):
-        return batch
-    values = [batch[n] for n in names]
-    return values if isinstance(struct, (list, tuple)) else values[0]
-
-
 def _keras_intermediates(model: Any, batch: Any) -> list[Entry]:
     import keras
 
@@ -135,7 +124,7 @@ def _keras_intermediates(model: Any, batch: Any) -> list[Entry]:
     if struct is None:
         struct = model.inputs
     probe = keras.Model(struct, outputs)
-    values = probe(_fit_structure(struct, model.inputs, batch), training=False)
+    values = probe(fit_inputs(model, batch), training=False)
     if not isinstance(values, (list, tuple)):
         values = [values]
     return [(l.name, type(l).__name__, np.asarray(v)) for l, v in zip(layers, values)]
