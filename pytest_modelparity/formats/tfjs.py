@@ -564,8 +564,8 @@ def export(model: Any, path: Path, *, quantization: str | None = None, **convert
         if isinstance(model, (str, Path)):
             saved_model = Path(model)
             if not (saved_model / "saved_model.pb").is_file():
-                raise ModelLoadError(saved_model, "saved_model", "only a Keras model or a SavedModel directory "
-                                     "can be converted to tflite, onnx or tfjs", "pass the Keras model, or the "
+                raise ModelLoadError(saved_model, None, "it is not a SavedModel directory, and only a Keras "
+                                     "model or a SavedModel directory can be converted to tflite, onnx or tfjs", "pass the Keras model, or the "
                                      "directory written by model.export() / tf.saved_model.save()", action="convert")
         else:
             if not hasattr(model, "export"):

@@ -443,8 +443,8 @@ def _saved_model_serving(path: Path) -> Serving:
     from . import saved_model
 
     if not saved_model.detect(path):
-        raise ModelLoadError(path, saved_model.NAME, "only a Keras model or a SavedModel directory can be "
-                             "converted to tflite, onnx or tfjs", "pass the Keras model, or the directory "
+        raise ModelLoadError(path, None, "it is not a SavedModel directory, and only a Keras model or a "
+                             "SavedModel directory can be converted to tflite, onnx or tfjs", "pass the Keras model, or the directory "
                              "written by model.export() / tf.saved_model.save()", action="convert")
     loaded = saved_model.load(path, device="cpu")
     names = [s.name for s in loaded.inputs]
