@@ -12,9 +12,8 @@ from typing import Any
 
 import pytest
 
-from .errors import DeviceUnavailable, ParityError, RuntimeMissing
-from .errors import ModelLoadError
-from .fixtures import BATCH_SEED, ExportFailed, NotExportable, ParitySession, get_state
+from .errors import DeviceUnavailable, ModelLoadError, ParityError, RuntimeMissing
+from .fixtures import BATCH_SEED, ExportFailed, NotExportable, ParitySession, get_state, skip_if_unreachable
 
 CHECKS = ("outputs_close", "deterministic", "batch_invariant")
 SUITE_NODEID = "modelparity"
@@ -46,6 +45,9 @@ class ParityCheck(pytest.Item):
             candidate = state.candidate(source, fmt, device)
         except (RuntimeMissing, DeviceUnavailable) as exc:
             state.unavailable(exc, f"format {fmt!r} on {device}")
+        except (NotExportable, ModelLoadError) as exc:
+            skip_if_unreachable(exc, fmt, named=state.options.formats_explicit)
+            raise
         try:
             reference = state.reference(source, device)
         except (RuntimeMissing, DeviceUnavailable) as exc:

@@ -110,3 +110,15 @@ def test_a_format_the_graph_cannot_reach_fails_once_without_a_misleading_fix(pyt
     assert "cannot convert" in out
     assert "During handling of the above exception" not in out
     assert "def modelparity_load_options" not in out
+
+
+def test_default_formats_a_graph_cannot_become_are_skipped_not_errors(pytester: pytest.Pytester) -> None:
+    """With the default matrix, formats a frozen .pb cannot be converted to are not
+    applicable: skipped with the reason, while the graph's own format runs."""
+    pytester.makeconftest(TWO_SINKS + OPTIONS)
+    pytester.makepyfile(test_graph=TEST)
+    result = pytester.runpytest("-p", "no:cacheprovider", "-rs")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("passed") == 1 and "error" not in outcomes and "errors" not in outcomes
+    assert outcomes.get("skipped", 0) >= 3
+    result.stdout.fnmatch_lines(["*format 'tflite' cannot be made from this source*cannot convert*"])
