@@ -363,6 +363,8 @@ def _name(model: Any) -> str:
     if isinstance(fmt, str) and _is_loaded_model(model):
         return fmt
     name = getattr(model, "name", None) or getattr(model, "__name__", None)
+    if name and hasattr(model, "layers") and hasattr(model, "weights"):
+        return f"keras model {str(name)!r}"  # "functional_2" alone does not say what it is
     return str(name) if name else type(model).__name__
 
 

@@ -301,3 +301,14 @@ def test_a_raw_keras_model_fed_a_named_batch_gets_no_structure_warning():
         with pytest.raises(ParityError):  # the diagnosis reruns both models on the batch
             assert_outputs_close(changed, model, inputs={"image": x})
     assert [str(w.message) for w in caught if "structure" in str(w.message)] == []
+
+
+def test_a_raw_keras_model_is_named_as_one_in_the_title():
+    from models import mlp
+
+    from pytest_modelparity import assert_outputs_close, load_model
+
+    model = mlp(seed=2)
+    x = np.ones((2, 16), "float32")
+    report = assert_outputs_close(load_model(model), model, inputs=x)
+    assert report.title == "keras vs keras model 'mlp'"
