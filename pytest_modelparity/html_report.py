@@ -28,6 +28,7 @@ td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap} td
 td.test{min-width:16em;max-width:30em;overflow-wrap:anywhere} td.tol{max-width:18em}
 tr.fail td{background:#fff5f5} td.hist svg{display:block}
 .small{font-size:12px;color:#57606a} ul.hints{margin:2px 0 0 16px;padding:0;color:#9a6700}
+ul.hints pre{font-size:11px;color:#24292f;white-space:pre;overflow-x:auto;max-width:28em;margin:2px 0}
 """
 
 
@@ -72,7 +73,11 @@ def histogram_svg(hist: dict | None, *, width: int = 220, height: int = 64, fail
 def _row_html(row: dict) -> str:
     failed = row.get("verdict") == "fail"
     where, _, test = row["nodeid"].rpartition("::")
-    hints = "".join(f"<li>{_e(h)}</li>" for h in row.get("hints") or [])
+    evidence = row.get("hint_evidence") or []
+    hints = "".join(
+        f"<li>{_e(h)}" + (f"<details><summary>evidence</summary><pre>{_e(evidence[i])}</pre></details>"
+                          if i < len(evidence) and evidence[i] else "") + "</li>"
+        for i, h in enumerate(row.get("hints") or []))
     problem = f'<div class="small fail">{_e(row["problem"])}</div>' if row.get("problem") else ""
     runs = row.get("runs") or 1
     runs_txt = f'<div class="small">worst of {runs} comparisons</div>' if runs > 1 else ""

@@ -91,6 +91,7 @@ def rows_from_report(report: Any, *, nodeid: str, format: str | None, device: st
     """One row per output of a ``ComparisonReport`` (``seq`` orders comparisons in a test)."""
     rows: list[dict] = []
     hints = [getattr(h, "message", str(h)) for h in (getattr(report, "hints", None) or [])]
+    evidence = [str(getattr(h, "evidence", "") or "") for h in (getattr(report, "hints", None) or [])]
     title = getattr(report, "title", kind)
     meta = getattr(report, "meta", None) or {}
     # A test without the matrix fixtures (e.g. models loaded with load_model) still gets the
@@ -125,6 +126,7 @@ def rows_from_report(report: Any, *, nodeid: str, format: str | None, device: st
             "problem": g("problem"),
             "notes": _plain(list(g("notes") or [])),
             "hints": hints,
+            "hint_evidence": evidence,
             "calibration": calibration.get("summary") if isinstance(calibration.get("summary"), str) else None,
             "error_histogram": None if not hist else {"counts": _plain(hist[0]), "log10_edges": _plain(hist[1])},
         }

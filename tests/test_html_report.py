@@ -70,3 +70,12 @@ def test_failing_rows_come_first() -> None:
             for i, v in enumerate(["pass", "pass", "fail", "pass"])]
     page = render_html({"rows": rows})
     assert page.index("test_2") < page.index("test_0") < page.index("test_1") < page.index("test_3")
+
+
+def test_hint_evidence_is_shown_under_each_hint() -> None:
+    from pytest_modelparity.html_report import render_html
+
+    row = {"nodeid": "t.py::test_x", "verdict": "fail", "check": "outputs_close", "output": "probs",
+           "hints": ["first divergent layer: conv"], "hint_evidence": ["layer  max abs\nconv   0.9 <& >"]}
+    page = render_html({"rows": [row]})
+    assert "<details><summary>evidence</summary><pre>layer  max abs\nconv   0.9 &lt;&amp; &gt;</pre>" in page
