@@ -35,7 +35,7 @@ _EXPORTS = {
 
 # ``compare`` is both a submodule and the public function: bind the function eagerly (numpy
 # only, cheap) so importing the submodule elsewhere can never shadow it with the module.
-from .compare import compare  # noqa: E402
+from .compare import compare  # noqa: E402,F401 - the public function, bound eagerly
 
 __all__ = sorted([*_EXPORTS, "compare"])
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models import images, mlp, tiny_cnn, two_in_two_out
+from models import images, mlp, tiny_cnn
 from pytest_modelparity import DeviceUnavailable, assert_outputs_close, export_model, load_model
 from pytest_modelparity.formats import onnx as onnx_format
 
@@ -127,18 +127,6 @@ def test_intermediates_in_graph_order(cnn, cnn_onnx):
     relu = next(v for _, op, v in steps if op == "Relu")
     assert relu.shape[0] == 3 and np.all(relu >= 0)
     assert cnn_onnx.read_bytes() == before
-
-
-def test_several_inputs_and_outputs_keep_keras_names_and_order(tmp_path):
-    model = two_in_two_out()
-    loaded = load_model(export_model(model, "onnx", tmp_path / "multi.onnx"), "onnx")
-    assert [s.name for s in loaded.inputs] == ["zeta", "alpha"]
-    assert [s.name for s in loaded.outputs] == ["score", "aux"]
-    x = {"zeta": np.linspace(0, 1, 12, dtype="float32").reshape(3, 4), "alpha": np.full((3, 3), 0.5, "float32")}
-    out = loaded.predict(x)
-    assert {k: v.shape for k, v in out.items()} == {"score": (3, 2), "aux": (3, 5)}
-    assert_outputs_close(loaded, load_model(model), inputs=x)
-    np.testing.assert_array_equal(loaded.predict([x["zeta"], x["alpha"]])["aux"], out["aux"])
 
 
 def test_sequential_model_exports_and_matches(tmp_path):

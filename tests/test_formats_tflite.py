@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models import images, mlp, tiny_cnn, two_in_two_out
+from models import images, mlp, tiny_cnn
 from pytest_modelparity import DeviceUnavailable, ParityError, assert_outputs_close, export_model, load_model
 from pytest_modelparity.formats import tflite
 
@@ -220,15 +220,3 @@ def test_integer_io_model_is_shown_as_float_by_default(cnn, tmp_path, io_dtype):
 def test_integer_io_needs_int8_quantisation(cnn, tmp_path):
     with pytest.raises(ValueError, match="io_dtype"):
         export_model(cnn, "tflite", tmp_path / "bad.tflite", io_dtype="int8")
-
-
-def test_several_inputs_and_outputs_keep_keras_names_and_order(tmp_path):
-    model = two_in_two_out()
-    loaded = load_model(export_model(model, "tflite", tmp_path / "multi.tflite"), "tflite")
-    assert [s.name for s in loaded.inputs] == ["zeta", "alpha"]
-    assert [s.name for s in loaded.outputs] == ["score", "aux"]
-    x = {"zeta": np.linspace(0, 1, 12, dtype="float32").reshape(3, 4), "alpha": np.full((3, 3), 0.5, "float32")}
-    out = loaded.predict(x)
-    assert {k: v.shape for k, v in out.items()} == {"score": (3, 2), "aux": (3, 5)}
-    assert_outputs_close(loaded, load_model(model), inputs=x)
-    np.testing.assert_array_equal(loaded.predict([x["zeta"], x["alpha"]])["aux"], out["aux"])

@@ -177,14 +177,9 @@ def _graph_intermediates(graph: Any, sess: Any, feeds: dict[str, np.ndarray], ou
     feed_dict = {_tensor(graph, name): arr for name, arr in feeds.items()}
     needed: set[str] | None = None
     if outputs:
-        needed = set()
-        todo = [_tensor(graph, o).op for o in outputs]
-        while todo:
-            op = todo.pop()
-            if op.name in needed:
-                continue
-            needed.add(op.name)
-            todo.extend(t.op for t in op.inputs)
+        from ..formats._tf import ancestor_ops
+
+        needed = ancestor_ops([_tensor(graph, o).op for o in outputs])
     fetch = []
     for op in graph.get_operations():
         if needed is not None and op.name not in needed:

@@ -168,17 +168,25 @@ def find_outputs(graph: Any) -> list[str]:
     return outputs
 
 
-def find_inputs(graph: Any, output_tensors: Sequence[Any]) -> list[str]:
-    """Placeholders (without default) that the outputs depend on, in graph order."""
+def ancestor_ops(ops: Sequence[Any], *, control: bool = False) -> set[str]:
+    """Names of ``ops`` and every op they depend on (through data inputs, and control inputs
+    when ``control``): the part of a TF1 graph that computes them."""
     seen: set[str] = set()
-    stack = [t.op for t in output_tensors]
+    stack = list(ops)
     while stack:
         op = stack.pop()
         if op.name in seen:
             continue
         seen.add(op.name)
         stack.extend(t.op for t in op.inputs)
-        stack.extend(op.control_inputs)
+        if control:
+            stack.extend(op.control_inputs)
+    return seen
+
+
+def find_inputs(graph: Any, output_tensors: Sequence[Any]) -> list[str]:
+    """Placeholders (without default) that the outputs depend on, in graph order."""
+    seen = ancestor_ops([t.op for t in output_tensors], control=True)
     return [op.outputs[0].name for op in graph.get_operations()
             if op.type == "Placeholder" and op.name in seen]
 

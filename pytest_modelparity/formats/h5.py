@@ -14,8 +14,8 @@ from typing import Any
 
 from ..errors import ModelLoadError
 from ..devices import require_tf_device
-from ._tf import first_line, quiet, require_path
-from .keras import KerasModel, _keras, load_keras_file
+from ._tf import first_line, require_path
+from .keras import KerasModel, load_keras_file, save_keras_file
 
 NAME = "h5"
 EXPORT_REQUIRES: tuple[tuple[str, str], ...] = (("h5py", "pip install h5py"),)
@@ -84,10 +84,4 @@ def load(source: Any, *, device: str = "cpu", safe_mode: bool = True,
 
 def export(model: Any, path: Path, **options: Any) -> Path:
     """Save ``model`` in the legacy HDF5 format at ``path`` (``.h5``)."""
-    if path.suffix.lower() not in (".h5", ".hdf5"):
-        raise ValueError(f"an h5 export path must end with .h5 or .hdf5, got {str(path)!r}")
-    keras = _keras()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with quiet():
-        keras.saving.save_model(model, str(path), **options)
-    return path
+    return save_keras_file(model, path, NAME, (".h5", ".hdf5"), **options)

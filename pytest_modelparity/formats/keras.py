@@ -208,10 +208,14 @@ def load(source: Any, *, device: str = "cpu", safe_mode: bool = True,
 
 def export(model: Any, path: Path, **options: Any) -> Path:
     """Save ``model`` as a Keras 3 ``.keras`` zip at ``path``."""
-    if path.suffix.lower() != ".keras":
-        raise ValueError(f"a keras export path must end with .keras, got {str(path)!r}")
-    keras = _keras()
+    return save_keras_file(model, path, NAME, (".keras",), **options)
+
+
+def save_keras_file(model: Any, path: Path, format: str, suffixes: tuple[str, ...], **options: Any) -> Path:
+    """``keras.saving.save_model`` to ``path``, whose suffix picks Keras' file format."""
+    if path.suffix.lower() not in suffixes:
+        raise ValueError(f"a {format} export path must end with {' or '.join(suffixes)}, got {str(path)!r}")
     path.parent.mkdir(parents=True, exist_ok=True)
     with quiet():
-        keras.saving.save_model(model, str(path), **options)
+        _keras().saving.save_model(model, str(path), **options)
     return path

@@ -362,20 +362,21 @@ def keras_batchnorm_training_saved_model(directory: Path) -> Case:
 
 # -- clean pairs ------------------------------------------------------------------------------
 
-def clean_saved_model(directory: Path) -> Case:
+def _clean_export(name: str, fmt: str, seed: int, target: Path) -> Case:
+    """A faithful export of the classifier: outputs close, no cause named."""
     from pytest_modelparity import export_model, load_model
 
-    reference = classifier(13)
-    path = export_model(reference, "saved_model", directory / "clean_sm")
-    return Case("clean_saved_model", "outputs_close", load_model(path, "saved_model"), load_model(reference), pixels(6))
+    reference = classifier(seed)
+    path = export_model(reference, fmt, target)
+    return Case(name, "outputs_close", load_model(path, fmt), load_model(reference), pixels(6))
+
+
+def clean_saved_model(directory: Path) -> Case:
+    return _clean_export("clean_saved_model", "saved_model", 13, directory / "clean_sm")
 
 
 def clean_tflite(directory: Path) -> Case:
-    from pytest_modelparity import export_model, load_model
-
-    reference = classifier(15)
-    path = export_model(reference, "tflite", directory / "clean.tflite")
-    return Case("clean_tflite", "outputs_close", load_model(path, "tflite"), load_model(reference), pixels(6))
+    return _clean_export("clean_tflite", "tflite", 15, directory / "clean.tflite")
 
 
 def clean_tf1_frozen(directory: Path) -> Case:
@@ -395,11 +396,7 @@ def clean_tf1_batchnorm_inference(directory: Path) -> Case:
 
 
 def clean_onnx(directory: Path) -> Case:
-    from pytest_modelparity import export_model, load_model
-
-    reference = classifier(27)
-    path = export_model(reference, "onnx", directory / "clean.onnx")
-    return Case("clean_onnx", "outputs_close", load_model(path, "onnx"), load_model(reference), pixels(6))
+    return _clean_export("clean_onnx", "onnx", 27, directory / "clean.onnx")
 
 
 def clean_tfjs(directory: Path) -> Case:
