@@ -133,3 +133,12 @@ def test_tflite_with_tensorflow_ops_names_the_missing_ops(tmp_path):
     path = tmp_path / "flex.tflite"
     path.write_bytes(converter.convert())
     expect_load_error(path, "tflite", match="ops this LiteRT interpreter does not have: FlexAsString.*SELECT_TF_OPS")
+
+
+def test_a_missing_path_names_the_format_its_suffix_implies(tmp_path):
+    from pytest_modelparity import ModelLoadError
+
+    missing = tmp_path / "nowhere" / "model.tflite"
+    with pytest.raises(ModelLoadError, match=r"cannot load '.*model.tflite' as format 'tflite': "
+                                             r"no such file or directory\n  fix: check the path"):
+        load_model(missing)

@@ -83,11 +83,17 @@ def format_module(name: str) -> ModuleType:
     return importlib.import_module(f"{__name__}.{_check_name(name)}")
 
 
+# What a missing path's suffix says it was meant to be, so the error can name the format.
+_SUFFIX_FORMATS = {".keras": "keras", ".h5": "h5", ".hdf5": "h5", ".meta": "checkpoint", ".pb": "graphdef",
+                   ".tflite": "tflite", ".json": "tfjs", ".onnx": "onnx"}
+
+
 def detect_format(path: str | Path) -> str:
     """Name the format of ``path`` by looking at it (suffixes, marker files), or raise."""
     p = Path(path)
     if not p.exists() and not Path(str(p) + ".meta").exists() and not Path(str(p) + ".index").exists():
-        raise ModelLoadError(p, None, "no such file or directory", "check the path")
+        raise ModelLoadError(p, _SUFFIX_FORMATS.get(p.suffix.lower()), "no such file or directory",
+                             f"check the path (a relative path is taken from {Path.cwd()})")
     for name in ALL_FORMATS:
         if format_module(name).detect(p):
             return name
