@@ -229,15 +229,11 @@ def get_state(config: pytest.Config) -> ParitySession:
 
 # -- resolving a source -----------------------------------------------------------------
 
-def _is_keras_model(obj: Any) -> bool:
-    # Not hasattr(obj, "inputs"): a subclassed Keras 3 model has none, and was then taken
-    # for a factory and called with no arguments (TypeError: missing argument 'x').
-    return hasattr(obj, "layers") and hasattr(obj, "weights") and callable(obj)
-
-
 def resolve_source(obj: Any, *, _depth: int = 0) -> Source:
     """A Keras model, a factory returning one, a path, ``module:factory`` or ``demo``."""
-    if _is_keras_model(obj):
+    from .formats import is_keras_model
+
+    if is_keras_model(obj):
         return Source(label=getattr(obj, "name", type(obj).__name__), keras_model=obj)
     if isinstance(obj, (str, Path)):
         text = str(obj)

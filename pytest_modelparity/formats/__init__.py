@@ -22,15 +22,15 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import ModelLoadError, RuntimeMissing
+from ._common import TF_INSTALL, is_keras_model
 from .base import LoadedModel, TensorSpec
 
 __all__ = ["ALL_FORMATS", "FORMATS", "LoadedModel", "TensorSpec", "available_formats", "detect_format",
-           "export_model", "format_module", "load_model", "missing_runtime"]
+           "export_model", "format_module", "is_keras_model", "load_model", "missing_runtime"]
 
 # Order matters for detection: the first whose detect() accepts a path wins.
 ALL_FORMATS: tuple[str, ...] = ("keras", "h5", "saved_model", "checkpoint", "graphdef", "tflite", "tfjs", "onnx")
 
-TF_INSTALL = "pip install 'pytest-modelparity[tensorflow]' (or any TensorFlow >= 2.16 build)"
 _LOAD_RUNTIMES: dict[str, tuple[tuple[str, str], ...]] = {
     "keras": (("tensorflow", TF_INSTALL),),
     "h5": (("tensorflow", TF_INSTALL), ("h5py", "pip install h5py")),

@@ -1,4 +1,5 @@
-"""Helpers shared by the TensorFlow formats (keras, h5, saved_model, checkpoint, graphdef).
+"""Helpers shared by the TensorFlow formats (keras, h5, saved_model, checkpoint, graphdef) and the
+converters (tflite, onnx, tfjs): the serving function they trace.
 
 Why: TensorFlow is imported lazily and quietly in one place; dtype/shape mapping, error
 wrapping and the TF1 session-backed model (used by both checkpoint and graphdef) live here
@@ -7,17 +8,17 @@ so each format module stays small.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import re
-import warnings
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from ..errors import ModelLoadError, RuntimeMissing
+from ._common import TF_INSTALL, first_line, name_outputs, pack_inputs, unique
 from .base import LoadedModel, TensorSpec
 
 _TF: Any = None
@@ -31,21 +32,11 @@ def import_tf() -> Any:
         try:
             import tensorflow as tf
         except ImportError as exc:  # pragma: no cover - depends on the install
-            from . import TF_INSTALL
-
             raise RuntimeMissing("tensorflow", TF_INSTALL) from exc
         tf.get_logger().setLevel(logging.ERROR)
         logging.getLogger("absl").setLevel(logging.ERROR)
         _TF = tf
     return _TF
-
-
-@contextlib.contextmanager
-def quiet() -> Iterator[None]:
-    """Silence the Python warnings Keras/TF emit while saving or loading (legacy h5, numpy)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
 
 
 def np_dtype(tf_dtype: Any) -> np.dtype:
@@ -89,14 +80,6 @@ def require_path(path: Path, format: str, *, kind: str = "file") -> Path:
         raise ModelLoadError(path, format, "is a file, expected a directory",
                              "pass the directory that holds saved_model.pb")
     return path
-
-
-def first_line(exc: BaseException, limit: int = 300) -> str:
-    """The first meaningful line of an exception, for a short error message."""
-    text = str(exc).strip() or type(exc).__name__
-    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), text)
-    line = f"{type(exc).__name__}: {line}"
-    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def wrap_load(path: Path, format: str, what: str, fix: str | None = None) -> Callable[[BaseException], ModelLoadError]:
@@ -304,3 +287,100 @@ def const_weights(graph_def: Any) -> dict[str, np.ndarray]:
             if arr.dtype.kind == "f" and arr.size > 1:
                 out[node.name] = arr
     return out
+
+
+# -- the serving function converters trace ---------------------------------------------
+
+def keras_signature(model: Any, format: str) -> tuple[list[Any], list[str]]:
+    """``tf.TensorSpec`` per Keras input (batch dim ``None``) and the output names.
+
+    Shared by the TFLite and ONNX exporters so both name inputs and outputs after the Keras
+    model (``image`` -> ``probs``), whatever the converter would have called them.
+    """
+    tf = import_tf()
+
+    inputs = getattr(model, "inputs", None)
+    if not inputs:
+        from .keras import SUBCLASSED_FIX, SUBCLASSED_WHAT
+
+        raise ModelLoadError(None, format, f"{SUBCLASSED_WHAT}: {type(model).__name__}", SUBCLASSED_FIX,
+                             action="export")
+    specs = []
+    for i, t in enumerate(inputs):
+        shape = (None, *[None if d is None else int(d) for d in tuple(t.shape)[1:]])
+        name = str(getattr(t, "name", None) or f"input_{i}").split(":", 1)[0]
+        specs.append(tf.TensorSpec(shape, tf.as_dtype(getattr(t, "dtype", "float32")), name=name))
+    from .keras import keras_output_names
+
+    return specs, unique(keras_output_names(model))
+
+
+@dataclass
+class Serving:
+    """What a converter needs from a model: a traced function and what it closes over."""
+
+    function: Any            # tf.function, None batch dim, returning {output name: tensor}
+    specs: list[Any]         # tf.TensorSpec per input, in the model's input order
+    output_names: list[str]  # in the model's output order
+    holder: Any              # an object tracking the variables, for the TFLite converter
+
+
+def serving_function(model: Any, format: str = "tflite") -> Serving:
+    """The serving function of a Keras model, or of a SavedModel directory's signature.
+
+    Shared by the TFLite and ONNX exporters: tracing the model ourselves works for
+    Sequential and functional models alike (tf2onnx's ``from_keras`` fails on Keras 3
+    Sequential models with a KeyError on an internal tensor name), and lets a user's
+    SavedModel be converted without a Keras model at hand.
+    """
+    tf = import_tf()
+
+    if isinstance(model, (str, Path)):
+        return _saved_model_serving(Path(model))
+    specs, out_names = keras_signature(model, format)
+
+    def serve(*args: Any) -> dict[str, Any]:
+        # Inputs packed as the model was built (a dict model refuses a list); outputs named
+        # like KerasModel names them, so the reference and the export agree on names.
+        return name_outputs(model(pack_inputs(model, list(args)), training=False), out_names, numpy=False)
+
+    function = tf.function(serve, input_signature=specs, autograph=False)
+    return Serving(function, specs, out_names, variable_holder(model))
+
+
+def _saved_model_serving(path: Path) -> Serving:
+    """A positional tf.function over a SavedModel's serving signature (keyword-only)."""
+    tf = import_tf()
+
+    from . import saved_model
+
+    if not saved_model.detect(path):
+        raise ModelLoadError(path, None, "it is not a SavedModel directory, and only a Keras model or a "
+                             "SavedModel directory can be converted to tflite, onnx or tfjs", "pass the Keras model, or the directory "
+                             "written by model.export() / tf.saved_model.save()", action="convert")
+    loaded = saved_model.load(path, device="cpu")
+    names = [s.name for s in loaded.inputs]
+    specs = [tf.TensorSpec(s.shape, tf.as_dtype(s.dtype), name=s.name) for s in loaded.inputs]
+    signature = loaded.native
+
+    def serve(*args: Any) -> Any:
+        return signature(**dict(zip(names, args)))
+
+    function = tf.function(serve, input_signature=specs, autograph=False)
+    return Serving(function, specs, [s.name for s in loaded.outputs], loaded.loaded)
+
+
+def variable_holder(model: Any):
+    """A ``tf.Module`` that tracks the model's ``tf.Variable``s so the converter freezes them.
+
+    Keras 3 wraps each ``tf.Variable`` in a ``keras.Variable`` the converter does not see
+    through: without this, the weights stay as uninitialised resource variables and the
+    .tflite file outputs NaN.
+    """
+    tf = import_tf()
+
+    holder = tf.Module()
+    holder.model = model
+    holder.variables_ = [v.value if isinstance(getattr(v, "value", None), tf.Variable) else v
+                         for v in getattr(model, "variables", [])]
+    return holder

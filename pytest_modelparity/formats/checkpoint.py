@@ -16,7 +16,8 @@ import numpy as np
 
 from ..errors import ModelLoadError
 from ..devices import require_tf_device
-from ._tf import SessionModel, first_line, import_tf, new_session, quiet, resolve_tensors
+from ._common import first_line, quiet
+from ._tf import SessionModel, import_tf, new_session, resolve_tensors
 
 NAME = "checkpoint"
 EXPORT_REQUIRES: tuple[tuple[str, str], ...] = ()

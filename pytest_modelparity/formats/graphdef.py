@@ -14,7 +14,8 @@ from typing import Any, Sequence
 
 from ..errors import ModelLoadError
 from ..devices import require_tf_device
-from ._tf import SessionModel, const_weights, first_line, import_tf, new_session, quiet, require_path, resolve_tensors
+from ._common import first_line, quiet
+from ._tf import SessionModel, const_weights, import_tf, new_session, require_path, resolve_tensors
 
 NAME = "graphdef"
 EXPORT_REQUIRES: tuple[tuple[str, str], ...] = ()

@@ -14,7 +14,8 @@ from typing import Any
 
 from ..errors import ModelLoadError
 from ..devices import require_tf_device
-from ._tf import first_line, require_path
+from ._common import first_line
+from ._tf import require_path
 from .keras import KerasModel, load_keras_file, save_keras_file
 
 NAME = "h5"

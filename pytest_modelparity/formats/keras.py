@@ -16,7 +16,8 @@ import numpy as np
 
 from ..errors import ModelLoadError
 from ..devices import require_tf_device
-from ._tf import first_line, import_tf, quiet, require_path
+from ._common import first_line, is_keras_model, name_outputs, pack_inputs, quiet
+from ._tf import import_tf, require_path
 from .base import LoadedModel, TensorSpec
 
 NAME = "keras"
@@ -48,8 +49,8 @@ class KerasModel(LoadedModel):
         tf = import_tf()
         xs = [feeds[s.name] for s in self.inputs]
         with tf.device(self._device.tf_name):
-            result = self.native(_pack_inputs(self.native, xs), training=False)
-        return _name_outputs(result, [s.name for s in self.outputs])
+            result = self.native(pack_inputs(self.native, xs), training=False)
+        return name_outputs(result, [s.name for s in self.outputs])
 
     def traced_function(self) -> Any:
         """The model traced once as a ``tf.function`` with a free batch dim (for graph_defs)."""
@@ -59,7 +60,7 @@ class KerasModel(LoadedModel):
             signature = [tf.TensorSpec(s.shape, s.dtype, name=s.name) for s in self.inputs]
 
             def serve(*xs: Any) -> dict[str, Any]:
-                return _name_outputs(model(_pack_inputs(model, list(xs)), training=False), names, numpy=False)
+                return name_outputs(model(pack_inputs(model, list(xs)), training=False), names, numpy=False)
 
             self._traced = tf.function(serve, autograph=False).get_concrete_function(*signature)
         return self._traced
@@ -82,7 +83,7 @@ class KerasModel(LoadedModel):
         feeds = self.prepare_batch(batch)
         tf = import_tf()
         with tf.device(self._device.tf_name):
-            values = probe(_pack_inputs(probe, [feeds[s.name] for s in self.inputs]), training=False)
+            values = probe(pack_inputs(probe, [feeds[s.name] for s in self.inputs]), training=False)
         return [(layer.name, type(layer).__name__, np.asarray(v)) for layer, v in zip(layers, values)]
 
 
@@ -139,30 +140,6 @@ def _output_specs(model: Any) -> list[TensorSpec]:
     return [TensorSpec(n, tuple(t.shape), np.dtype(t.dtype)) for n, t in zip(keras_output_names(model), outputs)]
 
 
-def _pack_inputs(model: Any, xs: list[Any]) -> Any:
-    """Arrange flat inputs the way the model was built (single tensor, list or dict)."""
-    struct = getattr(model, "_inputs_struct", None)
-    if isinstance(struct, dict):
-        # model.inputs (the order of xs) is Keras' flattening of the dict, sorted by key, not
-        # the dict's insertion order: pack with Keras' own inverse of that flattening.
-        return _keras().tree.pack_sequence_as(struct, list(xs))
-    if isinstance(struct, (list, tuple)):
-        return list(xs)
-    return xs[0] if len(xs) == 1 else list(xs)
-
-
-def _name_outputs(result: Any, names: list[str], numpy: bool = True) -> dict[str, Any]:
-    conv = (lambda v: np.asarray(v)) if numpy else (lambda v: v)
-    if isinstance(result, dict):
-        # By name when the keys are the output names; else in model.outputs' order (sorted keys).
-        values = [result[n] for n in names] if all(n in result for n in names) else _keras().tree.flatten(result)
-    elif isinstance(result, (list, tuple)):
-        values = list(result)
-    else:
-        values = [result]
-    return {n: conv(v) for n, v in zip(names, values)}
-
-
 def load_keras_file(path: Path, format: str, *, safe_mode: bool, custom_objects: dict | None) -> Any:
     """``keras.saving.load_model`` with errors that name the file, the format and the fix."""
     keras = _keras()
@@ -196,11 +173,10 @@ def load(source: Any, *, device: str = "cpu", safe_mode: bool = True,
         require_tf_device(device, format=NAME)
         model = load_keras_file(path, NAME, safe_mode=safe_mode, custom_objects=custom_objects)
         return KerasModel(model, device=device, source=path)
-    keras = _keras()
     model = source
-    if not isinstance(model, keras.Model) and callable(model) and not isinstance(model, keras.layers.Layer):
-        model = model()
-    if not isinstance(model, keras.Model):
+    if not is_keras_model(model) and callable(model) and (isinstance(model, type) or not hasattr(model, "weights")):
+        model = model()  # a zero-argument factory (a Layer that is not a Model is refused below)
+    if not is_keras_model(model):
         raise ModelLoadError(None, NAME, f"expected a keras.Model (or a factory returning one), got "
                              f"{type(model).__name__}", "pass a Keras model, or a path with format=")
     return KerasModel(model, device=device)

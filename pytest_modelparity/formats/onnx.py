@@ -19,7 +19,8 @@ import numpy as np
 
 from ..errors import DeviceUnavailable, ModelLoadError
 from .base import LoadedModel, TensorSpec
-from .tflite import TF_INSTALL, _first_line, read_model_bytes, serving_function
+from ._common import TF_INSTALL, first_line, read_model_bytes
+from ._tf import serving_function
 
 if TYPE_CHECKING:  # imported lazily at run time: onnx is optional
     import onnx
@@ -85,7 +86,7 @@ def load(source: Any, *, device: str = "cpu", session_options: Any = None, **opt
         session = ort.InferenceSession(content, sess_options=session_options, providers=providers)
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own untyped errors
         raise ModelLoadError(
-            path, NAME, f"onnxruntime cannot load the model: {_first_line(exc)} (file size {len(content)} bytes)",
+            path, NAME, f"onnxruntime cannot load the model: {first_line(exc)} (file size {len(content)} bytes)",
             "the file is corrupt, truncated or uses an opset/operator this onnxruntime lacks: re-export it "
             "(export_model(model, 'onnx', path)) or upgrade onnxruntime") from exc
     if device.startswith("gpu") and session.get_providers()[0] != "CUDAExecutionProvider":
@@ -197,7 +198,7 @@ def export(model: Any, path: Path, *, opset: int = DEFAULT_OPSET) -> Path:
     path = Path(path)
     if path.is_dir():
         path = path / "model.onnx"
-    serving = serving_function(model)
+    serving = serving_function(model, NAME)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
@@ -210,7 +211,7 @@ def export(model: Any, path: Path, *, opset: int = DEFAULT_OPSET) -> Path:
                 proto, _ = tf2onnx.convert.from_function(_without_captured_constants(serving),
                                                          input_signature=serving.specs, opset=opset)
             except Exception as exc:  # noqa: BLE001 - converter errors are many and untyped
-                raise ModelLoadError(path, NAME, f"tf2onnx failed (opset {opset}): {_first_line(exc)}",
+                raise ModelLoadError(path, NAME, f"tf2onnx failed (opset {opset}): {first_line(exc)}",
                                      "check that every op has an ONNX mapping at this opset; try opset=...",
                                      action="export") from exc
         _keep_keras_output_order(proto, serving.output_names)

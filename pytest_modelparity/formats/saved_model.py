@@ -15,7 +15,8 @@ import numpy as np
 
 from ..errors import ModelLoadError
 from ..devices import require_tf_device
-from ._tf import first_line, import_tf, quiet, require_path, spec
+from ._common import first_line, name_outputs, pack_inputs, quiet
+from ._tf import import_tf, require_path, spec
 from .base import LoadedModel
 
 NAME = "saved_model"
@@ -116,14 +117,14 @@ def export(model: Any, path: Path, **options: Any) -> Path:
     tf = import_tf()
     import keras
 
-    from .keras import KerasModel, _name_outputs, _pack_inputs
+    from .keras import KerasModel
 
     km = KerasModel(model, device="cpu")
     names = [s.name for s in km.outputs]
     signature = [tf.TensorSpec(s.shape, s.dtype, name=s.name) for s in km.inputs]
 
     def serve(*xs: Any) -> dict[str, Any]:
-        return _name_outputs(model(_pack_inputs(model, list(xs)), training=False), names, numpy=False)
+        return name_outputs(model(pack_inputs(model, list(xs)), training=False), names, numpy=False)
 
     archive = keras.export.ExportArchive()
     archive.track(model)

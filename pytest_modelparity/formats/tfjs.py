@@ -24,8 +24,6 @@ import os
 import sys
 import tempfile
 import types
-import warnings
-from contextlib import contextmanager
 from pathlib import Path
 from collections.abc import Mapping
 from typing import Any
@@ -33,11 +31,11 @@ from typing import Any
 import numpy as np
 
 from ..errors import DeviceUnavailable, ModelLoadError, RuntimeMissing
+from ._common import TF_INSTALL, quiet
 from .base import LoadedModel, TensorSpec
 
 NAME = "tfjs"
 CONVERTS_SAVED_MODEL = True  # export() also takes a SavedModel directory
-TF_INSTALL = "pip install 'pytest-modelparity[tensorflow]' (or any TensorFlow >= 2.16 build)"
 TFJS_CONVERTER_INSTALL = ("pip install --no-deps tensorflowjs==4.22.0 tensorflow_hub==0.16.1 && "
                           "pip install 'pytest-modelparity[tfjs]'  (plain `pip install tensorflowjs` "
                           "downgrades TensorFlow and protobuf)")
@@ -481,14 +479,6 @@ def load(source: Any, *, device: str = "cpu", backend: str = "cpu", timeout_s: f
 
 
 # -- export ----------------------------------------------------------------------------
-@contextmanager
-def quiet():
-    """Silence the Python warnings Keras/TF and the converter emit while exporting."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
-
-
 _STANDINS = ("tensorflow_decision_forests", "jax", "jax.experimental", "jax.experimental.jax2tf", "tf_keras")
 
 

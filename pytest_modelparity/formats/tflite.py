@@ -18,23 +18,21 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import re
-import tempfile
 import warnings
 from collections import OrderedDict
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
 
 from ..errors import DeviceUnavailable, ModelLoadError
+from ._common import TF_INSTALL, first_line, read_model_bytes, unique, write_atomically
+from ._tf import serving_function
 from .base import LoadedModel, TensorSpec
 
 NAME = "tflite"
 CONVERTS_SAVED_MODEL = True  # export() also takes a SavedModel directory
-TF_INSTALL = "pip install 'pytest-modelparity[tensorflow]' (or any TensorFlow >= 2.16 build)"
 LOAD_REQUIRES = (("ai_edge_litert", "pip install 'pytest-modelparity[tflite]'"),)
 EXPORT_REQUIRES = (("tensorflow", TF_INSTALL),)
 
@@ -61,27 +59,6 @@ def check_cpu_device(device: str, format: str = NAME) -> str:
         f"format {format!r} runs on CPU only here: the LiteRT Python interpreter has no "
         f"desktop GPU delegate, so device={str(spec)!r} cannot be honoured. Use device='cpu' for "
         f"{format}, and compare GPU results through saved_model or onnx.")
-
-
-def read_model_bytes(source: Any, format: str, suffix: str, magic_check) -> tuple[Path, bytes]:
-    """Read a user's model file read-only, with errors that name the file, format and fix."""
-    path = Path(source)
-    if not path.exists():
-        raise ModelLoadError(path, format, "no such file", "check the path (and the working directory)")
-    if path.is_dir():
-        raise ModelLoadError(path, format, f"this is a directory, not a {suffix} file",
-                             f"pass the {suffix} file inside it, or the format that matches the directory")
-    try:
-        with open(path, "rb") as fh:
-            content = fh.read()
-    except OSError as exc:
-        raise ModelLoadError(path, format, f"cannot be read: {exc.strerror or exc}",
-                             "check the file's permissions") from exc
-    if not content:
-        raise ModelLoadError(path, format, "the file is empty (0 bytes)",
-                             f"re-export the model; an interrupted copy or export leaves empty {suffix} files")
-    magic_check(path, content)
-    return path, content
 
 
 def _check_magic(path: Path, content: bytes) -> None:
@@ -212,7 +189,7 @@ class TFLiteModel(LoadedModel):
                set(by_out) == {int(d["index"]) for d in out_details}:
                 in_names = [by_in[int(d["index"])] for d in in_details]
                 out_names = [by_out[int(d["index"])] for d in out_details]
-        return _unique(in_names), _unique(out_names)
+        return unique(in_names), unique(out_names)
 
     # -- prediction -------------------------------------------------------------------
     def _shape_key_of(self, interp) -> tuple:
@@ -334,7 +311,7 @@ def _interpreter_error(path: Path | None, content: bytes, exc: BaseException) ->
             "convert with TFLITE_BUILTINS only (no SELECT_TF_OPS / custom ops), or compare this model "
             "through saved_model; the Python LiteRT wheel has no Flex delegate")
     return ModelLoadError(
-        path, NAME, f"LiteRT cannot read the model: {_first_line(exc)} (file size {len(content)} bytes)",
+        path, NAME, f"LiteRT cannot read the model: {first_line(exc)} (file size {len(content)} bytes)",
         "the file is corrupt or truncated: re-export it (export_model(model, 'tflite', path)) or copy it again")
 
 
@@ -358,122 +335,7 @@ def _variant(interp) -> str:
     return "float32"
 
 
-def _unique(names: list[str]) -> list[str]:
-    seen: dict[str, int] = {}
-    out = []
-    for n in names:
-        if n in seen:
-            seen[n] += 1
-            n = f"{n}_{seen[n]}"
-        else:
-            seen[n] = 0
-        out.append(n)
-    return out
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
-
-
 # -- export ----------------------------------------------------------------------------
-def keras_signature(model: Any, format: str) -> tuple[list[Any], list[str]]:
-    """``tf.TensorSpec`` per Keras input (batch dim ``None``) and the output names.
-
-    Shared by the TFLite and ONNX exporters so both name inputs and outputs after the Keras
-    model (``image`` -> ``probs``), whatever the converter would have called them.
-    """
-    import tensorflow as tf
-
-    inputs = getattr(model, "inputs", None)
-    if not inputs:
-        from .keras import SUBCLASSED_FIX, SUBCLASSED_WHAT
-
-        raise ModelLoadError(None, format, f"{SUBCLASSED_WHAT}: {type(model).__name__}", SUBCLASSED_FIX,
-                             action="export")
-    specs = []
-    for i, t in enumerate(inputs):
-        shape = (None, *[None if d is None else int(d) for d in tuple(t.shape)[1:]])
-        name = str(getattr(t, "name", None) or f"input_{i}").split(":", 1)[0]
-        specs.append(tf.TensorSpec(shape, tf.as_dtype(getattr(t, "dtype", "float32")), name=name))
-    from .keras import keras_output_names
-
-    return specs, _unique(keras_output_names(model))
-
-
-@dataclass
-class Serving:
-    """What a converter needs from a model: a traced function and what it closes over."""
-
-    function: Any            # tf.function, None batch dim, returning {output name: tensor}
-    specs: list[Any]         # tf.TensorSpec per input, in the model's input order
-    output_names: list[str]  # in the model's output order
-    holder: Any              # an object tracking the variables, for the TFLite converter
-
-
-def serving_function(model: Any) -> Serving:
-    """The serving function of a Keras model, or of a SavedModel directory's signature.
-
-    Shared by the TFLite and ONNX exporters: tracing the model ourselves works for
-    Sequential and functional models alike (tf2onnx's ``from_keras`` fails on Keras 3
-    Sequential models with a KeyError on an internal tensor name), and lets a user's
-    SavedModel be converted without a Keras model at hand.
-    """
-    import tensorflow as tf
-
-    if isinstance(model, (str, Path)):
-        return _saved_model_serving(Path(model))
-    specs, out_names = keras_signature(model, NAME)
-
-    from .keras import _name_outputs, _pack_inputs
-
-    def serve(*args: Any) -> dict[str, Any]:
-        # Inputs packed as the model was built (a dict model refuses a list); outputs named
-        # like KerasModel names them, so the reference and the export agree on names.
-        return _name_outputs(model(_pack_inputs(model, list(args)), training=False), out_names, numpy=False)
-
-    function = tf.function(serve, input_signature=specs, autograph=False)
-    return Serving(function, specs, out_names, _variable_holder(model))
-
-
-def _saved_model_serving(path: Path) -> Serving:
-    """A positional tf.function over a SavedModel's serving signature (keyword-only)."""
-    import tensorflow as tf
-
-    from . import saved_model
-
-    if not saved_model.detect(path):
-        raise ModelLoadError(path, None, "it is not a SavedModel directory, and only a Keras model or a "
-                             "SavedModel directory can be converted to tflite, onnx or tfjs", "pass the Keras model, or the directory "
-                             "written by model.export() / tf.saved_model.save()", action="convert")
-    loaded = saved_model.load(path, device="cpu")
-    names = [s.name for s in loaded.inputs]
-    specs = [tf.TensorSpec(s.shape, tf.as_dtype(s.dtype), name=s.name) for s in loaded.inputs]
-    signature = loaded.native
-
-    def serve(*args: Any) -> Any:
-        return signature(**dict(zip(names, args)))
-
-    function = tf.function(serve, input_signature=specs, autograph=False)
-    return Serving(function, specs, [s.name for s in loaded.outputs], loaded.loaded)
-
-
-def _variable_holder(model: Any):
-    """A ``tf.Module`` that tracks the model's ``tf.Variable``s so the converter freezes them.
-
-    Keras 3 wraps each ``tf.Variable`` in a ``keras.Variable`` the converter does not see
-    through: without this, the weights stay as uninitialised resource variables and the
-    .tflite file outputs NaN.
-    """
-    import tensorflow as tf
-
-    holder = tf.Module()
-    holder.model = model
-    holder.variables_ = [v.value if isinstance(getattr(v, "value", None), tf.Variable) else v
-                         for v in getattr(model, "variables", [])]
-    return holder
-
-
 def _representative(specs: list[Any], data: Iterable[Any] | None, samples: int):
     """Calibration samples, one row at a time, as lists in input order."""
     names = [s.name for s in specs]
@@ -527,7 +389,7 @@ def export(model: Any, path: Path, *, quantization: str | None = None,
     path = Path(path)
     if path.is_dir():
         path = path / "model.tflite"
-    serving = serving_function(model)
+    serving = serving_function(model, NAME)
     specs = serving.specs
     # The converter prints "Saved artifact at ..." and an endpoint listing on stdout.
     with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
@@ -546,17 +408,8 @@ def export(model: Any, path: Path, *, quantization: str | None = None,
         try:
             content = converter.convert()
         except Exception as exc:  # noqa: BLE001 - converter errors are many and untyped
-            raise ModelLoadError(path, NAME, f"the TFLite converter failed ({variant}): {_first_line(exc)}",
+            raise ModelLoadError(path, NAME, f"the TFLite converter failed ({variant}): {first_line(exc)}",
                                  "check that every op has a TFLite kernel; for int8, that the "
                                  "representative data matches the model's inputs", action="export") from exc
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(content)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_atomically(path, content)
     return path
