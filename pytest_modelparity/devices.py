@@ -12,10 +12,15 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from .errors import DeviceUnavailable
+from .errors import DeviceUnavailable, RuntimeMissing
 
 __all__ = ["DeviceSpec", "parse_device", "tf_available", "require_tf_device", "tf_device_scope",
-           "tf_device_name", "onnx_providers", "require_cpu_only", "available_devices"]
+           "tf_device_name", "onnx_providers", "require_cpu_only", "available_devices", "set_tf32",
+           "tf32_enabled", "CPU_ONLY_FORMATS", "runs_on"]
+
+# Formats whose runtime runs on the CPU only here (LiteRT has no desktop GPU delegate; tfjs runs
+# in Node.js with the cpu/wasm backends): a GPU device is not a configuration of theirs.
+CPU_ONLY_FORMATS = ("tflite", "tfjs")
 
 _DEVICE_RE = re.compile(r"^\s*(?:/?device:)?(cpu|gpu)(?:\s*:\s*(\d+))?\s*$", re.IGNORECASE)
 
@@ -102,11 +107,13 @@ def tf_device_scope(device: str | DeviceSpec) -> Iterator[DeviceSpec]:
         yield spec
 
 
-def onnx_providers(device: str | DeviceSpec, available: list[str] | None = None) -> list[Any]:
+def onnx_providers(device: str | DeviceSpec, available: list[str] | None = None, *,
+                   tf32: bool | None = None) -> list[Any]:
     """onnxruntime ``providers=`` for ``device``: CUDA (with ``device_id``) then CPU for a GPU.
 
     ``available`` defaults to ``onnxruntime.get_available_providers()``; raises
-    ``DeviceUnavailable`` when a GPU is asked and no CUDA provider is installed.
+    ``DeviceUnavailable`` when a GPU is asked and no CUDA provider is installed. ``tf32=False``
+    (default: the session's ``set_tf32``) adds ``use_tf32=0`` to the CUDA options.
     """
     spec = parse_device(device)
     if available is None:
@@ -122,7 +129,10 @@ def onnx_providers(device: str | DeviceSpec, available: list[str] | None = None)
             f"device {str(spec)!r} was asked for format 'onnx' but onnxruntime has no "
             f"CUDAExecutionProvider (available: {', '.join(available) or 'none'}). Install "
             "onnxruntime-gpu on a machine with a CUDA GPU, or use device='cpu'.")
-    return [("CUDAExecutionProvider", {"device_id": spec.ordinal}), "CPUExecutionProvider"]
+    options: dict[str, Any] = {"device_id": spec.ordinal}
+    if not (tf32_enabled() if tf32 is None else tf32):
+        options["use_tf32"] = "0"
+    return [("CUDAExecutionProvider", options), "CPUExecutionProvider"]
 
 
 def require_cpu_only(device: str | DeviceSpec, format: str) -> DeviceSpec:
@@ -139,3 +149,41 @@ def available_devices() -> tuple[str, ...]:
     """``("cpu",)`` plus ``"gpu"``, ``"gpu:1"``... for each GPU TensorFlow sees (imports TF)."""
     gpus = _tf_devices("gpu")
     return ("cpu",) + tuple("gpu" if i == 0 else f"gpu:{i}" for i in range(len(gpus)))
+
+
+def runs_on(format: str, device: str | DeviceSpec) -> bool:
+    """Whether ``format`` (``"tflite:int8"`` counts as tflite) can run on ``device`` at all."""
+    base = format.partition(":")[0]
+    return base not in CPU_ONLY_FORMATS or parse_device(device).kind == "cpu"
+
+
+# -- TensorFloat-32 ----------------------------------------------------------------------
+# TensorFlow's switch is process-wide; onnxruntime's is a CUDA provider option, so the choice
+# is remembered here for the sessions created after it.
+_TF32 = {"enabled": True}
+
+
+def tf32_enabled() -> bool:
+    """The TF32 choice made with ``set_tf32`` (True, TensorFlow's default, until then)."""
+    return _TF32["enabled"]
+
+
+def set_tf32(enabled: bool) -> bool:
+    """Turn TensorFloat-32 on or off for float32 matmul/conv on GPUs, for the whole process;
+    return the setting it replaced (to restore it).
+
+    Imports TensorFlow and calls ``tf.config.experimental.enable_tensor_float_32_execution``
+    (which also makes XLA use full float32 precision); onnxruntime sessions created afterwards
+    get ``use_tf32=0`` on their CUDA provider. Without TensorFlow installed only the latter.
+    """
+    previous = _TF32["enabled"]
+    _TF32["enabled"] = bool(enabled)
+    try:
+        from .formats._tf import import_tf
+
+        tf = import_tf()
+    except RuntimeMissing:
+        return previous
+    previous = bool(tf.config.experimental.tensor_float_32_execution_enabled())
+    tf.config.experimental.enable_tensor_float_32_execution(bool(enabled))
+    return previous

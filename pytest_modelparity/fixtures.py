@@ -88,6 +88,19 @@ class ParitySession:
     document: dict | None = None
     _tmp: Path | None = None
     _cache: Any = None
+    _precision_set: bool = False
+    _tf32_before: bool | None = None  # TF's TF32 setting before --modelparity-tf32=off changed it
+
+    # -- precision ------------------------------------------------------------------
+    def _set_precision(self) -> None:
+        """Apply ``--modelparity-tf32=off`` before the first model is loaded (imports TF)."""
+        if self._precision_set:
+            return
+        self._precision_set = True
+        if not self.options.tf32:
+            from .devices import set_tf32
+
+            self._tf32_before = set_tf32(False)
 
     # -- sources --------------------------------------------------------------------
     def source(self, obj: Any) -> Source:
@@ -105,6 +118,7 @@ class ParitySession:
         """
         src = self.source(obj)
         opts = dict(load_options or {})
+        self._set_precision()
         return self._once(self.references, (id(obj), device, _options_key(opts)),
                           lambda: _load_reference(src, device, opts))
 
@@ -126,6 +140,7 @@ class ParitySession:
                 raise missing
             path = self.export(obj, format, opts)
             as_is = src.path is not None and path == src.path
+            self._set_precision()
             return _load_source(path, base, device, opts if as_is else {})
 
         return self._once(self.candidates, (id(obj), format, device, _options_key(opts)), build)
@@ -221,6 +236,11 @@ class ParitySession:
                         pass
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
+        if self._tf32_before is not None:  # TF's switch is process-wide: give it back
+            from .devices import set_tf32
+
+            set_tf32(self._tf32_before)
+            self._tf32_before = None
 
 
 def get_state(config: pytest.Config) -> ParitySession:

@@ -40,6 +40,9 @@ _OPTIONS: tuple[tuple[str, Literal["string", "bool"], str], ...] = (
      "where exported models are cached (default: $MODELPARITY_CACHE_DIR, else <rootdir>/.modelparity-cache)"),
     ("no-cache", "bool", "export every model afresh into a temporary directory"),
     ("strict", "bool", "a missing runtime (LiteRT, onnxruntime, Node.js...) or device fails instead of skipping"),
+    ("tf32", "string",
+     "on|off: TensorFloat-32 for float32 matmul/conv on Ampere+ GPUs (default: on, TensorFlow's default); "
+     "off runs full float32 and judges GPU float32 by the tighter measured rule"),
     ("model", "string",
      "zero-code mode: run the built-in parity suite on SOURCE = a model path, module:factory, or 'demo'"),
 )
@@ -62,6 +65,7 @@ class ParityOptions:
     cache_dir: Path = Path(".modelparity-cache")
     cache: bool = True
     strict: bool = False
+    tf32: bool = True
     model: str | None = None
     rtol: float | None = None
     atol: float | None = None
@@ -109,6 +113,19 @@ def parse_devices(text: str | None) -> tuple[str, ...]:
                 f"--modelparity-device: unknown device {part!r}; valid: {', '.join(DEVICE_CHOICES)} "
                 "(or gpu:N, or a comma-separated list such as cpu,gpu)") from None
     return tuple(dict.fromkeys(names))
+
+
+_ON = {"on": True, "true": True, "1": True, "yes": True, "off": False, "false": False, "0": False, "no": False}
+
+
+def parse_tf32(text: str | None) -> bool:
+    """``--modelparity-tf32=on|off`` (default on: TensorFlow's own default)."""
+    if text is None or text == "":
+        return True
+    value = _ON.get(str(text).strip().lower())
+    if value is None:
+        raise pytest.UsageError(f"--modelparity-tf32: {text!r} is not on or off; valid: on, off")
+    return value
 
 
 def parse_formats(text: str | None) -> tuple[tuple[str, ...], bool]:
@@ -166,6 +183,7 @@ def parse_options(config: pytest.Config) -> ParityOptions:
         cache_dir=cache_dir,
         cache=not bool(_value(config, "modelparity_no_cache")),
         strict=bool(_value(config, "modelparity_strict")),
+        tf32=parse_tf32(_value(config, "modelparity_tf32")),
         model=str(model) if model else None,
         rtol=_float(config, "modelparity_rtol"),
         atol=_float(config, "modelparity_atol"),

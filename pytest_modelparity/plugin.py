@@ -164,7 +164,7 @@ def collecting(item: pytest.Item) -> Iterator[None]:
     recording.subscribe(listener)
     _ACTIVE.append(listener)
     try:
-        with tolerances.tolerance_layers(_layers(item, state)):
+        with tolerances.tolerance_layers(_layers(item, state)), tolerances.gpu_tf32(state.options.tf32):
             yield
     finally:
         recording.unsubscribe(listener)
@@ -237,7 +237,17 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
 def _options_doc(state: ParitySession) -> dict:
     o = state.options
     return {"devices": list(o.devices), "formats": list(o.formats), "strict": o.strict, "model": o.model,
-            "cache": o.cache, "cache_dir": str(o.cache_dir), "ini_rtol": o.rtol, "ini_atol": o.atol}
+            "cache": o.cache, "cache_dir": str(o.cache_dir), "ini_rtol": o.rtol, "ini_atol": o.atol,
+            "tf32": "on" if o.tf32 else "off"}
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """Say up front which GPU precision rule is in force when it is not the default."""
+    state = _state_or_none(config)
+    if state is None or state.options.tf32:
+        return []
+    return ["modelparity: TF32 off (--modelparity-tf32=off): GPU float32 runs in full precision and is "
+            "judged by the strict GPU rule"]
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -144,7 +144,7 @@ def test_loaded_model_format_variant_and_device_choose_the_default():
     with pytest.raises(ParityError):   # 1% is far beyond float32 TFLite's default
         assert_outputs_close(NumpyModel(noise=0.01), reference, inputs=X)
     gpu = assert_outputs_close(NumpyModel(device="gpu", noise=1e-4), reference, inputs=X)
-    assert "gpu (TF32)" in gpu.outputs[0].tolerance.source and gpu.meta["device"] == "gpu"
+    assert "gpu (TF32 on)" in gpu.outputs[0].tolerance.source and gpu.meta["device"] == "gpu"
 
 
 # --- assert_deterministic -------------------------------------------------------------
