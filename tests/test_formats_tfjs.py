@@ -140,7 +140,7 @@ def test_doubled_softmax_fails_assert_outputs_close(cnn, tmp_path):
 
 def test_killed_process_gives_clear_error_then_fresh_load_works(cnn, cnn_tfjs):
     x = models.images(2)
-    model = _load(cnn_tfjs)
+    model = _load(cnn_tfjs, backend="cpu")  # the cpu backend prints the banner checked below
     first = model.predict(x)["probs"]
     pid = model.process.pid
     os.kill(pid, signal.SIGKILL)
@@ -154,7 +154,7 @@ def test_killed_process_gives_clear_error_then_fresh_load_works(cnn, cnn_tfjs):
     with pytest.raises(NodeProcessDied, match="SIGKILL"):  # and it keeps saying so
         model.predict(x)
     model.close()
-    with _load(cnn_tfjs) as fresh:
+    with _load(cnn_tfjs, backend="cpu") as fresh:
         assert fresh.process.pid != pid
         np.testing.assert_array_equal(fresh.predict(x)["probs"], first)
 
@@ -272,14 +272,15 @@ class _ControlFlow:
         return module
 
 
-@pytest.mark.parametrize("backend", ["cpu", "wasm"])
-def test_control_flow_graph_runs_with_execute_async_and_matches_tensorflow(tmp_path, backend):
-    """While/If become Enter/Merge/Switch/LoopCond in the graph model: model.execute refuses
-    them, the runner falls back to executeAsync and the answers still match TensorFlow."""
+@pytest.mark.parametrize("backend,control_flow_v2", [("cpu", True), ("wasm", True), ("cpu", False)])
+def test_control_flow_graph_runs_with_execute_async_and_matches_tensorflow(tmp_path, backend, control_flow_v2):
+    """While/If stay StatelessWhile/StatelessIf (the default, control_flow_v2=True) or become
+    Enter/Merge/Switch/LoopCond (False): model.execute refuses both, the runner falls back to
+    executeAsync and the answers still match TensorFlow."""
     from pytest_modelparity import assert_outputs_close, export_model
 
     module = _ControlFlow.build(tmp_path / "saved_model")
-    path = export_model(tmp_path / "saved_model", "tfjs", tmp_path / "web")
+    path = export_model(tmp_path / "saved_model", "tfjs", tmp_path / "web", control_flow_v2=control_flow_v2)
     rng = np.random.default_rng(5)
     batches = [np.full((2, 4), 3.0, np.float32),           # loop runs, relu branch
                np.full((3, 4), -0.1, np.float32),          # loop does not run, tanh branch
@@ -287,7 +288,8 @@ def test_control_flow_graph_runs_with_execute_async_and_matches_tensorflow(tmp_p
                (rng.normal(size=(1, 4)) * 10).astype(np.float32)]
     with _load(path, backend=backend) as js:
         ops = {op for _, op in js.op_types()}
-        assert {"LoopCond", "Switch", "Merge", "NextIteration"} <= ops, ops
+        lowered = {"LoopCond", "Switch", "Merge", "NextIteration"}
+        assert (lowered <= ops) if not control_flow_v2 else ({"StatelessWhile", "StatelessIf"} <= ops), ops
         assert js.inputs[0].shape == (None, 4)
         steps = []
         for x in batches:
@@ -440,7 +442,7 @@ def test_node_dying_half_way_through_its_answer_is_reported(cnn_tfjs, tmp_path, 
 
 
 def test_node_killed_during_a_predict_is_reported(cnn_tfjs):
-    model = _load(cnn_tfjs)  # cpu backend: the big batch takes a while to send and compute
+    model = _load(cnn_tfjs, backend="cpu")  # the big batch takes a while to send and compute
     pid = model.process.pid
     import threading
 
@@ -549,7 +551,8 @@ def test_int64_inputs_run_as_int32_and_values_int32_cannot_hold_are_refused(tmp_
     tf.saved_model.save(module, str(tmp_path / "sm"), signatures=module.__call__)
     path = export_model(tmp_path / "sm", "tfjs", tmp_path / "web")
     ok = np.array([[1, 50, -9], [2**31 - 1, -(2**31), 4]], np.int64)
-    with _load(path) as js:
+    with _load(path) as js:  # backend "auto" picks cpu: wasm computes int32 arithmetic in float32
+        assert js.backend == "cpu" and js.format_variant == "tfjs:cpu" and "float32" in js.fallback_reason
         assert js.inputs[0].dtype == np.int32 and js.outputs[0].dtype == np.int32
         np.testing.assert_array_equal(js.predict(ok)["r"], module(ok)["r"].numpy())
         np.testing.assert_array_equal(js.predict({"ids": ok.astype(np.int32)})["r"], module(ok)["r"].numpy())
@@ -707,7 +710,7 @@ def test_intermediates_of_a_control_flow_graph_skip_loop_and_branch_internals(tm
     from pytest_modelparity import export_model
 
     module = _ControlFlow.build(tmp_path / "saved_model")
-    path = export_model(tmp_path / "saved_model", "tfjs", tmp_path / "web")
+    path = export_model(tmp_path / "saved_model", "tfjs", tmp_path / "web", control_flow_v2=False)
     x = np.full((2, 4), 3.0, np.float32)
     with _load(path) as js:
         got = {name: (op, value) for name, op, value in js.intermediates(x)}

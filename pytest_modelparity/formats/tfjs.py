@@ -17,13 +17,19 @@ format loads graph models only and says so.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import itertools
 import json
 import math
 import os
+import re
+import shutil
 import sys
 import tempfile
+import time
 import types
+from contextlib import contextmanager
 from pathlib import Path
 from collections.abc import Mapping
 from typing import Any
@@ -43,7 +49,7 @@ NODE_HINT = "Node.js >= 18 and npm on PATH (e.g. `apt-get install nodejs npm`, o
 LOAD_REQUIRES = (("node:", NODE_HINT),)
 EXPORT_REQUIRES = (("tensorflow", TF_INSTALL), ("tensorflowjs", TFJS_CONVERTER_INSTALL))
 
-BACKENDS = ("cpu", "wasm")
+BACKENDS = ("auto", "cpu", "wasm")
 
 # model.json dtypes -> what tfjs computes in (it has no 64-bit or half types).
 _DTYPES = {
@@ -149,6 +155,19 @@ def check_weight_files(path: Path, manifest: list[dict[str, Any]]) -> list[tuple
                     "re-copy the weight files (an interrupted download or copy truncates them) or re-export")
         groups.append((files, weights))
     return groups
+
+
+STRING_INPUT_FIX = ("test the string model in formats keras, saved_model and graphdef; for tfjs, move the "
+                    "text preprocessing (StringLookup/TextVectorization) out of the model and export the "
+                    "model that takes its integer token ids")
+
+
+def check_input_dtypes(path: Path, spec: dict[str, Any]) -> None:
+    """Refuse string inputs up front: the runner's protocol carries float32, int32 and bool only."""
+    for key, value in ((spec.get("signature") or {}).get("inputs") or {}).items():
+        if isinstance(value, dict) and value.get("dtype") == "DT_STRING":
+            raise ModelLoadError(path, NAME, f"input {key!r} is a string tensor; the tfjs format here runs "
+                                 f"float32, int32 and bool inputs only", STRING_INPUT_FIX)
 
 
 def _tfjs_dtype(tf_dtype: str | None) -> str:
@@ -312,9 +331,14 @@ class TFJSModel(LoadedModel):
 
     format = NAME
 
-    def __init__(self, path: Path, spec: dict[str, Any], process: Any, *, backend: str, device: str) -> None:
-        self.backend = backend
+    def __init__(self, path: Path, spec: dict[str, Any], process: Any, *, backend: str, device: str,
+                 requested: str | None = None, start: Any = None, fallback_reason: str | None = None) -> None:
+        self.backend = backend  # the backend that runs now ("cpu" or "wasm")
+        self.requested_backend = requested or backend  # what the caller asked for ("auto" included)
+        # Why "auto" runs on cpu rather than wasm (None while wasm serves, or when asked for).
+        self.fallback_reason = fallback_reason
         self.process = process
+        self._start = start  # backend -> NodeProcess, used to fall back from wasm to cpu
         self._spec = spec
         signature = spec.get("signature") or {}
         meta = process.meta
@@ -328,6 +352,11 @@ class TFJSModel(LoadedModel):
             known = {s.name: s for s in outputs}
             outputs = [known.get(e["name"]) or _meta_specs([e])[0] for e in meta["outputs"]]
         super().__init__(device=device, inputs=inputs, outputs=outputs, source=path)
+
+    @property
+    def format_variant(self) -> str:
+        """``tfjs:wasm`` or ``tfjs:cpu``: the backend that computed, shown in reports and JSON."""
+        return f"{NAME}:{self.backend}"
 
     @property
     def last_compute_ms(self) -> float | None:
@@ -364,8 +393,29 @@ class TFJSModel(LoadedModel):
         return [(names[0] if len(names) == 1 else "?", batch)]
 
     def _predict(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        result = self.process.predict(feeds)
+        from ..tfjs_process import RunnerError
+
+        try:
+            result = self.process.predict(feeds)
+        except RunnerError as exc:
+            if not self._can_fall_back():
+                raise run_error(Path(str(self.source)), self.backend, str(exc)) from exc
+            self._fall_back(str(exc))
+            try:
+                result = self.process.predict(feeds)
+            except RunnerError as exc2:
+                raise run_error(Path(str(self.source)), self.backend, str(exc2), wasm_error=str(exc)) from exc2
         return {s.name: result[s.name] for s in self.outputs}
+
+    def _can_fall_back(self) -> bool:
+        return self.requested_backend == "auto" and self.backend == "wasm" and self._start is not None
+
+    def _fall_back(self, reason: str) -> None:
+        """backend="auto": wasm failed on this model, so serve it from the cpu backend from now on."""
+        self.process.close()
+        self.process = self._start("cpu")
+        self.backend = "cpu"
+        self.fallback_reason = f"wasm backend failed: {_runner_message(reason)}"
 
     def op_types(self) -> list[tuple[str, str]]:
         """``(node name, op)`` of the graph and of its function library, from model.json."""
@@ -440,18 +490,115 @@ def _check_device(device: str) -> str:
         f"honoured (tfjs-node-gpu is not used). Use device='cpu' and backend='wasm' for the fast path.")
 
 
-def load(source: Any, *, device: str = "cpu", backend: str = "cpu", timeout_s: float | None = 600.0,
+def _runner_message(text: str) -> str:
+    """The runner's own words, without the "tfjs model '...' (cpu backend): predict failed: " prefix."""
+    text = str(text).strip()
+    for marker in ("predict failed: ", "intermediates failed: ", " backend: "):
+        if marker in text:
+            text = text.split(marker, 1)[1]
+    return text.splitlines()[0] if text else "?"
+
+
+# What the tfjs runner's errors mean, and what to do: (pattern, problem, fix).
+_CONTROL_FLOW_FIX = ("re-export with export_model(model, 'tfjs', dir), which keeps While loops as TF2 "
+                     "control-flow ops tfjs runs with executeAsync (converter option control_flow_v2=True; "
+                     "tensorflowjs_converter --control_flow_v2=true), or give the sequence a fixed length "
+                     "and unroll the RNN (unroll=True)")
+
+
+def classify_runner_error(message: str, backend: str) -> tuple[str, str]:
+    """``(problem, fix)`` for a tfjs runner error: names the op and the backend where it can."""
+    import re
+
+    msg = _runner_message(message)
+    activation = re.search(r"[Aa]ctivation (_?\w+) has not been implemented|(_?\w+) activation not yet supported",
+                           msg)
+    if activation:
+        op = activation.group(1) or activation.group(2)
+        return (f"tfjs's {backend} backend lacks the fused activation {op!r} in a fused conv/matmul op "
+                f"({msg})",
+                "export the Keras model with export_model(model, 'tfjs', dir): it splits fused hard-swish into "
+                "ops tfjs has; for a model.json converted elsewhere, convert it again that way (or with "
+                "TF_ENABLE_ONEDNN_OPTS=0 set before TensorFlow is imported, which stops the fusion)")
+    kernel = re.search(r"[Kk]ernel '(\w+)' not registered for backend '(\w+)'", msg)
+    if kernel:
+        return (f"tfjs's {kernel.group(2)} backend has no kernel for op {kernel.group(1)!r} ({msg})",
+                "load with backend='cpu' (the pure-JS backend has the most kernels), or replace the layer "
+                "using that op")
+    unsupported = re.search(r"(\w+) (?:is not|not) (?:yet )?(?:supported|implemented)|"
+                            r"(\w+) only supports (.*)", msg)
+    if unsupported:
+        op = unsupported.group(1) or unsupported.group(2)
+        return (f"tfjs's {backend} backend cannot run op {op!r} here ({msg})",
+                "load with the other backend (backend='cpu' or 'wasm'; the default 'auto' tries wasm, then "
+                "cpu), or replace the layer using that op")
+    if "Cannot compute the outputs" in msg:
+        return (f"tfjs's graph executor cannot run this graph's lowered control flow (Enter/Merge/Switch "
+                f"loops, e.g. from Keras LSTM/GRU layers or tf.while_loop) on the {backend} backend ({msg})",
+                _CONTROL_FLOW_FIX)
+    return (f"tfjs's {backend} backend failed to run the model ({msg})",
+            "try the other backend (backend='cpu' or 'wasm'), and check the model's ops against "
+            "tfjs-converter/docs/supported_ops.md")
+
+
+def run_error(path: Path, backend: str, message: str, *, wasm_error: str | None = None,
+              action: str = "run", log: Path | None = None) -> ModelLoadError:
+    """The typed error for a model tfjs loads but cannot run: op, backend and workaround named."""
+    problem, fix = classify_runner_error(message, backend)
+    if wasm_error is not None:
+        problem += f"; the wasm backend failed first ({_runner_message(wasm_error)})"
+    if log is not None:
+        problem += f"; the converter's log is in {str(log)!r}"
+    return ModelLoadError(path, NAME, problem, fix, action=action)
+
+
+# Integer arithmetic the wasm backend computes through float32 (exact only below 2**24): a
+# floormod/floordiv/mul of int32 values near 2**31 came back off by up to 7 where cpu was exact.
+_INT_ARITHMETIC = frozenset({"FloorDiv", "FloorMod", "Mul", "AddV2", "Add", "Sub", "Div", "RealDiv",
+                             "TruncateDiv", "TruncateMod", "Pow", "Square", "Prod", "Sum", "Cumsum", "MatMul"})
+
+
+def wasm_unsafe_reason(spec: dict[str, Any]) -> str | None:
+    """Why backend="auto" should not pick wasm for this graph, or None: integer arithmetic on
+    values that flow from an integer input (shape arithmetic, e.g. ``batch * 4``, is harmless)."""
+    nodes = [n for n in (spec.get("modelTopology") or {}).get("node", []) if isinstance(n, dict) and "name" in n]
+    consumers: dict[str, list[dict[str, Any]]] = {}
+    for n in nodes:
+        for ref in n.get("input", []):
+            if not ref.startswith("^"):
+                consumers.setdefault(_node_of(ref), []).append(n)
+    todo = [n for n in nodes if n.get("op") == "Placeholder"
+            and _tfjs_dtype(((n.get("attr") or {}).get("dtype") or {}).get("type")) == "int32"]
+    seen = {n["name"] for n in todo}
+    while todo:
+        node = todo.pop()
+        t = ((node.get("attr") or {}).get("T") or {}).get("type")
+        if node.get("op") in _INT_ARITHMETIC and t in ("DT_INT32", "DT_INT64"):
+            return (f"integer arithmetic ({node['op']} on an integer input): the wasm backend computes it in "
+                    f"float32, exact only below 2**24")
+        for c in consumers.get(node["name"], []):
+            if c["name"] not in seen and c.get("op") not in ("Shape", "ShapeN", "Size", "Rank"):
+                seen.add(c["name"])
+                todo.append(c)
+    return None
+
+
+def load(source: Any, *, device: str = "cpu", backend: str = "auto", timeout_s: float | None = 600.0,
          **options: Any) -> TFJSModel:
     """Load a graph model (``model.json`` or its directory) into a new Node.js process.
 
-    ``backend``: ``"cpu"`` (pure-JS kernels of @tensorflow/tfjs) or ``"wasm"``
-    (@tensorflow/tfjs-backend-wasm). npm packages are installed on first use (see
-    ``pytest_modelparity.tfjs_runner``). ``timeout_s``: how long one load or predict may take
-    before the Node process is killed and the call fails (None: wait forever).
+    ``backend``: ``"auto"`` (default: the wasm backend, falling back to the pure-JS cpu backend
+    when wasm cannot load or run the model; ``model.backend`` and ``format_variant`` say which
+    runs, ``fallback_reason`` why), ``"cpu"`` (pure-JS kernels of @tensorflow/tfjs-backend-cpu) or
+    ``"wasm"`` (@tensorflow/tfjs-backend-wasm, about 10x faster on convolutions). npm packages
+    are installed on first use (see ``pytest_modelparity.tfjs_runner``). ``timeout_s``: how long
+    one load or predict may take before the Node process is killed and the call fails (None:
+    wait forever). A model tfjs cannot run raises ``ModelLoadError`` naming the op, the backend
+    and a workaround.
     """
     if options:
         raise TypeError(f"unexpected option(s) for format 'tfjs': {', '.join(sorted(options))}; "
-                        f"it takes backend='cpu'|'wasm' and timeout_s")
+                        f"it takes backend='auto'|'cpu'|'wasm' and timeout_s")
     device = _check_device(device)
     if backend not in BACKENDS:
         raise ValueError(f"unknown tfjs backend {backend!r}; use one of {', '.join(BACKENDS)}")
@@ -460,25 +607,38 @@ def load(source: Any, *, device: str = "cpu", backend: str = "cpu", timeout_s: f
 
     path = model_json_path(source)
     spec = read_model_json(path)
+    check_input_dtypes(path, spec)
     node = tfjs_runner.node_executable()
     node_modules = tfjs_runner.ensure_node_modules()
-    description = f"tfjs model {str(path)!r} ({backend} backend)"
+
+    def start(which: str) -> Any:
+        description = f"tfjs model {str(path)!r} ({which} backend)"
+        try:
+            return NodeProcess(path, backend=which, node=node, runner_js=tfjs_runner.RUNNER_JS,
+                               node_modules=node_modules, description=description, timeout_s=timeout_s)
+        except RunnerError as exc:
+            if "cannot load @tensorflow/tfjs" in str(exc):
+                raise RuntimeMissing(f"@tensorflow/tfjs in {node_modules} ({exc})",
+                                     f"remove that directory and run `{tfjs_runner.INSTALL_COMMAND}`") from exc
+            raise run_error(path, which, str(exc), action="load") from exc
+        except NodeProcessDied as exc:
+            raise ModelLoadError(path, NAME, str(exc)) from exc
+
+    reason = wasm_unsafe_reason(spec) if backend == "auto" else None
+    first = backend if backend != "auto" else ("cpu" if reason else "wasm")
     try:
-        process = NodeProcess(path, backend=backend, node=node, runner_js=tfjs_runner.RUNNER_JS,
-                              node_modules=node_modules, description=description, timeout_s=timeout_s)
-    except RunnerError as exc:
-        if "cannot load @tensorflow/tfjs" in str(exc):
-            raise RuntimeMissing(f"@tensorflow/tfjs in {node_modules} ({exc})",
-                                 f"remove that directory and run `{tfjs_runner.INSTALL_COMMAND}`") from exc
-        raise ModelLoadError(path, NAME, f"tfjs could not load it: {exc}",
-                             "check the model converts and runs with this tfjs version "
-                             "(unsupported ops are named above)") from exc
-    except NodeProcessDied as exc:
-        raise ModelLoadError(path, NAME, str(exc)) from exc
-    return TFJSModel(path, spec, process, backend=backend, device=device)
+        process = start(first)
+    except ModelLoadError as exc:
+        if backend != "auto":
+            raise
+        reason = f"wasm backend failed to load it: {exc.problem}"
+        first, process = "cpu", start("cpu")
+    return TFJSModel(path, spec, process, backend=first, device=device, requested=backend, start=start,
+                     fallback_reason=reason)
 
 
 # -- export ----------------------------------------------------------------------------
+_LOG_IDS = itertools.count()
 _STANDINS = ("tensorflow_decision_forests", "jax", "jax.experimental", "jax.experimental.jax2tf", "tf_keras")
 
 
@@ -534,22 +694,108 @@ def import_converter() -> types.ModuleType:
     return converter
 
 
-def export(model: Any, path: Path, *, quantization: str | None = None, **converter_options: Any) -> Path:
+def _log_dir() -> Path:
+    """Where converter logs of failed exports are kept (they name it): outside the export cache,
+    whose staging directory a failed export removes."""
+    from ..tfjs_runner import cache_root
+
+    return cache_root() / "logs"
+
+
+@contextmanager
+def _output_to(log: Path):
+    """Send everything written to fds 1 and 2 (the converter's prints, TensorFlow's C++ logs)
+    to ``log`` for the duration of the block, then restore the terminal."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    saved = []
+    with open(log, "ab") as fh:
+        try:
+            for fd in (1, 2):
+                try:
+                    saved.append((fd, os.dup(fd)))
+                    os.dup2(fh.fileno(), fd)
+                except OSError:  # no such descriptor (embedded interpreters): leave it alone
+                    pass
+            yield
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+            for fd, copy in saved:
+                os.dup2(copy, fd)
+                os.close(copy)
+
+
+def _zero_batch(spec: dict[str, Any]) -> dict[str, np.ndarray] | None:
+    """Batch size 1 of zeros fitting the model's signature, or None when the shape is unknown."""
+    entries = (spec.get("signature") or {}).get("inputs") or {}
+    if not entries:
+        return None
+    batch = {}
+    for s in _signature_specs(entries):
+        shape = tuple(1 if d is None else d for d in s.shape)
+        batch[s.name] = np.zeros(shape, dtype=s.dtype)
+    return batch
+
+
+def validate(model_json: Path, *, log: Path | None = None, timeout_s: float = 600.0) -> None:
+    """Check a fresh export runs in tfjs before it is returned or cached: load it on the cpu
+    backend (the one "auto" falls back to) and predict a batch of zeros.
+
+    Raises ``ModelLoadError`` (action "export") naming the op, the backend and a workaround.
+    Without Node.js nothing can be checked: the export is returned and loading it says what is
+    missing.
+    """
+    spec = read_model_json(model_json)
+    check_input_dtypes(model_json, spec)
+    try:
+        model = load(model_json, backend="cpu", timeout_s=timeout_s)
+    except RuntimeMissing:
+        return
+    except ModelLoadError as exc:
+        raise ModelLoadError(model_json, NAME, exc.problem + (f"; the converter's log is in {str(log)!r}" if log else ""),
+                             exc.fix, action="export") from exc
+    try:
+        batch = _zero_batch(spec)
+        if batch is not None:
+            try:
+                model.predict(batch)
+            except ModelLoadError as exc:
+                raise ModelLoadError(model_json, NAME, exc.problem + (
+                    f"; the converter's log is in {str(log)!r}" if log else ""), exc.fix, action="export") from exc
+    finally:
+        model.close()
+
+
+def export(model: Any, path: Path, *, quantization: str | None = None, validate_export: bool = True,
+           **converter_options: Any) -> Path:
     """Write a tfjs graph model of ``model`` into directory ``path``; return its ``model.json``.
 
     ``model``: a Keras model (exported to a temporary SavedModel with ``model.export``) or the
     path of a SavedModel directory. ``quantization``: None, ``"float16"``, ``"uint8"`` or
-    ``"uint16"`` weight quantization. Other keyword arguments go to ``convert_tf_saved_model``.
+    ``"uint16"`` weight quantization. Other keyword arguments go to ``convert_tf_saved_model``;
+    ``control_flow_v2`` defaults to True (Keras RNN loops then run in tfjs; lowered loops do not).
+
+    The converter runs with two graph rewrites (:mod:`.tfjs_rewrite`: ``Erfc`` -> ``1 - Erf``,
+    fused hard-swish split into ops tfjs has) and its output (prints, TensorFlow C++ logs) goes
+    to a log file. The result is checked to load and run in tfjs (:func:`validate`) before it
+    is moved into ``path``: a failure raises ``ModelLoadError`` naming the op, the backend, the
+    fix and the log file, and leaves nothing at ``path``.
     """
+    from . import tfjs_rewrite
+
     path = Path(path)
     out_dir = path.parent if path.suffix.lower() == ".json" else path
     if quantization is not None:
         if quantization not in ("float16", "uint8", "uint16"):
             raise ValueError(f"unknown tfjs quantization {quantization!r}; use float16, uint8 or uint16")
         converter_options["quantization_dtype_map"] = {quantization: True}
+    converter_options.setdefault("control_flow_v2", True)
     converter = import_converter()
 
-    out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="modelparity-tfjs-") as tmp:
         if isinstance(model, (str, Path)):
             saved_model = Path(model)
@@ -561,6 +807,7 @@ def export(model: Any, path: Path, *, quantization: str | None = None, **convert
             if not hasattr(model, "export"):
                 raise TypeError(f"cannot export a {type(model).__name__} to tfjs: pass a Keras model "
                                 f"or the path of a SavedModel directory")
+            refuse_string_inputs(model, out_dir)
             saved_model = Path(tmp) / "saved_model"
             try:
                 # The saved_model exporter names the outputs like the Keras model ("probs"),
@@ -576,12 +823,42 @@ def export(model: Any, path: Path, *, quantization: str | None = None, **convert
                                      f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''})",
                                      "export a functional or Sequential Keras model built on keras.Input(...)",
                                      action="export") from exc
+        staged = Path(tmp) / "tfjs"
+        log = _log_dir() / f"tfjs-export-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{next(_LOG_IDS)}.log"
+        rewrites: dict[str, int] = {}
         try:
-            with quiet():
-                converter.convert_tf_saved_model(str(saved_model), str(out_dir), **converter_options)
+            with quiet(), _output_to(log), tfjs_rewrite.patched_converter(converter, rewrites):
+                converter.convert_tf_saved_model(str(saved_model), str(staged), **converter_options)
         except Exception as exc:  # noqa: BLE001
-            raise ModelLoadError(out_dir, NAME, f"the tensorflowjs converter failed ({type(exc).__name__}: {exc})",
-                                 "check the model's ops against the converter's supported ops "
-                                 "(tfjs-converter/docs/supported_ops.md in the tfjs repository)",
-                                 action="export") from exc
+            unsupported = re.search(r"Unsupported Ops in the model (?:before|after) optimization\s*(.*)", str(exc))
+            if unsupported:
+                problem = (f"the tensorflowjs converter has no tfjs mapping for op(s) {unsupported.group(1).strip()}; "
+                           f"the converter's log is in {str(log)!r}")
+                fix = ("replace the layers using those ops (tfjs-converter/docs/supported_ops.md lists the ops tfjs "
+                       "runs), or test this model in the other formats")
+            else:
+                problem = (f"the tensorflowjs converter failed ({type(exc).__name__}: {str(exc).strip()[:300]}); "
+                           f"the converter's log is in {str(log)!r}")
+                fix = ("check the model's ops against the converter's supported ops "
+                       "(tfjs-converter/docs/supported_ops.md in the tfjs repository)")
+            raise ModelLoadError(out_dir, NAME, problem, fix, action="export") from exc
+        if validate_export:
+            validate(staged / "model.json", log=log)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for item in staged.iterdir():
+            target = out_dir / item.name
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target)
+            shutil.move(str(item), str(target))
+    with contextlib.suppress(OSError):
+        log.unlink()  # a good export needs no log; a failed one kept it and named it
     return out_dir / "model.json"
+
+
+def refuse_string_inputs(model: Any, out_dir: Path) -> None:
+    """A Keras model with string inputs cannot be run by the tfjs runner: say so before converting."""
+    for t in getattr(model, "inputs", None) or []:
+        if str(getattr(t, "dtype", "")) == "string":
+            name = str(getattr(t, "name", "?")).split(":", 1)[0]
+            raise ModelLoadError(out_dir, NAME, f"input {name!r} is a string tensor; the tfjs format here runs "
+                                 "float32, int32 and bool inputs only", STRING_INPUT_FIX, action="export")
