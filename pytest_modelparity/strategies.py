@@ -87,7 +87,7 @@ def specs_of(model_or_specs: Any) -> list[TensorSpec]:
                 "pytest_modelparity.TensorSpec(name, shape, dtype) instead")
         name = str(getattr(spec, "name", None) or f"input_{i}").split(":")[0]
         dtype = getattr(dtype, "as_numpy_dtype", dtype)  # tf.DType -> numpy
-        specs.append(TensorSpec(name, tuple(None if d is None else int(d) for d in shape), np.dtype(dtype)))
+        specs.append(TensorSpec(name, tuple(None if d is None else int(d) for d in shape), dtype))
     return specs
 
 
@@ -109,8 +109,35 @@ def _element_rule(spec: TensorSpec, elements: Any) -> Any:
     return _check_range(spec.name, rule)
 
 
+# Words a text model's vocabulary likely holds, mixed with random ones (out of vocabulary).
+_WORDS = ("the", "a", "and", "of", "to", "in", "is", "it", "cat", "dog", "good", "bad", "movie", "great",
+          "not", "very")
+_LETTERS = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+
+
+def _strings(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """UTF-8 ``bytes`` (an object array, as TensorFlow holds strings): 1-4 space-separated words,
+    each a common English word or random letters, sometimes an empty string."""
+    out = np.empty(shape, dtype=object)
+    flat = out.reshape(-1)
+    for i in range(flat.size):
+        words = []
+        for _ in range(int(rng.integers(0, 5))):
+            if rng.random() < 0.6:
+                words.append(_WORDS[int(rng.integers(len(_WORDS)))])
+            else:
+                words.append("".join(rng.choice(_LETTERS, int(rng.integers(1, 8)))))
+        flat[i] = " ".join(words).encode("utf-8")
+    return out
+
+
 def _fill(rng: np.random.Generator, spec: TensorSpec, shape: tuple[int, ...], rule: Any) -> np.ndarray:
     kind = spec.dtype.kind
+    if kind in "OSU":  # a string input
+        if rule is not None:
+            raise InvalidArgument(f"input {spec.name!r} is a string input: pass a Hypothesis strategy "
+                                  f"(e.g. st.text()) for it, not a (low, high) range")
+        return _strings(rng, shape)
     if kind == "b":
         return rng.integers(0, 2, shape).astype(bool)
     if kind in "iu":
@@ -160,7 +187,8 @@ def batches(model_or_specs: Any, *, batch_size: Any = None, elements: Any = None
     """Draw ``Batch`` dicts fitting ``model_or_specs`` (a LoadedModel, Keras model or specs).
 
     ``batch_size``: an int or a strategy (default ``st.integers(1, 16)``), shrinking to small.
-    ``elements``: None (floats in [-1, 1], ints in [0, 10], bools), a ``(low, high)`` pair or a
+    ``elements``: None (floats in [-1, 1], ints in [0, 10], bools, strings of 0-4 words as
+    UTF-8 bytes), a ``(low, high)`` pair or a
     strategy for every input, or a dict ``{input name: pair or strategy}`` (e.g. token ids
     ``{"ids": (0, 30521)}``, pixels ``{"image": (0, 255)}``).
     """

@@ -218,11 +218,11 @@ def _node_version() -> str | None:
 
 
 def _tfjs_version() -> str | None:
-    """The @tensorflow/tfjs version the runner installed (in the npm cache), if installed."""
+    """The @tensorflow/tfjs(-core) version the runner installed (in the npm cache), if installed."""
     try:
         from .tfjs_runner import modules_dir
 
-        pkg = modules_dir() / "node_modules" / "@tensorflow" / "tfjs" / "package.json"
+        pkg = modules_dir() / "node_modules" / "@tensorflow" / "tfjs-core" / "package.json"
         return json.loads(pkg.read_text()).get("version")
     except (OSError, ValueError, ImportError):
         return None

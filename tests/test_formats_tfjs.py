@@ -488,7 +488,10 @@ def test_close_from_another_thread_during_a_predict_stops_node_at_once(cnn_tfjs)
 
     thread = threading.Thread(target=call, daemon=True)
     thread.start()
-    time.sleep(0.3)
+    deadline = time.monotonic() + 30  # encoding the big batch can take a while on a loaded machine
+    while not model.process._lock.locked() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.1)
     start = time.monotonic()
     model.close()
     assert time.monotonic() - start < 0.5

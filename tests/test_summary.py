@@ -21,7 +21,7 @@ def test_a_row_with_a_structure_problem_keeps_every_tolerance_key():
 def test_environment_reports_the_installed_tfjs_version():
     from pytest_modelparity.tfjs_runner import modules_dir
 
-    pkg = modules_dir() / "node_modules" / "@tensorflow" / "tfjs" / "package.json"
+    pkg = modules_dir() / "node_modules" / "@tensorflow" / "tfjs-core" / "package.json"
     if not pkg.is_file():
         pytest.skip("the TFJS runner's npm packages are not installed: python -m pytest_modelparity.tfjs_runner install")
     assert environment()["tfjs_npm"] == json.loads(pkg.read_text())["version"]

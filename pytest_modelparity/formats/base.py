@@ -41,14 +41,31 @@ class TensorSpec:
     def __init__(self, name: str, shape: Iterable[SupportsInt | None], dtype: DTypeLike) -> None:
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "shape", tuple(None if d is None or int(d) < 0 else int(d) for d in shape))
-        object.__setattr__(self, "dtype", np.dtype(dtype))
+        object.__setattr__(self, "dtype", _np_dtype(dtype))
 
     def describe(self) -> str:
         dims = ", ".join("None" if d is None else str(d) for d in self.shape)
         return f"{self.name}: ({dims}) {self.dtype.name}"
 
 
-_ACCEPTED_KINDS = {"f": "fiub", "c": "fiubc", "i": "iub", "u": "iub", "b": "b"}
+_ACCEPTED_KINDS = {"f": "fiub", "c": "fiubc", "i": "iub", "u": "iub", "b": "b", "O": "USO", "S": "USO"}
+
+
+def _np_dtype(dtype: DTypeLike) -> np.dtype:
+    """``np.dtype(dtype)``, with Keras' and TensorFlow's ``"string"`` as ``object`` (TF's numpy
+    type for strings: an object array of ``bytes``)."""
+    if str(getattr(dtype, "name", dtype)) == "string":
+        return np.dtype(object)
+    return np.dtype(dtype)
+
+
+def as_string_array(arr: np.ndarray) -> np.ndarray:
+    """A ``str``, ``bytes`` or object array as an object array of UTF-8 ``bytes`` (what a TF
+    string tensor holds), so ``str`` and ``bytes`` batches give the same answer."""
+    out = np.empty(arr.shape, dtype=object)
+    flat = arr.reshape(-1)
+    out.reshape(-1)[:] = [v.encode("utf-8") if isinstance(v, str) else bytes(v) for v in flat.tolist()]
+    return out
 
 
 def describe_specs(specs: Sequence[TensorSpec]) -> str:
@@ -114,6 +131,9 @@ class LoadedModel(abc.ABC):
                     self._mismatch(f"input {spec.name!r} has size {got} on axis {axis}, the model expects {want}", batch)
             if arr.dtype.kind not in _ACCEPTED_KINDS.get(spec.dtype.kind, spec.dtype.kind):
                 self._mismatch(f"input {spec.name!r} is {arr.dtype.name}, which cannot be cast safely to {spec.dtype.name}", batch)
+            if spec.dtype.kind in "OS":  # a string input
+                feeds[spec.name] = as_string_array(arr)
+                continue
             feeds[spec.name] = np.ascontiguousarray(arr, dtype=spec.dtype)
         return feeds
 

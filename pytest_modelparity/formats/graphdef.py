@@ -78,6 +78,13 @@ def export(model: Any, path: Path, **options: Any) -> Path:
         fn = KerasModel(model, device="cpu").traced_function()
         frozen = convert_variables_to_constants_v2(fn)
     graph_def = frozen.graph.as_graph_def()
+    tables = [n.name for n in graph_def.node if n.op == "Placeholder" and n.attr["dtype"].type == 20]  # DT_RESOURCE
+    if tables:
+        raise ModelLoadError(path, NAME, f"freezing left {len(tables)} resource input(s) ({', '.join(tables[:3])}): "
+                             "lookup tables (StringLookup, IntegerLookup, TextVectorization) are not variables, "
+                             "and a frozen GraphDef cannot hold or initialise them",
+                             "test this model as saved_model (it keeps the tables) or keras; string inputs "
+                             "without tables (e.g. keras.layers.Hashing) do export to graphdef", action="export")
     # Rename the function's output Identity nodes to the Keras output names ("probs:0").
     taken = {node.name for node in graph_def.node}
     renames = {}

@@ -120,7 +120,7 @@ def _input_specs(model: Any, source: Any, format: str) -> list[TensorSpec]:
         if name in seen:
             name = f"{name}_{i}"
         seen.add(name)
-        specs.append(TensorSpec(name, tuple(t.shape), np.dtype(t.dtype)))
+        specs.append(TensorSpec(name, tuple(t.shape), t.dtype))
     return specs
 
 
@@ -137,7 +137,7 @@ def keras_output_names(model: Any) -> list[str]:
 
 def _output_specs(model: Any) -> list[TensorSpec]:
     outputs = list(model.outputs)
-    return [TensorSpec(n, tuple(t.shape), np.dtype(t.dtype)) for n, t in zip(keras_output_names(model), outputs)]
+    return [TensorSpec(n, tuple(t.shape), t.dtype) for n, t in zip(keras_output_names(model), outputs)]
 
 
 def load_keras_file(path: Path, format: str, *, safe_mode: bool, custom_objects: dict | None) -> Any:

@@ -1,7 +1,8 @@
 """The Node.js side of the ``tfjs`` format: where its npm dependencies live and how they get there.
 
-``runner.js`` needs ``@tensorflow/tfjs`` and ``@tensorflow/tfjs-backend-wasm`` (about 300 MB of
-node_modules), pinned by ``package-lock.json``. They are installed with ``npm ci`` on first
+``runner.js`` needs ``@tensorflow/tfjs-core``, ``-converter``, ``-backend-cpu`` and ``-backend-wasm``
+(about 100 MB of node_modules; the whole ``@tensorflow/tfjs`` bundle took 308 MB), pinned by
+``package-lock.json``. They are installed with ``npm ci`` on first
 use into a cache directory keyed by the lock file's hash, so an upgrade of the lock file
 installs afresh and two versions never mix:
 
@@ -38,7 +39,8 @@ RUNNER_JS = RUNNER_DIR / "runner.js"
 INSTALL_COMMAND = "python -m pytest_modelparity.tfjs_runner install"
 NODE_HINT = "Node.js >= 18 and npm on PATH (e.g. `apt-get install nodejs npm`, or https://nodejs.org)"
 _MARKER = ".modelparity-installed"
-_REQUIRED = ("@tensorflow/tfjs", "@tensorflow/tfjs-backend-wasm")
+_REQUIRED = ("@tensorflow/tfjs-core", "@tensorflow/tfjs-converter", "@tensorflow/tfjs-backend-cpu",
+             "@tensorflow/tfjs-backend-wasm")
 
 
 def cache_root() -> Path:
@@ -112,7 +114,7 @@ def ensure_node_modules(*, quiet: bool = False) -> Path:
         if is_installed(target):  # another process installed it while we waited
             return target / "node_modules"
         # Staging directories left by an install that was killed (SIGKILL, power loss): nobody
-        # else can be using one while we hold the lock, and each holds up to 300 MB.
+        # else can be using one while we hold the lock, and each holds up to 100 MB.
         for stale in target.parent.glob(f"{target.name}.tmp-*"):
             shutil.rmtree(stale, ignore_errors=True)
         staging = Path(tempfile.mkdtemp(prefix=f"{target.name}.tmp-", dir=target.parent))
@@ -122,7 +124,7 @@ def ensure_node_modules(*, quiet: bool = False) -> Path:
                 shutil.copyfile(RUNNER_DIR / name, staging / name)
             if not quiet:
                 print(f"pytest-modelparity: installing @tensorflow/tfjs for the tfjs format with `npm ci` "
-                      f"into {target} (first use only, about 300 MB) ...", file=sys.stderr, flush=True)
+                      f"into {target} (first use only, about 100 MB) ...", file=sys.stderr, flush=True)
             start = time.perf_counter()
             # --ignore-scripts: tfjs needs no install scripts (core-js's only prints a banner).
             proc = subprocess.run(

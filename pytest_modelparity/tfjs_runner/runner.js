@@ -1,8 +1,8 @@
 #!/usr/bin/env node
 // Node.js side of pytest-modelparity's "tfjs" format.
 //
-// Loads one TensorFlow.js graph model (model.json + weight shards) with pure @tensorflow/tfjs
-// (CPU backend) or @tensorflow/tfjs-backend-wasm, then serves predictions over stdin/stdout
+// Loads one TensorFlow.js graph model (model.json + weight shards) with @tensorflow/tfjs-core +
+// tfjs-converter on the CPU backend (@tensorflow/tfjs-backend-cpu) or @tensorflow/tfjs-backend-wasm, then serves predictions over stdin/stdout
 // until stdin closes. One process per loaded model: Python starts it once and reuses it, so a
 // warm predict costs only tfjs's compute plus a pipe round trip (a process per call costs
 // 300-500 ms of `require` and load).
@@ -66,12 +66,17 @@ function fail(message) {
   stdoutWrite('', () => process.exit(1));
 }
 
+// Only what a graph model needs (about 100 MB installed, where the @tensorflow/tfjs bundle with
+// layers, data and webgl took 308 MB): tfjs-core, the converter's graph executor and the two
+// backends. The returned object carries core's API plus loadGraphModel.
 function loadTfjs(backend) {
   const modules = process.env.MODELPARITY_TFJS_MODULES;
   const req = modules ? createRequire(path.join(modules, 'noop.js')) : require;
-  const tf = req('@tensorflow/tfjs');
+  const core = req('@tensorflow/tfjs-core');
+  req('@tensorflow/tfjs-backend-cpu');
+  const converter = req('@tensorflow/tfjs-converter');
   if (backend === 'wasm') req('@tensorflow/tfjs-backend-wasm');
-  return tf;
+  return Object.assign(Object.create(core), { loadGraphModel: converter.loadGraphModel, versionTfjs: core.version_core });
 }
 
 // Pure @tensorflow/tfjs has no file-system loader: read model.json and its shards with fs.
@@ -166,7 +171,7 @@ async function main() {
   try {
     tf = loadTfjs(backend);
   } catch (err) {
-    return fail(`cannot load @tensorflow/tfjs: ${err.message}`);
+    return fail(`cannot load @tensorflow/tfjs (core, converter, backends): ${err.message}`);
   }
   const t1 = performance.now();
   try {
@@ -179,7 +184,7 @@ async function main() {
   const t2 = performance.now();
 
   const meta = {
-    tfjs_version: tf.version.tfjs,
+    tfjs_version: tf.versionTfjs,
     backend: tf.getBackend(),
     require_ms: t1 - t0,
     load_ms: t2 - t1,
