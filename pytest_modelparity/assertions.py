@@ -9,15 +9,16 @@ and raises ``ParityError``. Nothing here imports TensorFlow or pytest.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from . import diagnose, recording
+from . import diagnose, recording, validators
 from . import tolerances as tol_mod
 from .compare import ComparisonReport, compare
 from .diagnose._util import fit_inputs
-from .errors import ParityError
+from .errors import InvalidArgumentError, ParityError
 from .tolerances import Tolerance
 
 __all__ = ["assert_outputs_close", "assert_deterministic", "assert_batch_invariant"]
@@ -54,9 +55,11 @@ def assert_outputs_close(actual: Any, expected: Any, *, inputs: Any = None, rtol
         which = "actual" if actual_model is not None else "expected"
         raise TypeError(f"assert_outputs_close: {which} is a model ({_name(actual_model or expected_model)}); "
                         "pass inputs=<a batch> so it can be run")
+    if inputs is not None:
+        _check_rows(inputs, "assert_outputs_close")
     act = _run(actual_model, inputs) if actual_model is not None else _to_numpy(actual)
     exp = _run(expected_model, inputs) if expected_model is not None else _to_numpy(expected)
-    act, exp, alignment = _align_structures(act, exp)
+    act, exp, alignment = _align_structures(act, exp, from_models=actual_model is not None or expected_model is not None)
     device, fmt = _context(actual_model, expected_model)
     meta: dict[str, Any] = {"check": "outputs_close", "device": device, "format": fmt}
     if alignment:
@@ -96,8 +99,11 @@ def assert_deterministic(model: Callable, inputs: Any, *, runs: int = 3, rtol: f
     """
     __tracebackhide__ = True
     _require_model(model, "assert_deterministic")
-    if not isinstance(runs, int) or runs < 2:
-        raise ValueError(f"assert_deterministic: runs={runs!r}; pass an int >= 2 (the first run is the reference)")
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 2:
+        raise InvalidArgumentError(f"assert_deterministic: runs={runs!r}; pass an int >= 2 (the first run is the reference)")
+    rtol = validators.check_tolerance_value("rtol", rtol) or 0.0
+    atol = validators.check_tolerance_value("atol", atol) or 0.0
+    _check_rows(inputs, "assert_deterministic")
     outputs = [_run(model, inputs) for _ in range(runs)]
     first = outputs[0]
     if rtol == 0 and atol == 0:
@@ -143,8 +149,8 @@ def assert_batch_invariant(model: Callable, inputs: Any, *, batch_sizes: Sequenc
     """
     __tracebackhide__ = True
     _require_model(model, "assert_batch_invariant")
-    n = _batch_length(inputs)
-    sizes = _check_batch_sizes(batch_sizes)
+    n = validators.check_nonempty_batch(_batch_length(inputs), "assert_batch_invariant")
+    sizes = validators.check_batch_sizes(batch_sizes)
     batched = _run(model, inputs)
     splits = {}
     for size in sizes:
@@ -410,17 +416,29 @@ def _check_calibrated(tolerance: str, rtol: float | None, atol: float | None) ->
         raise ValueError("tolerance='calibrated' and rtol=/atol= exclude each other: pass one of them")
 
 
-def _align_structures(act: Any, exp: Any) -> tuple[Any, Any, str | None]:
+# Output names a converter makes up when it loses the model's own (a SavedModel signature's
+# "output_0", a frozen graph's "Identity_1"): they say nothing, so pairing them with real names
+# by position is the only way to compare; two real names that differ are never paired.
+_PLACEHOLDER_NAME = re.compile(r"^(output|outputs|Identity|StatefulPartitionedCall|PartitionedCall)(_\d+)?(:\d+)?$")
+
+
+def _align_structures(act: Any, exp: Any, *, from_models: bool) -> tuple[Any, Any, str | None]:
     """Let a ``LoadedModel``'s ``{name: array}`` meet a raw model's bare array or list.
 
     A Keras model returns an array (or a list in output order) where every ``LoadedModel``
     returns a dict by output name: comparing them as-is would stop at "structure differs"
-    although the outputs correspond one to one. Only these unambiguous cases are aligned.
+    although the outputs correspond one to one. Only these unambiguous cases are aligned,
+    only when a model produced at least one side (arrays the caller passed are compared as
+    given: ``{"y": a}`` against ``[a]`` is a structure mismatch), and never two different
+    real names. The alignment is returned so the report can say it was made.
     """
+    if not from_models:
+        return act, exp, None
     if (isinstance(act, Mapping) and isinstance(exp, Mapping) and len(act) == len(exp)
-            and act and not set(act) & set(exp)):
-        # Two forms that name the same outputs differently (a Keras export's "output_0"
-        # against the Keras name "probs"): pair them in output order.
+            and act and not set(act) & set(exp)
+            and any(all(_PLACEHOLDER_NAME.match(str(k)) for k in side) for side in (act, exp))):
+        # A form that lost the output names (a SavedModel's "output_0" against the Keras
+        # name "probs"): pair them in output order.
         pairs = ", ".join(f"{a!r}~{e!r}" for a, e in zip(act, exp))
         return dict(zip(exp.keys(), act.values())), exp, f"outputs named differently, matched by position: {pairs}"
     for flip in (False, True):
@@ -433,7 +451,7 @@ def _align_structures(act: Any, exp: Any) -> tuple[Any, Any, str | None]:
             return (other, only, note) if flip else (only, other, note)
         if isinstance(other, list) and len(other) == len(d):
             named = dict(zip(d.keys(), other))
-            note = "list outputs matched to named outputs by position"
+            note = f"list outputs matched to named outputs by position: {', '.join(map(repr, d))}"
             return (named, d, note) if flip else (d, named, note)
     return act, exp, None
 
@@ -521,6 +539,16 @@ def _batch_length(inputs: Any) -> int:
     return n
 
 
+def _check_rows(inputs: Any, where: str) -> None:
+    """A batch with 0 rows runs nothing worth comparing: refuse it (scalars are left alone)."""
+    first = _first_array(inputs)
+    shape = getattr(first, "shape", None)
+    if shape is None:
+        shape = np.shape(first)
+    if len(shape) > 0 and shape[0] is not None:
+        validators.check_nonempty_batch(int(shape[0]), where)
+
+
 def _all_arrays(inputs: Any):
     if isinstance(inputs, Mapping):
         yield from inputs.values()
@@ -576,16 +604,3 @@ def _concat(parts: list[Any], *, where: str, path: str = "") -> Any:
         raise ValueError(f"{where}{' ' + path if path else ''} is a scalar per call: batch invariance needs "
                          "outputs whose axis 0 is the batch")
     return np.concatenate(arrays, axis=0)
-
-
-def _check_batch_sizes(batch_sizes: Any) -> list[int]:
-    if isinstance(batch_sizes, int):
-        batch_sizes = (batch_sizes,)
-    sizes = []
-    for s in batch_sizes:
-        if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1:
-            raise ValueError(f"batch_sizes={batch_sizes!r}: every size must be an int >= 1, e.g. batch_sizes=(1, 7)")
-        sizes.append(int(s))
-    if not sizes:
-        raise ValueError("batch_sizes is empty; pass at least one sub-batch size, e.g. batch_sizes=(1,)")
-    return sizes

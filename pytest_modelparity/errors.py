@@ -63,3 +63,22 @@ class DeviceUnavailable(RuntimeError):
 
 class BatchMismatchError(ValueError):
     """A batch does not fit the model's inputs (names, rank, dtype kind or fixed dims)."""
+
+
+class ExportError(ModelLoadError):
+    """Writing an exported model failed (read-only or missing directory, disk full...).
+
+    A ``ModelLoadError`` with ``action="export"``: the message names the path written, the
+    format and the fix; the original ``OSError`` (or TensorFlow error) is the ``__cause__``.
+    """
+
+    def __init__(self, path: str | Path | None, format: str | None, problem: str,
+                 fix: str | None = None) -> None:
+        super().__init__(path, format, problem, fix, action="export")
+
+
+class InvalidArgumentError(ValueError):
+    """An argument has a value it cannot take: a negative, NaN or non-numeric rtol/atol, a
+    batch size below 1, an empty batch. Raised by ``validators`` for every such mistake,
+    wherever it is made (assertion arguments, markers, strategies); the plugin turns the
+    same mistake in an ini key or option into ``pytest.UsageError``."""

@@ -15,7 +15,9 @@ from typing import Any, Literal
 import pytest
 
 from .devices import parse_device
+from .errors import InvalidArgumentError
 from .formats import ALL_FORMATS, available_formats
+from .validators import check_tolerance_value
 
 GROUP = "modelparity"
 # Variants a format is exported in, named "base:variant" (tflite:int8): the exporter gets
@@ -152,12 +154,9 @@ def _float(config: pytest.Config, key: str) -> float | None:
     if raw in (None, ""):
         return None
     try:
-        value = float(raw)
-    except ValueError:
-        raise pytest.UsageError(f"ini option {key} = {raw!r} is not a number (e.g. {key} = 1e-5)") from None
-    if value < 0:
-        raise pytest.UsageError(f"ini option {key} = {raw!r} must be >= 0")
-    return value
+        return check_tolerance_value(key, raw, "the ini file")
+    except InvalidArgumentError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def _path(config: pytest.Config, value: Any) -> Path | None:

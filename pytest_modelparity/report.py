@@ -181,6 +181,8 @@ def format_report(report: Any, *, max_lines: int = 40) -> str:
     meta = getattr(report, "meta", None) or {}
     if meta.get("summary"):
         header += f" ({meta['summary']})"
+    if meta.get("alignment"):  # the assertion paired structures that differ: never silently
+        header += f"\n  structures aligned: {meta['alignment']}"
     hints = _hint_lines(getattr(report, "hints", []) or [])
     budget = max(max_lines - 1 - len(hints), 6)
 

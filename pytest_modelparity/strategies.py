@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from .formats.base import TensorSpec
+from .validators import check_batch_size
 
 __all__ = ["Batch", "batches", "specs_of", "seeded_batch", "PROFILE", "register_profile"]
 
@@ -148,14 +149,10 @@ def _fill(rng: np.random.Generator, spec: TensorSpec, shape: tuple[int, ...], ru
 
 
 def _check_batch_size(batch_size: Any) -> st.SearchStrategy:
-    if isinstance(batch_size, (int, np.integer)) and not isinstance(batch_size, bool):
-        if batch_size < 1:
-            raise InvalidArgument(f"batch_size must be >= 1, got {batch_size}")
-        return st.just(int(batch_size))
+    """An int (checked by the shared validator, as in every assertion) or a strategy."""
     if isinstance(batch_size, st.SearchStrategy):
         return batch_size
-    raise InvalidArgument(
-        f"batch_size must be an int or a strategy of ints, got {batch_size!r}; e.g. st.integers(1, 16)")
+    return st.just(check_batch_size(batch_size))
 
 
 @st.composite
@@ -210,6 +207,7 @@ def batches(model_or_specs: Any, *, batch_size: Any = None, elements: Any = None
 def seeded_batch(model_or_specs: Any, *, batch_size: int = 4, seed: int = 0, elements: Any = None) -> Batch:
     """One reproducible batch (no Hypothesis): what the ``parity_batch`` fixture returns."""
     specs = specs_of(model_or_specs)
+    batch_size = check_batch_size(batch_size)
     batch = Batch()
     rng_dims = np.random.default_rng(seed)
     for i, spec in enumerate(specs):

@@ -38,6 +38,8 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from .validators import check_tolerance_value
+
 
 @dataclass(frozen=True)
 class Tolerance:
@@ -280,15 +282,8 @@ def _check_layer(layer: Any) -> Layer:
 
 
 def _check_value(what: str, value: Any, source: str) -> float | None:
-    if value is None:
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{what}={value!r} from {source} is not a number; pass a float such as 1e-5") from None
-    if not np.isfinite(number) or number < 0:
-        raise ValueError(f"{what}={value!r} from {source} must be a finite number >= 0")
-    return number
+    # One validator for every rtol/atol, wherever it was given (validators.py).
+    return check_tolerance_value(what, value, source)
 
 
 def resolve_tolerance(dtype: Any, *, rtol: float | None = None, atol: float | None = None,

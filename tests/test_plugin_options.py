@@ -51,12 +51,19 @@ def test_unknown_device_is_a_usage_error_listing_the_valid_ones(pytester: pytest
     result.stderr.fnmatch_lines(["*unknown device 'tpu'; valid: cpu, gpu, all*"])
 
 
-def test_bad_ini_tolerance_is_a_usage_error(pytester: pytest.Pytester) -> None:
-    pytester.makeini("[pytest]\nmodelparity_rtol = tight\n")
+@pytest.mark.parametrize("key, raw, problem", [
+    ("modelparity_rtol", "tight", "is not a number"),
+    ("modelparity_rtol", "nan", "must be a finite number >= 0"),   # used to fail every test instead
+    ("modelparity_atol", "inf", "must be a finite number >= 0"),
+    ("modelparity_atol", "-1", "must be a finite number >= 0"),
+])
+def test_bad_ini_tolerance_is_a_usage_error(pytester: pytest.Pytester, key: str, raw: str, problem: str) -> None:
+    pytester.makeini(f"[pytest]\n{key} = {raw}\n")
     pytester.makepyfile("def test_x(): pass")
     result = pytester.runpytest()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*modelparity_rtol = 'tight' is not a number*"])
+    result.stderr.fnmatch_lines([f"*{key}='{raw}' from the ini file {problem}*"])
+    assert "passed" not in result.stdout.str()
 
 
 def test_ini_selects_the_matrix_and_the_command_line_wins(pytester: pytest.Pytester) -> None:

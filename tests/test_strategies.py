@@ -60,8 +60,6 @@ def test_specs_from_a_keras_model() -> None:
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"batch_size": 0}, "batch_size must be >= 1"),
-    ({"batch_size": "4"}, "batch_size must be an int or a strategy"),
     ({"elements": {"nope": (0, 1)}}, "unknown input(s) ['nope']"),
     ({"elements": {"image": (5, 1)}}, "(low, high) pair with low <= high"),
     ({"elements": 3}, "elements must be None"),
@@ -70,6 +68,21 @@ def test_bad_arguments_say_what_to_pass(kwargs: dict, message: str) -> None:
     with pytest.raises(InvalidArgument) as err:
         batches(SPECS, **kwargs)
     assert message in str(err.value)
+
+
+@pytest.mark.parametrize("batch_size, message", [
+    (0, "batch_size=0: batch_size must be >= 1"),
+    ("4", "batch_size='4' is not an int"),
+    (True, "batch_size=True is not an int"),
+])
+def test_bad_batch_size_is_the_same_error_as_in_the_assertions(batch_size: object, message: str) -> None:
+    """One validator, one exception type for a batch size below 1, wherever it is given."""
+    from pytest_modelparity.errors import InvalidArgumentError
+
+    for call in (lambda: batches(SPECS, batch_size=batch_size), lambda: seeded_batch(SPECS, batch_size=batch_size)):
+        with pytest.raises(InvalidArgumentError) as err:
+            call()
+        assert message in str(err.value)
 
 
 def test_not_a_model_says_what_to_pass() -> None:
