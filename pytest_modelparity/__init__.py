@@ -26,6 +26,8 @@ _EXPORTS = {
     "Tolerance": "tolerances",
     "ParityError": "errors",
     "ModelLoadError": "errors",
+    "ExportError": "errors",
+    "InvalidArgumentError": "errors",
     "RuntimeMissing": "errors",
     "DeviceUnavailable": "errors",
     "BatchMismatchError": "errors",

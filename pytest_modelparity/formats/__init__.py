@@ -21,7 +21,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from ..errors import ModelLoadError, RuntimeMissing
+from ..errors import ExportError, ModelLoadError, RuntimeMissing
 from ._common import TF_INSTALL, is_keras_model
 from .base import LoadedModel, TensorSpec
 
@@ -138,4 +138,48 @@ def export_model(model: Any, format: str, path: str | Path, **options: Any) -> P
     missing = missing_runtime(format, export=True)
     if missing is not None:
         raise missing
-    return Path(module.export(model, Path(path), **options))
+    try:
+        return Path(module.export(model, Path(path), **options))
+    except ExportError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - only write failures are rewrapped, the rest re-raised
+        failure = _write_failure(exc)
+        if failure is None:
+            raise
+        raise ExportError(path, format, f"the export could not be written ({failure})",
+                          _write_fix(failure, Path(path))) from exc
+
+
+# TensorFlow raises its own types for a failed write (it must not be imported to test them).
+_TF_WRITE_ERRORS = ("PermissionDeniedError", "ResourceExhaustedError")
+_WRITE_WORDS = ("Permission denied", "Read-only file system", "No space left", "Not a directory",
+                "Is a directory")
+
+
+def _write_failure(exc: BaseException) -> str | None:
+    """``"PermissionError: ..."`` when ``exc`` (or what it wraps) is a failure to write a file."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        name = type(current).__name__
+        text = str(current).strip().splitlines()[0][:300] if str(current).strip() else ""
+        if isinstance(current, OSError) and not isinstance(current, (FileNotFoundError, ConnectionError, TimeoutError)):
+            return f"{name}: {text}"
+        if name in _TF_WRITE_ERRORS or (name.endswith("Error") and any(w in text for w in _WRITE_WORDS)
+                                        and type(current).__module__.startswith("tensorflow")):
+            return f"{name}: {text}"
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _write_fix(failure: str, path: Path) -> str:
+    where = path.parent if str(path.parent) not in ("", ".") else Path.cwd()
+    if "No space" in failure or "ResourceExhausted" in failure:
+        return f"free disk space on the filesystem of {where}, or export to another directory"
+    if "Not a directory" in failure or "NotADirectory" in failure or "FileExists" in failure:
+        return f"a part of {path} is a file, not a directory: export to a path whose parent directories are directories"
+    if "Is a directory" in failure or "IsADirectory" in failure:
+        return f"{path} is an existing directory: remove it or export to another path"
+    return (f"export to a writable directory: {where} cannot be written (check its permissions, or that the "
+            "filesystem is not mounted read-only); for the plugin's cache set --modelparity-cache-dir")
