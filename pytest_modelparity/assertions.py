@@ -18,7 +18,7 @@ from . import diagnose, recording, validators
 from . import tolerances as tol_mod
 from .compare import ComparisonReport, compare
 from .diagnose._util import fit_inputs
-from .errors import InvalidArgumentError, ParityError
+from .errors import BatchMismatchError, InvalidArgumentError, ParityError
 from .tolerances import Tolerance
 
 __all__ = ["assert_outputs_close", "assert_deterministic", "assert_batch_invariant"]
@@ -457,7 +457,33 @@ def _align_structures(act: Any, exp: Any, *, from_models: bool) -> tuple[Any, An
 
 
 def _run(model: Any, batch: Any) -> Any:
+    _check_fixed_batch(model, batch)
     return _to_numpy(model(fit_inputs(model, batch)))
+
+
+def _check_fixed_batch(model: Any, batch: Any) -> None:
+    """A raw Keras model built for a fixed batch runs other batch sizes without a word (a
+    ``LoadedModel`` checks this in ``prepare_batch``): refuse them here as well."""
+    if _is_loaded_model(model):
+        return
+    try:
+        inputs = getattr(model, "inputs", None)
+    except Exception:  # noqa: BLE001 - an unbuilt subclassed model has no inputs yet
+        return
+    if not isinstance(inputs, (list, tuple)) or not inputs:
+        return
+    try:
+        rows = _batch_length(batch)
+    except (ValueError, TypeError):
+        return
+    for tensor in inputs:
+        shape = getattr(tensor, "shape", None)
+        want = shape[0] if shape is not None and len(shape) else None
+        if want is not None and int(want) != rows:
+            raise BatchMismatchError(
+                f"{_name(model)}: input {getattr(tensor, 'name', '?')!r} was built for a fixed batch of {int(want)} "
+                f"(axis 0), but the batch has {rows} rows; feed batches of {int(want)}, or build the model with "
+                "batch_size=None")
 
 
 def _to_numpy(obj: Any) -> Any:

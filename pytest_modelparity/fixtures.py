@@ -86,6 +86,7 @@ class ParitySession:
     tests: dict[str, dict] = field(default_factory=dict)
     workers: int = 0
     document: dict | None = None
+    write_errors: list[str] = field(default_factory=list)  # report files that could not be written
     _tmp: Path | None = None
     _cache: Any = None
     _precision_set: bool = False

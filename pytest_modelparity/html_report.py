@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import html
 import math
-import os
 from pathlib import Path
 from typing import Any, Sequence
 
-from .summary import format_number
+from .summary import format_number, write_text_atomic
 
 _CSS = """
 body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px;color:#1b1f24;background:#fff}
@@ -138,9 +137,5 @@ the scaled rule). Schema of the JSON twin: docs/report-schema.md.</p>
 
 
 def write_html(path: Path, document: dict) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(render_html(document), encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    """The HTML report, written atomically (nothing left behind when writing fails)."""
+    return write_text_atomic(path, render_html(document))

@@ -166,21 +166,61 @@ def _path(config: pytest.Config, value: Any) -> Path | None:
     return p if p.is_absolute() else Path(config.invocation_params.dir) / p
 
 
+def _nearest_existing(path: Path) -> Path:
+    for parent in (path, *path.parents):
+        if os.path.lexists(parent):
+            return parent
+    return Path(path.anchor or ".")
+
+
+def check_output_file(option: str, path: Path | None) -> Path | None:
+    """A report path must be a file we can create: checked at start-up, so a bad path is one
+    usage error before any test runs instead of a traceback after all of them passed."""
+    if path is None:
+        return None
+    if path.is_dir():
+        raise pytest.UsageError(f"{option}={path} is a directory; pass a file path such as "
+                                f"{path / ('modelparity.html' if 'html' in option else 'modelparity.json')}")
+    existing = _nearest_existing(path.parent)
+    if not existing.is_dir():
+        raise pytest.UsageError(f"{option}={path}: {existing} is not a directory, so the report cannot be "
+                                "written there; pass a path in a directory")
+    if not os.access(existing, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise pytest.UsageError(f"{option}={path} cannot be written (no write permission on "
+                                f"{path if path.exists() else existing}); pass a path in a writable directory")
+    return path
+
+
+def check_cache_dir(path: Path, source: str) -> Path:
+    """The cache root must be (or become) a directory: a file there would fail every test."""
+    existing = _nearest_existing(path)
+    if not existing.is_dir():
+        what = "is a file" if existing == path else f"is inside {existing}, which is not a directory"
+        raise pytest.UsageError(f"{source}={path} {what}; pass a directory (it is created when missing), "
+                                "or --modelparity-no-cache to export into temporary directories")
+    return path
+
+
 def parse_options(config: pytest.Config) -> ParityOptions:
     """Read and validate every option; raise ``pytest.UsageError`` naming the valid values."""
     formats, explicit = parse_formats(_value(config, "modelparity_formats"))
     cache_dir = (_path(config, _value(config, "modelparity_cache_dir"))
                  or _path(config, os.environ.get("MODELPARITY_CACHE_DIR"))
                  or Path(config.rootpath) / ".modelparity-cache")
+    cache = not bool(_value(config, "modelparity_no_cache"))
+    if cache:
+        source = ("--modelparity-cache-dir" if _value(config, "modelparity_cache_dir")
+                  else "MODELPARITY_CACHE_DIR" if os.environ.get("MODELPARITY_CACHE_DIR") else "the cache directory")
+        check_cache_dir(cache_dir, source)
     model = _value(config, "modelparity_model")
     return ParityOptions(
         devices=parse_devices(_value(config, "modelparity_device")),
         formats=formats,
         formats_explicit=explicit,
-        report=_path(config, _value(config, "modelparity_report")),
-        html=_path(config, _value(config, "modelparity_html")),
+        report=check_output_file("--modelparity-report", _path(config, _value(config, "modelparity_report"))),
+        html=check_output_file("--modelparity-html", _path(config, _value(config, "modelparity_html"))),
         cache_dir=cache_dir,
-        cache=not bool(_value(config, "modelparity_no_cache")),
+        cache=cache,
         strict=bool(_value(config, "modelparity_strict")),
         tf32=parse_tf32(_value(config, "modelparity_tf32")),
         model=str(model) if model else None,

@@ -266,12 +266,17 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     doc = build_document(rows=state.rows, tests=state.tests, artifacts=state.artifacts,
                          options=_options_doc(state), workers=state.workers)
     state.document = doc
-    if state.options.report:
-        write_json(state.options.report, doc)
-    if state.options.html:
-        from .html_report import write_html
+    from .html_report import write_html
 
-        write_html(state.options.html, doc)
+    for option, path, write in (("--modelparity-report", state.options.report, write_json),
+                                ("--modelparity-html", state.options.html, write_html)):
+        if path is None:
+            continue
+        try:
+            write(path, doc)
+        except OSError as exc:  # checked at start-up; still, a full disk must not be a traceback
+            state.write_errors.append(f"{option}: could not write {path} ({type(exc).__name__}: {exc})")
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
@@ -294,6 +299,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             terminalreporter.write_line(
                 f"... {len(rows) - len(shown)} more rows not shown ({passed} of {len(rows)} passed); "
                 "-v shows every row, --modelparity-report/--modelparity-html write them all")
+    for error in state.write_errors:
+        terminalreporter.write_line(f"modelparity: ERROR {error}", red=True)
     for what, path in (("JSON", state.options.report), ("HTML", state.options.html)):
         if path is not None and Path(path).exists():
             terminalreporter.write_line(f"modelparity: {what} report written to {path}")

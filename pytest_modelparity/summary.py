@@ -8,6 +8,7 @@ in docs/report-schema.md; versions are read with importlib.metadata (no TensorFl
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import math
@@ -265,11 +266,22 @@ def build_document(*, rows: Sequence[dict], tests: dict[str, dict], artifacts: S
     }
 
 
-def write_json(path: Path, document: dict) -> Path:
-    """Write atomically (a temp file renamed into place) so a crash never leaves half a report."""
+def write_text_atomic(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` through a temp file renamed into place, so a crash never
+    leaves half a report; when writing fails the temp file is removed before the error rises."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(document, indent=2, allow_nan=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
     return path
+
+
+def write_json(path: Path, document: dict) -> Path:
+    """The JSON report, written atomically."""
+    return write_text_atomic(path, json.dumps(document, indent=2, allow_nan=False) + "\n")

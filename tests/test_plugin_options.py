@@ -99,3 +99,60 @@ def test_device_all_expands_to_the_devices_tensorflow_sees(pytester: pytest.Pyte
     gpus = tf.config.list_physical_devices("GPU")
     expected = ["*test_ref[[]cpu[]]"] + ["*test_ref[[]gpu*" for _ in gpus[:1]]
     result.stdout.fnmatch_lines(expected + [f"{1 + len(gpus)} test* collected*"])
+
+
+def test_a_report_path_that_is_a_directory_is_a_usage_error_at_start_up(pytester: pytest.Pytester) -> None:
+    """It used to be an INTERNALERROR after every test had passed, leaving a .tmp file behind."""
+    pytester.makepyfile("def test_x(): pass")
+    target = pytester.mkdir("out")
+    for option in ("--modelparity-report", "--modelparity-html"):
+        result = pytester.runpytest(f"{option}={target}")
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        result.stderr.fnmatch_lines([f"*{option}={target} is a directory; pass a file path such as*"])
+        assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+        assert list(target.iterdir()) == [] and not list(pytester.path.glob(".*.tmp"))
+
+
+def test_a_report_under_a_file_is_a_usage_error_at_start_up(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_x(): pass")
+    (pytester.path / "afile").write_text("x")
+    result = pytester.runpytest("--modelparity-report=afile/sub/r.json")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*afile is not a directory, so the report cannot be written there*"])
+
+
+def test_a_report_in_a_missing_directory_is_created(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest("--modelparity-report=new/dir/r.json", "--modelparity-html=new/r.html")
+    assert result.ret == 0
+    assert (pytester.path / "new/dir/r.json").is_file() and (pytester.path / "new/r.html").is_file()
+    assert not list(pytester.path.rglob("*.tmp"))
+
+
+def test_a_failed_report_write_leaves_no_temp_file(tmp_path) -> None:
+    from pytest_modelparity.html_report import write_html
+    from pytest_modelparity.summary import write_json
+
+    (tmp_path / "r.json").mkdir()          # the rename into place fails after the temp file was written
+    (tmp_path / "r.json" / "keep").write_text("x")
+    with pytest.raises(OSError):
+        write_json(tmp_path / "r.json", {"x": 1})
+    (tmp_path / "r.html").mkdir()
+    (tmp_path / "r.html" / "keep").write_text("x")
+    with pytest.raises(OSError):
+        write_html(tmp_path / "r.html", {"rows": [], "tests": [], "artifacts": []})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.html", "r.json"]
+
+
+def test_a_cache_dir_that_is_a_file_is_one_usage_error_at_start_up(pytester: pytest.Pytester, monkeypatch) -> None:
+    pytester.makepyfile("def test_x(): pass")
+    (pytester.path / "cachefile").write_text("x")
+    result = pytester.runpytest("--modelparity-cache-dir=cachefile")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--modelparity-cache-dir=*cachefile is a file; pass a directory*"])
+    monkeypatch.setenv("MODELPARITY_CACHE_DIR", str(pytester.path / "cachefile" / "sub"))
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*MODELPARITY_CACHE_DIR=*sub is inside *cachefile, which is not a directory*"])
+    # --modelparity-no-cache never uses it: no reason to refuse the run.
+    assert pytester.runpytest("--modelparity-no-cache").ret == 0

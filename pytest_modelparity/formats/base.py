@@ -108,11 +108,11 @@ class LoadedModel(abc.ABC):
             missing = [n for n in names if n not in given]
             extra = [k for k in given if k not in names]
             if missing or extra:
-                # A single input under another name is unambiguous: accept it.
-                if len(names) == 1 and len(given) == 1:
-                    given = {names[0]: next(iter(given.values()))}
-                else:
-                    self._mismatch(f"input names do not match (missing {missing}, unexpected {extra})", batch)
+                # Never guess, not even for one input: a wrong key is a mistake the caller
+                # must hear about (it may be the input of another model); a bare array or a
+                # one-element list is how to feed a single input without naming it.
+                self._mismatch(f"input names do not match (missing {missing}, unexpected {extra}); "
+                               f"name the inputs {names}, or pass a bare array / a list in input order", batch)
         elif isinstance(batch, (list, tuple)) and _is_list_of_arrays(batch):
             if len(batch) != len(names):
                 self._mismatch(f"{len(batch)} arrays given for {len(names)} inputs", batch)
@@ -127,8 +127,10 @@ class LoadedModel(abc.ABC):
             if arr.ndim != len(spec.shape):
                 self._mismatch(f"input {spec.name!r} has rank {arr.ndim}, the model expects rank {len(spec.shape)}", batch)
             for axis, (got, want) in enumerate(zip(arr.shape, spec.shape)):
-                if axis > 0 and want is not None and got != want:
-                    self._mismatch(f"input {spec.name!r} has size {got} on axis {axis}, the model expects {want}", batch)
+                if want is not None and got != want:
+                    self._mismatch(f"input {spec.name!r} has a batch of {got} rows, but the model was built for a "
+                                   f"fixed batch of {want} (axis 0); feed batches of {want}" if axis == 0 else
+                                   f"input {spec.name!r} has size {got} on axis {axis}, the model expects {want}", batch)
             if arr.dtype.kind not in _ACCEPTED_KINDS.get(spec.dtype.kind, spec.dtype.kind):
                 self._mismatch(f"input {spec.name!r} is {arr.dtype.name}, which cannot be cast safely to {spec.dtype.name}", batch)
             if spec.dtype.kind in "OS":  # a string input
