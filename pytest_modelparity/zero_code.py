@@ -47,11 +47,13 @@ class ParityCheck(pytest.Item):
             state.unavailable(exc, f"format {fmt!r} on {device}")
         except (NotExportable, ModelLoadError) as exc:
             skip_if_unreachable(exc, fmt, named=state.options.formats_explicit)
-            raise
+            raise zero_code_error(exc) from exc.__cause__
         try:
             reference = state.reference(source, device)
         except (RuntimeMissing, DeviceUnavailable) as exc:
             state.unavailable(exc, f"reference on {device}")
+        except ModelLoadError as exc:
+            raise zero_code_error(exc) from exc.__cause__
         getattr(self, f"_{self.check}")(reference, candidate)
 
     def _outputs_close(self, reference: Any, candidate: Any) -> None:
@@ -91,6 +93,18 @@ class ParityCheck(pytest.Item):
     def reportinfo(self) -> tuple[Any, int | None, str]:
         fmt, device = self.modelparity_matrix
         return self.path, None, f"modelparity {self.check} [{fmt}-{device}]"
+
+
+def zero_code_error(exc: BaseException) -> BaseException:
+    """The same error with a fix this mode can follow: it has no ``load_model`` call to pass
+    ``inputs=``/``outputs=`` to, so name the fixture that can."""
+    if not isinstance(exc, ModelLoadError) or not exc.fix or "to load_model" not in exc.fix:
+        return exc
+    what = exc.fix.split(" to load_model")[0].removeprefix("pass ")
+    fix = (f"--modelparity-model cannot pass load options: write a test using the parity_reference / "
+           f"parity_candidate fixtures and override the session fixture modelparity_load_options in "
+           f"conftest.py to return the option ({what}); see docs/plugin.md")
+    return ModelLoadError(exc.path, exc.format, exc.problem, fix, action=exc.action)
 
 
 def suite_items(session: pytest.Session, state: ParitySession) -> list[ParityCheck]:

@@ -14,8 +14,10 @@ Modules are imported only when used, so importing this package never imports Ten
 
 from __future__ import annotations
 
+import errno
 import importlib
 import importlib.util
+import os
 import shutil
 from pathlib import Path
 from types import ModuleType
@@ -91,12 +93,21 @@ _SUFFIX_FORMATS = {".keras": "keras", ".h5": "h5", ".hdf5": "h5", ".meta": "chec
 def detect_format(path: str | Path) -> str:
     """Name the format of ``path`` by looking at it (suffixes, marker files), or raise."""
     p = Path(path)
+    implied = _SUFFIX_FORMATS.get(p.suffix.lower())
     if not p.exists() and not Path(str(p) + ".meta").exists() and not Path(str(p) + ".index").exists():
-        raise ModelLoadError(p, _SUFFIX_FORMATS.get(p.suffix.lower()), "no such file or directory",
+        if os.path.islink(p):
+            raise _broken_link(p, implied)
+        raise ModelLoadError(p, implied, "no such file or directory",
                              f"check the path (a relative path is taken from {Path.cwd()})")
     for name in ALL_FORMATS:
         if format_module(name).detect(p):
             return name
+    if p.is_dir() and implied is not None:
+        # A directory named like a model file (model.keras/, model.json/): say so, or the
+        # message below reads as if the file's content were not recognised.
+        raise ModelLoadError(p, implied, f"this is a directory, but a {implied} model named {p.name!r} is a file",
+                             f"pass the {implied} file itself (is it inside this directory?), or a SavedModel "
+                             "directory (one holding saved_model.pb)")
     raise ModelLoadError(
         p, None,
         "the format could not be detected; looked for: a .keras file (keras), a .h5/.hdf5 file (h5), "
@@ -105,6 +116,18 @@ def detect_format(path: str | Path) -> str:
         "(tfjs), a .onnx file (onnx)",
         "pass format=... explicitly",
     )
+
+
+def _broken_link(p: Path, implied: str | None) -> ModelLoadError:
+    """A symlink that leads nowhere: a loop, or a link to a missing target."""
+    try:
+        os.stat(p)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return ModelLoadError(p, implied, "a symbolic link loop (the link points, through links, back to itself)",
+                                  f"point the link at the model file: ls -l {p}")
+    return ModelLoadError(p, implied, f"a symbolic link to {os.readlink(p)!r}, which does not exist",
+                          "fix or remove the link, or pass the model's real path")
 
 
 def load_model(source: Any, format: str | None = None, *, device: str = "cpu", **options: Any) -> LoadedModel:

@@ -79,6 +79,10 @@ def _locate(path: Path) -> tuple[Path, Path]:
                              "needs the .meta graph to be loaded without the Python code that built it",
                              "save with tf.compat.v1.train.Saver (write_meta_graph=True); a TF2 "
                              "tf.train.Checkpoint holds no graph: rebuild the model in code and pass it")
+    if meta.stat().st_size == 0:
+        # TensorFlow reads an empty MetaGraph as a graph with no ops ("0 candidate sinks").
+        raise ModelLoadError(meta, NAME, "the .meta MetaGraph is empty (0 bytes): the checkpoint is truncated "
+                             "or corrupt", "save the checkpoint again with tf.compat.v1.train.Saver")
     return meta, prefix
 
 

@@ -84,6 +84,11 @@ def load(source: Any, *, device: str = "cpu", signature: str | None = None,
     if not ((path / "saved_model.pb").is_file() or (path / "saved_model.pbtxt").is_file()):
         raise ModelLoadError(path, NAME, "the directory has no saved_model.pb",
                              "pass the directory written by model.export() or tf.saved_model.save()")
+    proto = path / "saved_model.pb"
+    if proto.is_file() and proto.stat().st_size == 0:
+        # TensorFlow would say "requires a tags= argument ... 0 MetaGraphs", which points away.
+        raise ModelLoadError(proto, NAME, "saved_model.pb is empty (0 bytes): the SavedModel is truncated or corrupt",
+                             "export the SavedModel again (model.export(path) or tf.saved_model.save)")
     dev = require_tf_device(device, format=NAME)
     tf = import_tf()
     try:
