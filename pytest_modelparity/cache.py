@@ -28,11 +28,14 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from .scratch import CACHE_TEMP, SYSTEM_TEMP, owned_prefix, sweep
 
 __all__ = ["ARTIFACT_NAMES", "ExportCache", "UncacheableOption", "converter_versions", "default_cache_dir"]
 
@@ -117,6 +120,20 @@ def _weights(model: Any) -> list[np.ndarray]:
     return [np.asarray(v) for v in getattr(model, "weights", [])]
 
 
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _manifest(directory: Path) -> dict[str, list]:
+    """``{relative path: [size, sha256]}`` of every file an export wrote (meta.json aside)."""
+    return {p.relative_to(directory).as_posix(): [p.stat().st_size, _sha256(p)]
+            for p in sorted(directory.rglob("*")) if p.is_file() and p.name != _META}
+
+
 class ExportCache:
     """Content-keyed, process-safe store of exported models (see the module docstring)."""
 
@@ -125,6 +142,9 @@ class ExportCache:
         self.enabled = enabled
         self.hits = 0
         self.misses = 0
+        self.notes: list[str] = []          # damaged entries dropped and re-exported
+        self._verified: set[Path] = set()
+        self._swept = False
         self._scratch: list[Path] = []
 
     def __repr__(self) -> str:
@@ -153,6 +173,7 @@ class ExportCache:
         """Path of ``model`` exported to ``format`` with ``options``: reused when cached."""
         from .formats import export_model
 
+        self.sweep()
         if not self.enabled:
             return self._export_fresh(model, format, options)
         try:
@@ -162,11 +183,16 @@ class ExportCache:
         final = self.entry_dir(format, key)
         artifact = self.artifact_path(format, key)
         if final.is_dir() and (final / _META).exists():
-            self.hits += 1
-            return self._artifact_in(final, artifact)
+            problem = self._verify(final)
+            if problem is None:
+                self.hits += 1
+                return self._artifact_in(final, artifact)
+            self._drop(final)
+            self.notes.append(f"export cache: the {format} entry {final} was damaged ({problem}); "
+                              "dropped it and exported again")
         self.misses += 1
         (self.root / format).mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=self.root / format, prefix=f".{key[:16]}.tmp-"))
+        tmp = Path(tempfile.mkdtemp(dir=self.root / format, prefix=owned_prefix(f".{key[:16]}.tmp-")))
         try:
             written = Path(export_model(model, format, tmp / artifact.name, **options))
             try:
@@ -175,7 +201,7 @@ class ExportCache:
             except ValueError:
                 raise RuntimeError(f"export of format {format!r} wrote {written}, outside {tmp}") from None
             meta = {"format": format, "key": key, "artifact": relative.as_posix(), "options": {k: repr(v)[:200] for k, v in options.items()},
-                    "versions": converter_versions(), "pid": os.getpid()}
+                    "versions": converter_versions(), "pid": os.getpid(), "files": _manifest(tmp)}
             (tmp / _META).write_text(json.dumps(meta, indent=1, sort_keys=True))
             try:
                 os.rename(tmp, final)
@@ -186,6 +212,58 @@ class ExportCache:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return self._artifact_in(final, artifact)
+
+    # -- verification (on read) -----------------------------------------------------------
+    def _verify(self, entry: Path) -> str | None:
+        """What is wrong with a cached entry, or None: every file recorded at write time
+        must still have its size and SHA-256 (a truncated or edited artifact must never be
+        handed out). Checked once per entry and process."""
+        if entry in self._verified:
+            return None
+        try:
+            recorded = json.loads((entry / _META).read_text()).get("files")
+        except (OSError, ValueError, AttributeError) as exc:
+            return f"meta.json unreadable: {type(exc).__name__}"
+        if not isinstance(recorded, dict) or not recorded:
+            return "no size/hash record (written by an older version)"
+        for relative, (size, digest) in sorted(recorded.items()):
+            path = entry / relative
+            try:
+                actual = path.stat().st_size
+            except OSError:
+                return f"{relative} is missing"
+            if actual != size:
+                return f"{relative} is {actual} bytes, {size} when written"
+            if _sha256(path) != digest:
+                return f"{relative} changed since it was written (SHA-256 differs)"
+        self._verified.add(entry)
+        return None
+
+    @staticmethod
+    def _drop(entry: Path) -> None:
+        """Remove a damaged entry: renamed aside first, so no other process picks it up half-deleted."""
+        aside = entry.with_name(owned_prefix(f".{entry.name[:16]}.bad-") + str(time.monotonic_ns()))
+        try:
+            os.rename(entry, aside)
+        except OSError:
+            return  # another process dropped (or replaced) it first
+        shutil.rmtree(aside, ignore_errors=True)
+
+    def sweep(self) -> list[Path]:
+        """Remove what killed runs left (half-written entries here, intermediate exports in
+        the system temp directory): once per cache object, on its first export."""
+        if self._swept:
+            return []
+        self._swept = True
+        removed = sweep(Path(tempfile.gettempdir()), SYSTEM_TEMP)
+        for format in ARTIFACT_NAMES:
+            removed += sweep(self.root / format, CACHE_TEMP, unowned=True)
+        return removed
+
+    def take_notes(self) -> list[str]:
+        """What the cache repaired since the last call (each said once, then forgotten)."""
+        notes, self.notes = self.notes, []
+        return notes
 
     @staticmethod
     def _artifact_in(entry: Path, default: Path) -> Path:
@@ -199,7 +277,8 @@ class ExportCache:
     def _export_fresh(self, model: Any, format: str, options: dict[str, Any]) -> Path:
         from .formats import export_model
 
-        tmp = Path(tempfile.mkdtemp(prefix=f"modelparity-{format}-"))
+        self.sweep()
+        tmp = Path(tempfile.mkdtemp(prefix=owned_prefix(f"modelparity-{format}-")))
         if not self._scratch:
             atexit.register(self._remove_scratch)
         self._scratch.append(tmp)

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from .errors import DeviceUnavailable, ModelLoadError, RuntimeMissing
+from .scratch import owned_prefix
 from .options import ParityOptions, split_format
 
 STATE_KEY = pytest.StashKey["ParitySession"]()
@@ -181,15 +182,19 @@ class ParitySession:
                 from .formats import export_model
 
                 if self._tmp is None:
-                    self._tmp = Path(tempfile.mkdtemp(prefix="modelparity-"))
+                    self._tmp = Path(tempfile.mkdtemp(prefix=owned_prefix("modelparity-")))
                 target = self._tmp / f"{len(self.artifacts)}-{format.replace(':', '-')}" / _EXPORT_NAMES[base]
                 path = export_model(model, base, target, **options)
         except (RuntimeMissing, DeviceUnavailable, ModelLoadError):
             raise
         except Exception as exc:  # noqa: BLE001 - any converter failure, reported once per format
             raise _export_failed(src.label, format, exc) from exc
-        self.artifacts.append({"source": src.label, "format": format, "path": str(path),
-                               "seconds": round(time.perf_counter() - start, 3)})
+        artifact = {"source": src.label, "format": format, "path": str(path),
+                    "seconds": round(time.perf_counter() - start, 3)}
+        notes = cache.take_notes() if cache is not None else []
+        if notes:  # a damaged cache entry was dropped and re-exported: said once, in the summary
+            artifact["cache_note"] = "; ".join(notes)
+        self.artifacts.append(artifact)
         return path
 
     def _export_cache(self) -> Any:

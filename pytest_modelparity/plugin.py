@@ -299,6 +299,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             terminalreporter.write_line(
                 f"... {len(rows) - len(shown)} more rows not shown ({passed} of {len(rows)} passed); "
                 "-v shows every row, --modelparity-report/--modelparity-html write them all")
+    for artifact in state.artifacts:
+        if artifact.get("cache_note"):
+            terminalreporter.write_line(f"modelparity: {artifact['cache_note']}", yellow=True)
     for error in state.write_errors:
         terminalreporter.write_line(f"modelparity: ERROR {error}", red=True)
     for what, path in (("JSON", state.options.report), ("HTML", state.options.html)):

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DeviceUnavailable, ModelLoadError, RuntimeMissing
+from ..scratch import owned_prefix
 from ._common import TF_INSTALL, quiet
 from .base import LoadedModel, TensorSpec
 
@@ -796,7 +797,7 @@ def export(model: Any, path: Path, *, quantization: str | None = None, validate_
     converter_options.setdefault("control_flow_v2", True)
     converter = import_converter()
 
-    with tempfile.TemporaryDirectory(prefix="modelparity-tfjs-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=owned_prefix("modelparity-tfjs-")) as tmp:  # swept if killed
         if isinstance(model, (str, Path)):
             saved_model = Path(model)
             if not (saved_model / "saved_model.pb").is_file():
