@@ -49,6 +49,7 @@ def assert_outputs_close(actual: Any, expected: Any, *, inputs: Any = None, rtol
     the candidate ``CALIBRATED_MULTIPLE`` times that noise.
     """
     __tracebackhide__ = True
+    validators.check_tolerance_choice(tolerance, rtol, atol, rule_type=Tolerance)
     actual_model = actual if _is_model(actual) else None
     expected_model = expected if _is_model(expected) else None
     if (actual_model is not None or expected_model is not None) and inputs is None:
@@ -148,6 +149,7 @@ def assert_batch_invariant(model: Callable, inputs: Any, *, batch_sizes: Sequenc
     when the same batch is evaluated in reversed row order.
     """
     __tracebackhide__ = True
+    validators.check_tolerance_choice(tolerance, rtol, atol, rule_type=Tolerance)
     _require_model(model, "assert_batch_invariant")
     n = validators.check_nonempty_batch(_batch_length(inputs), "assert_batch_invariant")
     sizes = validators.check_batch_sizes(batch_sizes)
@@ -221,10 +223,10 @@ def _tolerance_fn(actual: Any, tolerance: Tolerance | None, *, rtol, atol, devic
     (and of ``compute``, the dtype a mixed-precision model computes its float outputs in)."""
     if isinstance(tolerance, Tolerance):
         if rtol is not None or atol is not None:
-            raise ValueError("pass either tolerance=Tolerance(...) or rtol=/atol=, not both")
+            validators.check_tolerance_choice(tolerance, rtol, atol, rule_type=Tolerance)
         return tolerance
     if tolerance is not None:
-        raise TypeError(f"tolerance={tolerance!r}: pass a Tolerance, None or the string 'calibrated'")
+        validators.check_tolerance_choice(tolerance, rtol, atol, rule_type=Tolerance)
     actual_dtypes = {path: arr.dtype for path, arr in _leaves(actual)}
     # Resolve the layers now: the ContextVar is read in the caller's context.
     layers = tol_mod.current_layers()
@@ -410,10 +412,7 @@ def _context(actual_model: Any, expected_model: Any) -> tuple[str, str | None]:
 
 def _check_calibrated(tolerance: str, rtol: float | None, atol: float | None) -> None:
     """The one string ``tolerance=`` accepts, and it excludes an explicit rtol/atol."""
-    if tolerance != "calibrated":
-        raise ValueError(f"tolerance={tolerance!r}: pass a Tolerance, None or the string 'calibrated'")
-    if rtol is not None or atol is not None:
-        raise ValueError("tolerance='calibrated' and rtol=/atol= exclude each other: pass one of them")
+    validators.check_tolerance_choice(tolerance, rtol, atol, rule_type=Tolerance)
 
 
 # Output names a converter makes up when it loses the model's own (a SavedModel signature's

@@ -17,7 +17,7 @@ import numpy as np
 
 from .errors import InvalidArgumentError
 
-__all__ = ["check_tolerance_value", "check_batch_size", "check_batch_sizes", "check_nonempty_batch"]
+__all__ = ["check_tolerance_choice", "check_tolerance_value", "check_batch_size", "check_batch_sizes", "check_nonempty_batch"]
 
 
 def check_tolerance_value(what: str, value: Any, source: str = "argument") -> float | None:
@@ -35,6 +35,23 @@ def check_tolerance_value(what: str, value: Any, source: str = "argument") -> fl
     if not math.isfinite(number) or number < 0:
         raise InvalidArgumentError(f"{what}={value!r} from {source} must be a finite number >= 0, e.g. 1e-5")
     return number
+
+
+def check_tolerance_choice(tolerance: Any, rtol: Any, atol: Any, *, rule_type: type) -> None:
+    """An assertion's ``tolerance=`` (``None``, a ``rule_type`` rule or ``"calibrated"``) and
+    ``rtol``/``atol``, checked together and before any model runs: a rule or ``"calibrated"``
+    excludes an explicit rtol/atol, and each bound must be valid."""
+    check_tolerance_value("rtol", rtol)
+    check_tolerance_value("atol", atol)
+    explicit = rtol is not None or atol is not None
+    if isinstance(tolerance, rule_type):
+        if explicit:
+            raise InvalidArgumentError("pass either tolerance=Tolerance(...) or rtol=/atol=, not both")
+    elif isinstance(tolerance, str) and tolerance == "calibrated":
+        if explicit:
+            raise InvalidArgumentError("tolerance='calibrated' and rtol=/atol= exclude each other: pass one of them")
+    elif tolerance is not None:
+        raise InvalidArgumentError(f"tolerance={tolerance!r}: pass a Tolerance, None or the string 'calibrated'")
 
 
 def check_batch_size(value: Any, what: str = "batch_size") -> int:

@@ -89,3 +89,22 @@ def test_invalid_argument_error_is_a_value_error() -> None:
     assert issubclass(InvalidArgumentError, ValueError)
     with pytest.raises(ValueError):
         assert_deterministic(double, A, runs=1)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"tolerance": "loose"}, "pass a Tolerance, None or the string 'calibrated'"),
+    ({"tolerance": 1e-3}, "pass a Tolerance, None or the string 'calibrated'"),
+    ({"tolerance": "calibrated", "rtol": 1e-3}, "exclude each other"),
+])
+def test_a_bad_tolerance_choice_fails_before_any_model_runs(kwargs, message) -> None:
+    calls = []
+
+    def counted(b):
+        calls.append(1)
+        return b
+
+    with pytest.raises(InvalidArgumentError, match=message):
+        assert_outputs_close(counted, counted, inputs=A, **kwargs)
+    with pytest.raises(InvalidArgumentError, match=message):
+        assert_batch_invariant(counted, A, **kwargs)
+    assert calls == []
