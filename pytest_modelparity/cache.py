@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from .errors import ExportError
 from .scratch import CACHE_TEMP, SYSTEM_TEMP, owned_prefix, sweep
 
 __all__ = ["ARTIFACT_NAMES", "ExportCache", "UncacheableOption", "converter_versions", "default_cache_dir"]
@@ -191,8 +192,13 @@ class ExportCache:
             self.notes.append(f"export cache: the {format} entry {final} was damaged ({problem}); "
                               "dropped it and exported again")
         self.misses += 1
-        (self.root / format).mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=self.root / format, prefix=owned_prefix(f".{key[:16]}.tmp-")))
+        try:
+            (self.root / format).mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(dir=self.root / format, prefix=owned_prefix(f".{key[:16]}.tmp-")))
+        except OSError as exc:
+            raise ExportError(self.root / format, format, f"the export cache cannot be written ({type(exc).__name__}: "
+                              f"{exc})", "make the cache directory writable, point --modelparity-cache-dir (or "
+                              "MODELPARITY_CACHE_DIR) at a writable directory, or pass --modelparity-no-cache") from exc
         try:
             written = Path(export_model(model, format, tmp / artifact.name, **options))
             try:

@@ -191,13 +191,19 @@ def check_output_file(option: str, path: Path | None) -> Path | None:
     return path
 
 
-def check_cache_dir(path: Path, source: str) -> Path:
-    """The cache root must be (or become) a directory: a file there would fail every test."""
+def check_cache_dir(path: Path, source: str, *, writable: bool = True) -> Path:
+    """The cache root must be (or become) a directory: a file there would fail every test.
+    ``writable``: also refuse one that cannot be written (for a directory the user named;
+    the default one is only checked when an export needs it, so a read-only checkout that
+    exports nothing still runs)."""
     existing = _nearest_existing(path)
     if not existing.is_dir():
         what = "is a file" if existing == path else f"is inside {existing}, which is not a directory"
         raise pytest.UsageError(f"{source}={path} {what}; pass a directory (it is created when missing), "
                                 "or --modelparity-no-cache to export into temporary directories")
+    if writable and not os.access(existing, os.W_OK | os.X_OK):
+        raise pytest.UsageError(f"{source}={path} cannot be written (no write permission on {existing}, or a "
+                                "read-only filesystem); pass a writable directory, or --modelparity-no-cache")
     return path
 
 
@@ -211,7 +217,7 @@ def parse_options(config: pytest.Config) -> ParityOptions:
     if cache:
         source = ("--modelparity-cache-dir" if _value(config, "modelparity_cache_dir")
                   else "MODELPARITY_CACHE_DIR" if os.environ.get("MODELPARITY_CACHE_DIR") else "the cache directory")
-        check_cache_dir(cache_dir, source)
+        check_cache_dir(cache_dir, source, writable=source != "the cache directory")
     model = _value(config, "modelparity_model")
     return ParityOptions(
         devices=parse_devices(_value(config, "modelparity_device")),

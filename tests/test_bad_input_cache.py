@@ -154,3 +154,16 @@ def test_the_next_run_removes_what_a_killed_run_left(model, tmp_path: Path) -> N
     finally:
         for p in (mine, unrelated):
             p.rmdir()
+
+
+def test_a_cache_that_cannot_be_written_is_an_export_error(model, tmp_path: Path) -> None:
+    from pytest_modelparity import ExportError
+
+    (tmp_path / "afile").write_text("x")
+    cache = ExportCache(tmp_path / "afile" / "cache")
+    with pytest.raises(ExportError) as err:
+        cache.export(model, "keras")
+    text = str(err.value)
+    assert "as format 'keras'" in text and "the export cache cannot be written" in text, text
+    assert "--modelparity-cache-dir" in text and "--modelparity-no-cache" in text
+    assert (tmp_path / "afile").read_text() == "x"
