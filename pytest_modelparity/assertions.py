@@ -541,7 +541,7 @@ def _max_abs_tree(a: Any, b: Any) -> float:
 def _first_array(inputs: Any) -> Any:
     if isinstance(inputs, Mapping):
         if not inputs:
-            raise ValueError("inputs is an empty dict; pass at least one input array")
+            raise InvalidArgumentError("inputs is an empty dict; pass at least one input array")
         return next(iter(inputs.values()))
     if isinstance(inputs, (list, tuple)) and inputs and not _looks_numeric_list(inputs):
         return inputs[0]
@@ -554,13 +554,13 @@ def _batch_length(inputs: Any) -> int:
     if shape is None:
         shape = np.shape(first)
     if len(shape) == 0:
-        raise ValueError("inputs have no batch axis (a scalar); pass a batch whose axis 0 indexes the rows")
+        raise InvalidArgumentError("inputs have no batch axis (a scalar); pass a batch whose axis 0 indexes the rows")
     n = int(shape[0])
     for other in _all_arrays(inputs):
         other_shape = getattr(other, "shape", None) or np.shape(other)
         if len(other_shape) == 0 or int(other_shape[0]) != n:
-            raise ValueError(f"inputs disagree on the batch size (axis 0): {n} vs "
-                             f"{other_shape[0] if len(other_shape) else 'a scalar'}; every input must have the same rows")
+            raise InvalidArgumentError(f"inputs disagree on the batch size (axis 0): {n} vs "
+                                       f"{other_shape[0] if len(other_shape) else 'a scalar'}; every input must have the same rows")
     return n
 
 

@@ -108,3 +108,13 @@ def test_a_bad_tolerance_choice_fails_before_any_model_runs(kwargs, message) -> 
     with pytest.raises(InvalidArgumentError, match=message):
         assert_batch_invariant(counted, A, **kwargs)
     assert calls == []
+
+
+@pytest.mark.parametrize("inputs, message", [
+    ({}, "empty dict"),
+    (np.float32(1.0), "no batch axis"),
+    ({"a": A, "b": A[:2]}, "disagree on the batch size"),
+])
+def test_a_batch_of_the_wrong_form_is_an_invalid_argument(inputs, message) -> None:
+    with pytest.raises(InvalidArgumentError, match=message):
+        assert_batch_invariant(double, inputs)
