@@ -9,8 +9,9 @@ and raises ``ParityError``. Nothing here imports TensorFlow or pytest.
 
 from __future__ import annotations
 
+import hashlib
 import re
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -88,7 +89,8 @@ def assert_outputs_close(actual: Any, expected: Any, *, inputs: Any = None, rtol
         return diagnose.diagnose_comparison(report, actual=act, expected=exp, actual_model=actual_model,
                                             expected_model=expected_model, inputs=inputs)
 
-    return _finish("outputs_close", report, msg, why)
+    return _finish("outputs_close", report, msg, why, lambda: _memo_key(
+        diagnose.diagnose_comparison, act, exp, actual_model, expected_model, inputs))
 
 
 def assert_deterministic(model: Callable, inputs: Any, *, runs: int = 3, rtol: float = 0.0,
@@ -132,7 +134,8 @@ def assert_deterministic(model: Callable, inputs: Any, *, runs: int = 3, rtol: f
     def why() -> list:
         return diagnose.diagnose_nondeterminism(report, model=model, inputs=inputs, runs=outputs)
 
-    return _finish("deterministic", report, None, why)
+    return _finish("deterministic", report, None, why, lambda: _memo_key(
+        diagnose.diagnose_nondeterminism, model, inputs, outputs))
 
 
 def assert_batch_invariant(model: Callable, inputs: Any, *, batch_sizes: Sequence[int] = (1,),
@@ -186,32 +189,125 @@ def assert_batch_invariant(model: Callable, inputs: Any, *, batch_sizes: Sequenc
     def why() -> list:
         return diagnose.diagnose_batch_variance(report, model=model, inputs=inputs, batched=batched, split=splits)
 
-    return _finish("batch_invariant", report, None, why)
+    return _finish("batch_invariant", report, None, why, lambda: _memo_key(
+        diagnose.diagnose_batch_variance, model, inputs, batched, splits))
 
 
 # --------------------------------------------------------------------------------------
 # Finishing: emit, diagnose, raise
 # --------------------------------------------------------------------------------------
 
-def _finish(kind: str, report: ComparisonReport, msg: str | None, why: Callable[[], list]) -> ComparisonReport:
+def _finish(kind: str, report: ComparisonReport, msg: str | None, why: Callable[[], list],
+            key: Callable[[], tuple] | None = None) -> ComparisonReport:
+    """Emit the report; on failure raise ``ParityError`` whose hints and text are computed
+    only when first read (pytest rendering the failure, a ``match=``, the summary of the
+    test's final failure): a ``@given`` test that fails on many examples, or a failure a
+    test expects and catches, costs no diagnosis per example (``LazyHints``)."""
     __tracebackhide__ = True
     if not report.passed:
-        try:
-            hints = why()
-            report.hints = list(hints or [])
-        except Exception as exc:  # noqa: BLE001 - a diagnosis crash must never hide the failure
-            report.hints = []
-            report.meta["diagnosis_error"] = f"{type(exc).__name__}: {exc}"
+        report.hints = LazyHints(report, why, key)  # type: ignore[assignment]
     recording.emit(kind, report)
     if report.passed:
         return report
-    text = str(report)
-    summary = report.meta.get("calibration", {}).get("summary")
-    if summary and summary not in text:
-        text += f"\n{summary}"
-    if msg:
-        text = f"{msg}\n{text}"
+
+    def text() -> str:
+        rendered = str(report)
+        summary = report.meta.get("calibration", {}).get("summary")
+        if summary and summary not in rendered:
+            rendered += f"\n{summary}"
+        return f"{msg}\n{rendered}" if msg else rendered
+
     raise ParityError(text, report)
+
+
+# Hints of the last few diagnosed failures, by what was compared: Hypothesis renders the
+# shrunk example's failure and then its final replay's, two reports of the same comparison.
+_MEMO: dict[tuple, list] = {}
+_MEMO_SIZE = 8
+
+
+class LazyHints(Sequence):
+    """``report.hints`` of a failure: the diagnosis runs on first read, once.
+
+    ``pending`` says whether it has run (the summary reads it to leave the hints of
+    unread failures out instead of diagnosing every failing Hypothesis example); ``discard``
+    drops what the diagnosis would need (arrays, models) once nobody can read it.
+    """
+
+    def __init__(self, report: ComparisonReport, why: Callable[[], list] | None,
+                 key: Callable[[], tuple] | None = None) -> None:
+        self._report = report
+        self._why = why
+        self._key = key
+        self._hints: list | None = None
+
+    @property
+    def pending(self) -> bool:
+        return self._hints is None and self._why is not None
+
+    def discard(self) -> None:
+        if self._hints is None:
+            self._why = self._key = None
+
+    def _resolve(self) -> list:
+        if self._hints is not None:
+            return self._hints
+        why, self._why = self._why, None
+        if why is None:
+            self._hints = []
+            return self._hints
+        try:
+            memo_key = self._key() if self._key is not None else None
+        except Exception:  # noqa: BLE001 - no memo then, the diagnosis still runs
+            memo_key = None
+        if memo_key is not None and memo_key in _MEMO:
+            self._hints = list(_MEMO[memo_key])
+            return self._hints
+        try:
+            self._hints = list(why() or [])
+        except Exception as exc:  # noqa: BLE001 - a diagnosis crash must never hide the failure
+            self._hints = []
+            self._report.meta["diagnosis_error"] = f"{type(exc).__name__}: {exc}"
+        if memo_key is not None:
+            _MEMO[memo_key] = list(self._hints)
+            while len(_MEMO) > _MEMO_SIZE:
+                _MEMO.pop(next(iter(_MEMO)))
+        self._key = None
+        return self._hints
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._resolve()[index]
+
+    def __len__(self) -> int:
+        return len(self._resolve())
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._resolve())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, LazyHints):
+            other = other._resolve()
+        return self._resolve() == other
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(self._hints) if self._hints is not None else "LazyHints(<not diagnosed yet>)"
+
+
+def _digest(tree: Any) -> tuple:
+    """A cheap identity of arrays (shapes, dtypes, a strided sample's bytes) for ``_MEMO``."""
+    h = hashlib.blake2b(digest_size=16)
+    for path, arr in _leaves(tree):
+        h.update(f"{path}{arr.shape}{arr.dtype}".encode())
+        flat = arr.reshape(-1)
+        step = max(1, flat.size // 65536)
+        h.update(np.ascontiguousarray(flat[::step]).tobytes())
+    return (h.hexdigest(),)
+
+
+def _memo_key(fn: Any, *parts: Any) -> tuple:
+    return (fn, *[id(p) if _is_model(p) else _digest(p) if p is not None else None for p in parts])
 
 
 # --------------------------------------------------------------------------------------

@@ -7,15 +7,39 @@ plugin) can raise and catch them without importing TensorFlow.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 
 class ParityError(AssertionError):
-    """Two results that should agree do not. ``.report`` holds the structured result."""
+    """Two results that should agree do not. ``.report`` holds the structured result.
 
-    def __init__(self, message: str, report: Any = None) -> None:
-        super().__init__(message)
+    The message may be a zero-argument callable: the text (with its "Likely cause"
+    diagnosis) is then built on first ``str()``, so a failure that is caught, or a failing
+    Hypothesis example that is not the one reported, costs no diagnosis.
+    """
+
+    def __init__(self, message: str | Callable[[], str], report: Any = None) -> None:
+        self._render: Callable[[], str] | None = None
+        if callable(message):
+            self._render = message
+            super().__init__()
+        else:
+            super().__init__(message)
         self.report = report
+
+    def __str__(self) -> str:
+        if self._render is not None:
+            render, self._render = self._render, None
+            self.args = (render(),)
+        return super().__str__()
+
+    def __repr__(self) -> str:
+        if self._render is not None:  # not rendered yet: do not diagnose just to repr
+            return f"{type(self).__name__}({getattr(self.report, 'title', '')!r}: failed)"
+        return super().__repr__()
+
+    def __reduce__(self) -> Any:
+        return (type(self), (str(self), self.report))
 
 
 class ModelLoadError(Exception):

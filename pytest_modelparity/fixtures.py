@@ -17,7 +17,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -175,6 +175,7 @@ class ParitySession:
         # The cache keys Keras models by architecture and weights; a file source is converted
         # afresh into this session's temporary directory (user files are never written to).
         cache = self._export_cache() if not isinstance(model, (str, Path)) else None
+        hits_before = getattr(cache, "hits", 0)
         try:
             if cache is not None:
                 path = Path(cache.export(model, base, **options))
@@ -190,7 +191,9 @@ class ParitySession:
         except Exception as exc:  # noqa: BLE001 - any converter failure, reported once per format
             raise _export_failed(src.label, format, exc) from exc
         artifact = {"source": src.label, "format": format, "path": str(path),
-                    "seconds": round(time.perf_counter() - start, 3)}
+                    "seconds": round(time.perf_counter() - start, 3),
+                    # a cache hit is a reused artifact, not an export made by this run
+                    "cache_hit": cache is not None and getattr(cache, "hits", 0) > hits_before}
         notes = cache.take_notes() if cache is not None else []
         if notes:  # a damaged cache entry was dropped and re-exported: said once, in the summary
             artifact["cache_note"] = "; ".join(notes)
@@ -230,6 +233,34 @@ class ParitySession:
             raise pytest.fail.Exception(reason + " [--modelparity-strict turns this skip into a failure]",
                                         pytrace=False) from None  # called in an except: no chained repeat
         pytest.skip(reason)
+
+    def candidate_or_skip(self, source: Any, format: str, device: str, *, named: bool,
+                          load_options: dict | None = None, explain: Any = None) -> Any:
+        """The candidate model, or the one skip/failure that says why it cannot be had.
+
+        Shared by the ``parity_candidate`` fixture and the zero-code items: a missing runtime
+        or device skips (fails under --modelparity-strict); a format this source cannot become
+        skips unless the user named it; any other export or load failure fails the test with
+        the converter's message (``explain(exc)`` may word it for the caller: zero-code mode
+        has no fixture to name in the fix).
+        """
+        try:
+            return self.candidate(source, format, device, load_options)
+        except (RuntimeMissing, DeviceUnavailable) as exc:
+            self.unavailable(exc, f"format {format!r} on {device}")
+        except (NotExportable, ExportFailed, ModelLoadError) as exc:
+            skip_if_unreachable(exc, format, named=named)
+            _fail(f"modelparity: {explain(exc) if explain else f'{exc}{_load_options_hint(exc)}'}")
+
+    def reference_or_skip(self, source: Any, device: str, load_options: dict | None = None, *,
+                          explain: Any = None) -> Any:
+        """The reference model, or the skip (missing runtime/device) or failure (a bad source)."""
+        try:
+            return self.reference(source, device, load_options)
+        except (RuntimeMissing, DeviceUnavailable) as exc:
+            self.unavailable(exc, f"reference on {device}")
+        except ModelLoadError as exc:  # the message names the file, the format and the fix
+            _fail(f"modelparity: reference: {explain(exc) if explain else f'{exc}{_load_options_hint(exc)}'}")
 
     def close(self) -> None:
         for table in (self.candidates, self.references):
@@ -403,15 +434,13 @@ def modelparity_format(request: pytest.FixtureRequest) -> str:
 def parity_reference(request: pytest.FixtureRequest, modelparity_source: Any, modelparity_device: str,
                      modelparity_load_options: dict) -> Any:
     """The source as a ``LoadedModel`` on ``modelparity_device`` (built once per session)."""
-    state = get_state(request.config)
-    try:
-        return state.reference(modelparity_source, modelparity_device, modelparity_load_options)
-    except (RuntimeMissing, DeviceUnavailable) as exc:
-        state.unavailable(exc, f"reference on {modelparity_device}")
-    except ModelLoadError as exc:  # the message names the file, the format and the fix
-        # ``from None``: the message already carries the error; a chained traceback repeats it.
-        raise pytest.fail.Exception(f"modelparity: reference: {exc}{_load_options_hint(exc)}",
-                                    pytrace=False) from None
+    return get_state(request.config).reference_or_skip(modelparity_source, modelparity_device,
+                                                       modelparity_load_options)
+
+
+def _fail(text: str) -> NoReturn:
+    # ``from None``: the message already carries the error; a chained traceback repeats it.
+    raise pytest.fail.Exception(text, pytrace=False) from None
 
 
 def _load_options_hint(exc: BaseException) -> str:
@@ -429,14 +458,8 @@ def parity_candidate(request: pytest.FixtureRequest, modelparity_source: Any, mo
                      modelparity_device: str, modelparity_load_options: dict) -> Any:
     """The source exported to ``modelparity_format`` (cached) and loaded on the device."""
     state = get_state(request.config)
-    try:
-        return state.candidate(modelparity_source, modelparity_format, modelparity_device,
-                               modelparity_load_options)
-    except (RuntimeMissing, DeviceUnavailable) as exc:
-        state.unavailable(exc, f"format {modelparity_format!r} on {modelparity_device}")
-    except (NotExportable, ExportFailed, ModelLoadError) as exc:
-        skip_if_unreachable(exc, modelparity_format, named=_formats_named(request, state))
-        raise pytest.fail.Exception(f"modelparity: {exc}{_load_options_hint(exc)}", pytrace=False) from None
+    return state.candidate_or_skip(modelparity_source, modelparity_format, modelparity_device,
+                                   named=_formats_named(request, state), load_options=modelparity_load_options)
 
 
 def skip_if_unreachable(exc: BaseException, format: str, *, named: bool) -> None:

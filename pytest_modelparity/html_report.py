@@ -19,7 +19,7 @@ body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px;col
 h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 8px}
 .meta{color:#57606a;margin-bottom:16px} .meta code{background:#f3f4f6;padding:1px 4px;border-radius:3px}
 .counts span{display:inline-block;margin-right:14px;font-weight:600}
-.pass{color:#1a7f37} .fail{color:#cf222e}
+.pass{color:#1a7f37} .fail{color:#cf222e} .expected{color:#57606a}
 table{border-collapse:collapse;width:100%;margin-top:8px}
 th,td{border-bottom:1px solid #d0d7de;padding:4px 8px;text-align:left;vertical-align:middle}
 th{background:#f6f8fa;position:sticky;top:0;white-space:nowrap}
@@ -69,8 +69,12 @@ def histogram_svg(hist: dict | None, *, width: int = 220, height: int = 64, fail
     return "".join(parts)
 
 
+_VERDICT_CLASS = {"fail": "fail", "expected": "expected", "pass": "pass"}
+
+
 def _row_html(row: dict) -> str:
-    failed = row.get("verdict") == "fail"
+    verdict = str(row.get("verdict") or "pass")
+    failed = verdict == "fail"
     where, _, test = row["nodeid"].rpartition("::")
     evidence = row.get("hint_evidence") or []
     hints = "".join(
@@ -78,6 +82,11 @@ def _row_html(row: dict) -> str:
                           if i < len(evidence) and evidence[i] else "") + "</li>"
         for i, h in enumerate(row.get("hints") or []))
     problem = f'<div class="small fail">{_e(row["problem"])}</div>' if row.get("problem") else ""
+    # every note the comparison made (e.g. the top-1 agreement an int8 row failed on)
+    notes = "".join(f'<div class="small note">{_e(n)}</div>' for n in row.get("notes") or [])
+    because = (f'<div class="small">{_e(row["expected_because"])}</div>'
+               if verdict == "expected" and row.get("expected_because") else "")
+    calibration = f'<div class="small">{_e(row["calibration"])}</div>' if row.get("calibration") else ""
     runs = row.get("runs") or 1
     runs_txt = f'<div class="small">worst of {runs} comparisons</div>' if runs > 1 else ""
     cells = [
@@ -87,20 +96,32 @@ def _row_html(row: dict) -> str:
         f"<td>{_e(row.get('format') or '-')}</td>",
         f"<td>{_e(row.get('device') or '-')}</td>",
         f"<td>{_e(row.get('check'))}</td>",
-        f"<td><code>{_e(row.get('output') or '-')}</code>{problem}</td>",
-        f'<td class="{"fail" if failed else "pass"}"><b>{"FAIL" if failed else "PASS"}</b></td>',
+        f"<td><code>{_e(row.get('output') or '-')}</code>{problem}{notes}{calibration}</td>",
+        f'<td class="{_VERDICT_CLASS.get(verdict, "pass")}"><b>{_e(verdict.upper())}</b>{because}</td>',
         f'<td class="num">{format_number(row.get("max_abs"))}</td>',
         f'<td class="num">{format_number(row.get("max_rel"))}</td>',
         f'<td class="num">{format_number(row.get("max_ulp"), ".4g")}</td>',
         f'<td class="small tol">{_e(row.get("tolerance") or "-")}</td>',
         f'<td class="hist">{histogram_svg(row.get("error_histogram"), failed=failed)}</td>',
     ]
-    return f'<tr class="{"fail" if failed else "pass"}">{"".join(cells)}</tr>'
+    return f'<tr class="{_VERDICT_CLASS.get(verdict, "pass")}">{"".join(cells)}</tr>'
+
+
+def _not_passed_html(tests: Sequence[dict]) -> str:
+    """The tests that failed, errored or were skipped, each with its reason."""
+    items = [t for t in tests if t.get("outcome") in ("failed", "error", "skipped", "xpassed")]
+    if not items:
+        return ""
+    lis = []
+    for t in items:
+        css = "fail" if t["outcome"] in ("failed", "error") else "expected"
+        reason = f'<pre class="small">{_e(t["reason"])}</pre>' if t.get("reason") else ""
+        lis.append(f'<li><b class="{css}">{_e(t["outcome"].upper())}</b> <code>{_e(t.get("nodeid"))}</code>{reason}</li>')
+    return f'<h2>Tests that did not pass</h2><ul class="tests">{"".join(lis)}</ul>'
 
 
 def render_html(document: dict) -> str:
     rows: Sequence[dict] = document.get("rows", [])
-    summary = document.get("summary", {})
     env = document.get("environment", {})
     packages = ", ".join(f"{k} {v}" for k, v in (env.get("packages") or {}).items() if v)
     tests = document.get("tests", [])
@@ -108,10 +129,13 @@ def render_html(document: dict) -> str:
     for t in tests:
         outcomes[t.get("outcome", "?")] = outcomes.get(t.get("outcome", "?"), 0) + 1
     outcome_txt = ", ".join(f"{n} {k}" for k, n in sorted(outcomes.items()))
+    verdicts: dict[str, int] = {}
+    for r in rows:
+        verdicts[str(r.get("verdict"))] = verdicts.get(str(r.get("verdict")), 0) + 1
     header = "".join(f"<th>{h}</th>" for h in ("test", "format", "device", "check", "output", "verdict",
                                                 "max abs", "max rel", "max ULP", "tolerance", "error histogram"))
     # Failing comparisons first: they are what a reader opens the page for.
-    ordered = sorted(rows, key=lambda r: r.get("verdict") == "pass")
+    ordered = sorted(rows, key=lambda r: {"fail": 0, "expected": 1}.get(str(r.get("verdict")), 2))
     body = "\n".join(_row_html(r) for r in ordered) or '<tr><td colspan="11">no comparisons were made</td></tr>'
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -121,10 +145,12 @@ def render_html(document: dict) -> str:
 <h1>Model parity report</h1>
 <div class="meta">{_e(document.get("created"))} &middot; Python {_e(env.get("python"))} &middot;
 {_e(packages)}{" &middot; Node.js " + _e(env.get("node")) if env.get("node") else ""}</div>
-<div class="counts"><span>{summary.get("rows", 0)} outputs compared</span>
-<span class="pass">{summary.get("passed", 0)} pass</span>
-<span class="fail">{summary.get("failed", 0)} fail</span>
-<span>tests: {_e(outcome_txt) or "none"}</span></div>
+<div class="counts"><span>tests: {_e(outcome_txt) or "none"}</span>
+<span>{len(rows)} outputs compared:</span>
+<span class="pass">{verdicts.get("pass", 0)} pass</span>
+<span class="fail">{verdicts.get("fail", 0)} fail</span>
+{f'<span class="expected">{verdicts["expected"]} failed as expected</span>' if verdicts.get("expected") else ""}</div>
+{_not_passed_html(tests)}
 <h2>Comparisons</h2>
 <table><thead><tr>{header}</tr></thead><tbody>
 {body}

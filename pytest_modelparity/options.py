@@ -7,10 +7,11 @@ read the same parsed, validated values instead of re-reading ``config.getoption`
 
 from __future__ import annotations
 
+import difflib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Iterable, Literal
 
 import pytest
 
@@ -99,8 +100,15 @@ def _split(text: str) -> list[str]:
     return [p.strip() for p in str(text).replace(" ", ",").split(",") if p.strip()]
 
 
+def _did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """`` (did you mean 'tflite'?)`` for a near miss, else nothing."""
+    close = difflib.get_close_matches(name.lower(), list(choices), n=1, cutoff=0.7)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def parse_devices(text: str | None) -> tuple[str, ...]:
-    """``"cpu"``, ``"gpu"``, ``"gpu:1"``, ``"all"`` or a comma list, normalised and checked."""
+    """``"cpu"``, ``"gpu"``, ``"gpu:1"``, ``"all"`` or a comma list, normalised and checked
+    (case-insensitive: ``GPU`` is ``gpu``)."""
     if not text:
         return ("cpu",)
     names: list[str] = []
@@ -112,8 +120,8 @@ def parse_devices(text: str | None) -> tuple[str, ...]:
             names.append(str(parse_device(part)))
         except ValueError:
             raise pytest.UsageError(
-                f"--modelparity-device: unknown device {part!r}; valid: {', '.join(DEVICE_CHOICES)} "
-                "(or gpu:N, or a comma-separated list such as cpu,gpu)") from None
+                f"--modelparity-device: unknown device {part!r}{_did_you_mean(part, DEVICE_CHOICES)}; valid: "
+                f"{', '.join(DEVICE_CHOICES)} (or gpu:N, or a comma-separated list such as cpu,gpu)") from None
     return tuple(dict.fromkeys(names))
 
 
@@ -130,17 +138,38 @@ def parse_tf32(text: str | None) -> bool:
     return value
 
 
+def _format_key(name: str) -> str:
+    """Spelling-insensitive key: ``TFLite``, ``saved-model`` and ``SavedModel`` all match."""
+    return str(name).strip().lower().replace("-", "").replace("_", "").replace(" ", "")
+
+
+_FORMAT_KEYS = {_format_key(f): f for f in VALID_FORMATS}
+
+
+def normalize_formats(names: Iterable[str]) -> tuple[list[str], list[str]]:
+    """``(valid names in canonical spelling, unknown names with a "did you mean")``."""
+    known: list[str] = []
+    unknown: list[str] = []
+    for name in names:
+        canonical = _FORMAT_KEYS.get(_format_key(name))
+        if canonical is not None:
+            known.append(canonical)
+        else:
+            unknown.append(f"{str(name)!r}{_did_you_mean(str(name), VALID_FORMATS)}")
+    return list(dict.fromkeys(known)), unknown
+
+
 def parse_formats(text: str | None) -> tuple[tuple[str, ...], bool]:
-    """The selected formats and whether the user chose them (else: every installed format)."""
+    """The selected formats and whether the user chose them (else: every installed format).
+    Names are case-insensitive (``TFLite``); a near miss is named ("did you mean")."""
     if not text:
         return available_formats(), False
-    names = _split(text)
-    unknown = [n for n in names if n not in VALID_FORMATS]
+    names, unknown = normalize_formats(_split(text))
     if unknown:
         raise pytest.UsageError(
-            f"--modelparity-formats: unknown format(s) {', '.join(map(repr, unknown))}; "
+            f"--modelparity-formats: unknown format(s) {', '.join(unknown)}; "
             f"valid formats: {', '.join(VALID_FORMATS)}")
-    return tuple(dict.fromkeys(names)), True
+    return tuple(names), True
 
 
 def split_format(name: str) -> tuple[str, str | None]:

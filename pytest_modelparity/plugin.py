@@ -1,6 +1,6 @@
 """pytest plugin entry point: wires options, fixtures, marker, reports and zero-code mode.
 
-Only wiring lives here; each concern has its module (options, fixtures, strategies,
+Only wiring lives here; each concern has its module (options, fixtures, matrix, strategies,
 zero_code, summary, html_report). Nothing imported at module level imports TensorFlow, so
 ``pytest --help`` and test runs that never touch a model stay fast.
 """
@@ -14,10 +14,12 @@ from typing import Any, Iterator
 import pytest
 
 from . import recording
+from .errors import ParityError
 from .fixtures import (STATE_KEY, ParitySession, get_state, modelparity_device,  # noqa: F401 - fixtures
                        modelparity_format, modelparity_load_options, modelparity_source, parity_batch,
                        parity_candidate, parity_reference)
-from .options import add_options, expand_devices, parse_options
+from .matrix import item_matrix, select_matrix
+from .options import add_options, parse_options
 
 MARKER = ("modelparity(formats=None, devices=None, rtol=None, atol=None): narrow the format x device "
           "matrix of this test and set its tolerance (above the ini value, below explicit arguments)")
@@ -50,13 +52,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 # -- parametrization --------------------------------------------------------------------
 
-def _marker_list(marker: Any, key: str) -> list[str] | None:
-    value = marker.kwargs.get(key) if marker is not None else None
-    if value is None:
-        return None
-    return [value] if isinstance(value, str) else list(value)
-
-
 def _already_parametrized(metafunc: pytest.Metafunc, name: str) -> bool:
     for mark in metafunc.definition.iter_markers("parametrize"):
         names = mark.args[0] if mark.args else mark.kwargs.get("argnames", "")
@@ -65,40 +60,6 @@ def _already_parametrized(metafunc: pytest.Metafunc, name: str) -> bool:
         if name in names:
             return True
     return False
-
-
-def exportable(name: str) -> bool:
-    """Load-only formats (checkpoint) join the default matrix only when asked for by name."""
-    from .formats import format_module
-
-    return hasattr(format_module(name), "export")
-
-
-def select_matrix(state: ParitySession, marker: Any, where: str) -> tuple[list[str], list[str]]:
-    """The formats and devices one test runs on: the options narrowed by its marker."""
-    from .options import VALID_FORMATS, parse_devices
-
-    opts = state.options
-    formats = list(opts.formats) if opts.formats_explicit else [f for f in opts.formats if exportable(f)]
-    wanted = _marker_list(marker, "formats")
-    if wanted is not None:
-        unknown = [f for f in wanted if f not in VALID_FORMATS]
-        if unknown:
-            pytest.fail(f"{where}: @pytest.mark.modelparity(formats=...) names unknown format(s) "
-                        f"{unknown}; valid formats: {', '.join(VALID_FORMATS)}", pytrace=False)
-        # With --modelparity-formats the marker narrows it; without, the marker chooses (a format
-        # whose runtime is missing then skips with the install hint instead of vanishing).
-        formats = [f for f in formats if f in wanted] if opts.formats_explicit else list(dict.fromkeys(wanted))
-    devices = list(expand_devices(opts.devices))
-    wanted_devices = _marker_list(marker, "devices")
-    if wanted_devices is not None:
-        try:
-            wanted_norm = parse_devices(",".join(wanted_devices))
-        except pytest.UsageError as exc:
-            pytest.fail(f"{where}: @pytest.mark.modelparity(devices=...): {exc}", pytrace=False)
-        wanted_norm = expand_devices(wanted_norm)
-        devices = [d for d in devices if d in wanted_norm]
-    return formats, devices
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -125,15 +86,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 # -- running a test: tolerance layers and report collection -----------------------------
 
-def item_matrix(item: pytest.Item) -> tuple[str | None, str | None]:
-    """The (format, device) a test item runs on, or None where it has none."""
-    fixed = getattr(item, "modelparity_matrix", None)
-    if fixed is not None:
-        return fixed
-    params = getattr(getattr(item, "callspec", None), "params", {})
-    return params.get("modelparity_format"), params.get("modelparity_device")
-
-
 def _layers(item: pytest.Item, state: ParitySession) -> list[tuple]:
     layers = []
     marker = item.get_closest_marker("modelparity")
@@ -149,13 +101,19 @@ _ACTIVE: list[Any] = []  # listeners of the tests running now, innermost last
 
 @contextlib.contextmanager
 def collecting(item: pytest.Item) -> Iterator[None]:
-    """Record every ComparisonReport made while the test runs, under its tolerance layers."""
+    """Record every ComparisonReport made while the test runs, under its tolerance layers.
+
+    Only the failures the test lets escape are diagnosed for their rows (once, shared with
+    the failure text pytest renders); the other failing reports (Hypothesis examples that
+    are not the one reported, failures the test caught) keep their rows without hints.
+    """
     from . import tolerances
     from .summary import merge_rows, rows_from_report
 
     state = get_state(item.config)
     fmt, dev = item_matrix(item)
     seen: list[tuple[str, Any]] = []
+    raised: list[Any] = []
 
     def listener(kind: str, report: Any) -> None:
         if _ACTIVE and _ACTIVE[-1] is listener:  # a nested pytest run (pytester) keeps its own
@@ -166,19 +124,60 @@ def collecting(item: pytest.Item) -> Iterator[None]:
     try:
         with tolerances.tolerance_layers(_layers(item, state)), tolerances.gpu_tf32(state.options.tf32):
             yield
+    except BaseException as exc:
+        raised.extend(_escaped_reports(exc))
+        raise
     finally:
         recording.unsubscribe(listener)
         _ACTIVE.remove(listener)
         rows = []
         for seq, (kind, report) in enumerate(seen):
-            rows.extend(rows_from_report(report, nodeid=item.nodeid, format=fmt, device=dev, kind=kind, seq=seq))
-        state.rows.extend(merge_rows(rows))
+            final = any(report is r for r in raised)
+            rows.extend(rows_from_report(report, nodeid=item.nodeid, format=fmt, device=dev, kind=kind, seq=seq,
+                                         diagnose=final))
+            discard = getattr(getattr(report, "hints", None), "discard", None)
+            if not final and discard is not None:
+                discard()  # nobody reads it now: let its arrays and models go
+        merged = merge_rows(rows)
+        item.stash[_ITEM_ROWS] = merged
+        state.rows.extend(merged)
+
+
+_ITEM_ROWS = pytest.StashKey[list]()
+
+
+def _escaped_reports(exc: BaseException) -> list[Any]:
+    """The reports of the ParityErrors in ``exc`` (one, or several in an exception group)."""
+    found = []
+    todo = [exc]
+    while todo:
+        e = todo.pop()
+        report = getattr(e, "report", None) if isinstance(e, ParityError) else None
+        if report is not None:
+            found.append(report)
+        todo.extend(getattr(e, "exceptions", None) or ())
+    return found
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Any:
     with collecting(item):
         return (yield)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)  # outermost: sees the xfail verdict of the skipping plugin
+def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Any:
+    """A test that passed although an assertion failed in it (``pytest.raises``), or an
+    xfail test, expected that failure: its rows say so instead of FAIL."""
+    report = yield
+    if report.when == "call" and (report.passed or hasattr(report, "wasxfail")):
+        why = (f"xfail: {report.wasxfail}".rstrip(": ") if hasattr(report, "wasxfail")
+               else "the test expected this failure (it caught it, e.g. pytest.raises)")
+        for row in item.stash.get(_ITEM_ROWS, []):
+            if row["verdict"] == "fail":
+                row["verdict"] = "expected"
+                row["expected_because"] = why
+    return report
 
 
 def _state_or_none(config: Any) -> ParitySession | None:
@@ -203,8 +202,30 @@ class OutcomeRecorder:
         if hasattr(report, "wasxfail"):
             outcome = "xfailed" if report.skipped else "xpassed"
         entry["outcome"] = outcome
-        if report.skipped and isinstance(report.longrepr, tuple):
-            entry["reason"] = str(report.longrepr[2])
+        reason = _reason(report, outcome)
+        if reason:
+            entry["reason"] = reason
+        if outcome == "error":
+            entry["when"] = report.when
+
+
+REASON_CHARS = 500
+
+
+def _reason(report: pytest.TestReport, outcome: str) -> str | None:
+    """Why a test did not pass, in a few lines: the skip reason, the xfail reason, or the
+    first lines of the failure (the exception text pytest shows under ``E``)."""
+    if outcome == "skipped" and isinstance(report.longrepr, tuple):
+        return str(report.longrepr[2])
+    if outcome in ("xfailed", "xpassed"):
+        return str(getattr(report, "wasxfail", "") or "") or None
+    if outcome not in ("failed", "error"):
+        return None
+    crash = getattr(report.longrepr, "reprcrash", None)
+    text = getattr(crash, "message", None) or report.longreprtext or ""
+    lines = [ln for ln in str(text).splitlines() if ln.strip()][:6]
+    reason = "\n".join(lines)
+    return reason[:REASON_CHARS] + ("..." if len(reason) > REASON_CHARS else "") or None
 
 
 # -- zero-code mode ---------------------------------------------------------------------
@@ -235,8 +256,17 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
 # -- end of session: terminal summary, JSON and HTML ------------------------------------
 
 def _options_doc(state: ParitySession) -> dict:
+    """The options as run: ``devices`` resolved (``all`` -> the devices TensorFlow saw),
+    ``devices_requested`` as given."""
+    from .options import expand_devices
+
     o = state.options
-    return {"devices": list(o.devices), "formats": list(o.formats), "strict": o.strict, "model": o.model,
+    try:
+        devices = list(expand_devices(o.devices))
+    except Exception:  # noqa: BLE001 - TensorFlow missing or broken: report what was asked
+        devices = list(o.devices)
+    return {"devices": devices, "devices_requested": list(o.devices), "formats": list(o.formats),
+            "strict": o.strict, "model": o.model,
             "cache": o.cache, "cache_dir": str(o.cache_dir), "ini_rtol": o.rtol, "ini_atol": o.atol,
             "tf32": "on" if o.tf32 else "off"}
 
@@ -290,14 +320,16 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         shown = rows
         if len(rows) > SUMMARY_ROWS and config.getoption("verbose") < 1:
             # A long table buries the failures: keep them, count the rest (-v shows all).
-            shown = [r for r in rows if r["verdict"] != "pass"][:SUMMARY_ROWS]
+            shown = [r for r in rows if r["verdict"] == "fail"][:SUMMARY_ROWS]
         terminalreporter.write_sep("=", "model parity summary")
         for line in format_table(shown) if shown else ():
             terminalreporter.write_line(line)
         if len(shown) < len(rows):
             passed = sum(r["verdict"] == "pass" for r in rows)
+            expected = sum(r["verdict"] == "expected" for r in rows)
+            also = f", {expected} failed as the test expected" if expected else ""
             terminalreporter.write_line(
-                f"... {len(rows) - len(shown)} more rows not shown ({passed} of {len(rows)} passed); "
+                f"... {len(rows) - len(shown)} more rows not shown ({passed} of {len(rows)} passed{also}); "
                 "-v shows every row, --modelparity-report/--modelparity-html write them all")
     for artifact in state.artifacts:
         if artifact.get("cache_note"):

@@ -21,7 +21,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: summary counts tests and rows apart; verdict "expected"; test reasons
 # Distributions whose versions explain a parity result (first installed name wins).
 _PACKAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("tensorflow", ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tf-nightly")),
@@ -88,19 +88,26 @@ def _tolerance_fields(tol: Any) -> dict:
 
 
 def rows_from_report(report: Any, *, nodeid: str, format: str | None, device: str | None,
-                     kind: str, seq: int) -> list[dict]:
-    """One row per output of a ``ComparisonReport`` (``seq`` orders comparisons in a test)."""
+                     kind: str, seq: int, diagnose: bool = True) -> list[dict]:
+    """One row per output of a ``ComparisonReport`` (``seq`` orders comparisons in a test).
+
+    ``diagnose=False`` leaves out hints not computed yet (a failing Hypothesis example that
+    is not the one reported) instead of running the diagnosis for a row nobody reads first.
+    """
     rows: list[dict] = []
-    hints = [getattr(h, "message", str(h)) for h in (getattr(report, "hints", None) or [])]
-    evidence = [str(getattr(h, "evidence", "") or "") for h in (getattr(report, "hints", None) or [])]
+    found = getattr(report, "hints", None)
+    pending = bool(getattr(found, "pending", False)) and not diagnose
+    hint_list = [] if pending else list(found or [])
+    hints = [getattr(h, "message", str(h)) for h in hint_list]
+    evidence = [str(getattr(h, "evidence", "") or "") for h in hint_list]
     title = getattr(report, "title", kind)
     meta = getattr(report, "meta", None) or {}
     # A test without the matrix fixtures (e.g. models loaded with load_model) still gets the
     # format/device when the assertion recorded them.
     format = format or (meta.get("format") if isinstance(meta.get("format"), str) else None)
     device = device or (meta.get("device") if isinstance(meta.get("device"), str) else None)
-    found = meta.get("calibration")
-    calibration: dict = found if isinstance(found, dict) else {}
+    calib = meta.get("calibration")
+    calibration: dict = calib if isinstance(calib, dict) else {}
     for out in getattr(report, "outputs", []) or []:
         g = lambda name: getattr(out, name, None)  # noqa: E731 - tolerant of older report versions
         hist = g("error_histogram")
@@ -128,6 +135,7 @@ def rows_from_report(report: Any, *, nodeid: str, format: str | None, device: st
             "notes": _plain(list(g("notes") or [])),
             "hints": hints,
             "hint_evidence": evidence,
+            "reported": diagnose,
             "calibration": calibration.get("summary") if isinstance(calibration.get("summary"), str) else None,
             "error_histogram": None if not hist else {"counts": _plain(hist[0]), "log10_edges": _plain(hist[1])},
         }
@@ -139,7 +147,8 @@ def rows_from_report(report: Any, *, nodeid: str, format: str | None, device: st
 def _badness(row: dict) -> tuple:
     m = row.get("max_abs")
     m = float("inf") if isinstance(m, str) else (m or 0.0)
-    return (row["verdict"] == "fail", m)
+    # the failure the test reported (with its diagnosis) before a larger one it did not
+    return (row["verdict"] == "fail", bool(row.get("reported")), m)
 
 
 def merge_rows(rows: Sequence[dict]) -> list[dict]:
@@ -245,10 +254,22 @@ def sort_rows(rows: Iterable[dict]) -> list[dict]:
     return sorted(rows, key=lambda r: (r["nodeid"], r.get("seq", 0)))
 
 
+TEST_OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
+ROW_VERDICTS = ("pass", "fail", "expected")
+
+
 def build_document(*, rows: Sequence[dict], tests: dict[str, dict], artifacts: Sequence[dict],
                    options: dict, workers: int = 0) -> dict:
+    """The JSON report. ``summary`` counts tests by outcome (``failed``, ``error``: tests) and
+    rows by verdict (``rows_failed``: outputs) separately: one failing test may hold many rows."""
     rows = sort_rows(rows)
     verdicts = [r["verdict"] for r in rows]
+    outcomes = [t.get("outcome") for t in tests.values()]
+    summary: dict[str, int] = {"tests": len(tests)}
+    summary.update({name: outcomes.count(name) for name in TEST_OUTCOMES})
+    summary.update({"comparisons": len({(r["nodeid"], r.get("seq")) for r in rows}), "rows": len(rows)})
+    summary.update({f"rows_{'passed' if v == 'pass' else 'failed' if v == 'fail' else v}": verdicts.count(v)
+                    for v in ROW_VERDICTS})
     return {
         "schema": "pytest-modelparity/report",
         "schema_version": SCHEMA_VERSION,
@@ -257,9 +278,7 @@ def build_document(*, rows: Sequence[dict], tests: dict[str, dict], artifacts: S
         "environment": environment(),
         "options": _plain(options),
         "workers": workers,
-        "summary": {"comparisons": len({(r["nodeid"], r.get("seq")) for r in rows}), "rows": len(rows),
-                    "passed": verdicts.count("pass"), "failed": verdicts.count("fail"),
-                    "tests": len(tests)},
+        "summary": summary,
         "tests": [dict(nodeid=k, **v) for k, v in sorted(tests.items())],
         "artifacts": _plain(list(artifacts)),
         "rows": _plain(rows),

@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from .errors import DeviceUnavailable, ModelLoadError, ParityError, RuntimeMissing
-from .fixtures import BATCH_SEED, ExportFailed, NotExportable, ParitySession, get_state, skip_if_unreachable
+from .errors import ModelLoadError, ParityError
+from .fixtures import BATCH_SEED, ExportFailed, NotExportable, ParitySession, get_state
+from .matrix import select_matrix
 
 CHECKS = ("outputs_close", "deterministic", "batch_invariant")
 SUITE_NODEID = "modelparity"
@@ -41,19 +42,10 @@ class ParityCheck(pytest.Item):
         fmt, device = self.modelparity_matrix
         source = state.options.model
         # The candidate first: its reason is the specific one ("TFLite runs on CPU only").
-        try:
-            candidate = state.candidate(source, fmt, device)
-        except (RuntimeMissing, DeviceUnavailable) as exc:
-            state.unavailable(exc, f"format {fmt!r} on {device}")
-        except (NotExportable, ModelLoadError) as exc:
-            skip_if_unreachable(exc, fmt, named=state.options.formats_explicit)
-            raise zero_code_error(exc) from exc.__cause__
-        try:
-            reference = state.reference(source, device)
-        except (RuntimeMissing, DeviceUnavailable) as exc:
-            state.unavailable(exc, f"reference on {device}")
-        except ModelLoadError as exc:
-            raise zero_code_error(exc) from exc.__cause__
+        explain = lambda exc: str(zero_code_error(exc))  # noqa: E731
+        candidate = state.candidate_or_skip(source, fmt, device, named=state.options.formats_explicit,
+                                            explain=explain)
+        reference = state.reference_or_skip(source, device, explain=explain)
         getattr(self, f"_{self.check}")(reference, candidate)
 
     def _outputs_close(self, reference: Any, candidate: Any) -> None:
@@ -109,8 +101,6 @@ def zero_code_error(exc: BaseException) -> BaseException:
 
 def suite_items(session: pytest.Session, state: ParitySession) -> list[ParityCheck]:
     """The built-in checks for every selected format x device, in a stable order (xdist)."""
-    from .plugin import select_matrix
-
     formats, devices = select_matrix(state, None, "--modelparity-model")
     suite = ParitySuite.from_parent(session, name=SUITE_NODEID, path=session.path, nodeid=SUITE_NODEID)
     items = []

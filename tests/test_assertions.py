@@ -114,7 +114,27 @@ def test_failure_is_diagnosed_and_a_diagnosis_crash_never_hides_it(monkeypatch):
     monkeypatch.setattr(diagnose, "diagnose_comparison", broken)
     with pytest.raises(ParityError) as info:
         assert_outputs_close(X * 1.01, X)
+    assert "Mismatched elements" in str(info.value)  # the text renders; the diagnosis ran then
     assert "diagnosis bug" in info.value.report.meta["diagnosis_error"]
+
+
+def test_the_diagnosis_runs_when_the_failure_is_read_and_only_once(monkeypatch):
+    calls = []
+    hint = diagnose.Hint("scaled_output", "actual = expected x 1.02", "ratio 1.02")
+
+    def counting(report, **kw):
+        calls.append(report)
+        return [hint]
+
+    monkeypatch.setattr(diagnose, "diagnose_comparison", counting)
+    for _ in range(5):  # five caught failures nobody reads: no diagnosis
+        with pytest.raises(ParityError):
+            assert_outputs_close(X * 1.02, X)
+    assert calls == []
+    with pytest.raises(ParityError) as info:
+        assert_outputs_close(X * 1.02, X)
+    assert "Likely cause:" in str(info.value) and "actual = expected x 1.02" in str(info.value)
+    assert list(info.value.report.hints) == [hint] and len(calls) == 1
 
 
 class NumpyModel(LoadedModel):

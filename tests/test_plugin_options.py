@@ -51,6 +51,23 @@ def test_unknown_device_is_a_usage_error_listing_the_valid_ones(pytester: pytest
     result.stderr.fnmatch_lines(["*unknown device 'tpu'; valid: cpu, gpu, all*"])
 
 
+def test_format_and_device_names_are_case_insensitive(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_export(modelparity_format, modelparity_device): pass")
+    result = pytester.runpytest("--collect-only", "-q", "--modelparity-formats=TFLite,Saved-Model",
+                                "--modelparity-device=CPU")
+    result.stdout.fnmatch_lines(["*test_export[[]tflite-cpu[]]", "*test_export[[]saved_model-cpu[]]"])
+
+
+def test_a_near_miss_format_or_device_says_did_you_mean(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest("--modelparity-formats=tflight")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*unknown format(s) 'tflight' (did you mean 'tflite'?); valid formats:*"])
+    result = pytester.runpytest("--modelparity-device=cpux")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*unknown device 'cpux' (did you mean 'cpu'?); valid: cpu, gpu, all*"])
+
+
 @pytest.mark.parametrize("key, raw, problem", [
     ("modelparity_rtol", "tight", "is not a number"),
     ("modelparity_rtol", "nan", "must be a finite number >= 0"),   # used to fail every test instead
@@ -83,7 +100,7 @@ def test_marker_with_an_unknown_format_names_the_test_and_the_valid_ones(pyteste
     """)
     result = pytester.runpytest()
     assert result.ret != 0
-    result.stdout.fnmatch_lines(["*test_export*formats=...*unknown format(s) [[]'tflight'[]]; valid formats: keras, *"])
+    result.stdout.fnmatch_lines(["*test_export*formats=...*unknown format(s) 'tflight' (did you mean 'tflite'?); valid formats: keras, *"])
 
 
 def test_marker_is_registered(pytester: pytest.Pytester) -> None:

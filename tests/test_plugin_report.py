@@ -51,7 +51,7 @@ ROW = {"nodeid": str, "format": (str, type(None)), "device": (str, type(None)), 
        "max_ulp": NUMBER_OR_TEXT, "mean_abs": NUMBER_OR_TEXT, "max_abs_index": (list, type(None)),
        "min_atol": NUMBER_OR_TEXT, "min_rtol": NUMBER_OR_TEXT, "size": (int, type(None)),
        "mismatched": (int, type(None)), "shape": (list, type(None)), "dtype": (str, type(None)),
-       "problem": (str, type(None)), "notes": list, "hints": list, "tolerance": (str, type(None)), "calibration": (str, type(None)),
+       "problem": (str, type(None)), "notes": list, "hints": list, "reported": bool, "tolerance": (str, type(None)), "calibration": (str, type(None)),
        "tolerance_source": (str, type(None)), "tolerance_rule": (str, type(None)), "rtol": NUM, "atol": NUM,
        "scale": NUM, "error_histogram": (dict, type(None))}
 TOP = {"schema": str, "schema_version": int, "created": str, "command": str, "environment": dict,
@@ -61,13 +61,17 @@ TOP = {"schema": str, "schema_version": int, "created": str, "command": str, "en
 def check_document(doc: dict) -> None:
     for key, kind in TOP.items():
         assert isinstance(doc.get(key), kind), (key, doc.get(key))
-    assert doc["schema"] == "pytest-modelparity/report" and doc["schema_version"] == 1
+    assert doc["schema"] == "pytest-modelparity/report" and doc["schema_version"] == 2
     env = doc["environment"]
     assert set(env["packages"]) >= {"tensorflow", "keras", "numpy", "ai-edge-litert", "onnxruntime", "tf2onnx",
                                     "tensorflowjs", "pytest-modelparity"}
-    assert set(doc["summary"]) == {"comparisons", "rows", "passed", "failed", "tests"}
-    assert doc["summary"]["rows"] == len(doc["rows"])
-    assert doc["summary"]["passed"] + doc["summary"]["failed"] == len(doc["rows"])
+    assert set(doc["summary"]) == {"tests", "passed", "failed", "error", "skipped", "xfailed", "xpassed",
+                                   "comparisons", "rows", "rows_passed", "rows_failed", "rows_expected"}
+    summary = doc["summary"]
+    assert summary["rows"] == len(doc["rows"])
+    assert summary["rows_passed"] + summary["rows_failed"] + summary["rows_expected"] == len(doc["rows"])
+    assert summary["tests"] == len(doc["tests"]) == sum(summary[k] for k in ("passed", "failed", "error", "skipped",
+                                                                             "xfailed", "xpassed"))
     for test in doc["tests"]:
         assert test["outcome"] in {"passed", "failed", "error", "skipped", "xfailed", "xpassed"}
     for art in doc["artifacts"]:
@@ -75,7 +79,7 @@ def check_document(doc: dict) -> None:
     for row in doc["rows"]:
         for key, kind in ROW.items():
             assert isinstance(row.get(key), kind), (key, row.get(key))
-        assert row["verdict"] in ("pass", "fail") and row["check"] in ("outputs_close", "deterministic",
+        assert row["verdict"] in ("pass", "fail", "expected") and row["check"] in ("outputs_close", "deterministic",
                                                                       "batch_invariant")
         for key in ("max_abs", "max_rel", "max_ulp"):
             assert not isinstance(row[key], str) or row[key] in ("inf", "-inf", "nan")
@@ -210,3 +214,107 @@ def test_long_summary_of_passes_only_prints_no_empty_table(pytester: pytest.Pyte
     summary = result.stdout.str().split("model parity summary")[1]
     assert "max abs" not in summary  # no header without rows under it
     result.stdout.fnmatch_lines(["*41 more rows not shown (41 of 41 passed)*"])
+
+
+EXPECTED_SUITE = textwrap.dedent('''
+    import numpy as np
+    import pytest
+    from pytest_modelparity import ParityError, assert_outputs_close
+
+    def test_caught():
+        with pytest.raises(ParityError):
+            assert_outputs_close(np.ones(3, "float32"), np.zeros(3, "float32"))
+
+    @pytest.mark.xfail(reason="known int8 drift")
+    def test_known_bad():
+        assert_outputs_close(np.full(3, 2.0, "float32"), np.zeros(3, "float32"))
+
+    def test_bad():
+        assert_outputs_close(np.full(3, 5.0, "float32"), np.zeros(3, "float32"))
+
+    @pytest.fixture
+    def broken():
+        raise RuntimeError("fixture exploded")
+
+    def test_error(broken):
+        pass
+
+    def test_skipped():
+        pytest.skip("no GPU here")
+
+    def test_ok():
+        assert_outputs_close(np.ones(3, "float32"), np.ones(3, "float32"))
+''')
+
+
+def test_expected_failures_are_not_fail_rows_and_tests_are_counted_apart_from_rows(
+        pytester: pytest.Pytester) -> None:
+    """A failure caught by pytest.raises or inside an xfail test is 'expected' in the terminal
+    table, the JSON and the HTML; the JSON counts failing tests (not rows) with their reasons."""
+    pytester.makepyfile(EXPECTED_SUITE)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--modelparity-report=r.json", "--modelparity-html=r.html")
+    result.assert_outcomes(passed=2, failed=1, errors=1, skipped=1, xfailed=1)
+    table = result.stdout.str().split("model parity summary")[1]
+    fails = [ln for ln in table.splitlines() if " FAIL" in ln]
+    assert len(fails) == 1 and "test_bad" in fails[0], table
+    assert "test_caught" in table and "EXPECTED" in table
+    doc = json.loads((pytester.path / "r.json").read_text())
+    check_document(doc)
+    summary = doc["summary"]
+    assert (summary["failed"], summary["error"], summary["skipped"], summary["xfailed"], summary["passed"]) == \
+        (1, 1, 1, 1, 2)
+    assert (summary["rows_failed"], summary["rows_expected"], summary["rows_passed"]) == (1, 2, 1)
+    verdicts = {r["nodeid"].split("::")[-1]: r for r in doc["rows"]}
+    assert verdicts["test_caught"]["verdict"] == "expected"
+    assert "pytest.raises" in verdicts["test_caught"]["expected_because"]
+    assert verdicts["test_known_bad"]["verdict"] == "expected"
+    assert "known int8 drift" in verdicts["test_known_bad"]["expected_because"]
+    tests = {t["nodeid"].split("::")[-1]: t for t in doc["tests"]}
+    assert "3 / 3 mismatched" in tests["test_bad"]["reason"] or "differs" in tests["test_bad"]["reason"]
+    assert "fixture exploded" in tests["test_error"]["reason"] and tests["test_error"]["when"] == "setup"
+    assert "no GPU here" in tests["test_skipped"]["reason"]
+    assert "known int8 drift" in tests["test_known_bad"]["reason"]
+    page = (pytester.path / "r.html").read_text()
+    assert page.count("<b>FAIL</b>") == 1 and page.count("<b>EXPECTED</b>") == 2
+    assert "fixture exploded" in page and "Tests that did not pass" in page
+
+
+GIVEN_SUITE = textwrap.dedent('''
+    import numpy as np
+    from hypothesis import given, settings, strategies as st
+    from hypothesis.extra.numpy import arrays
+    from pytest_modelparity import assert_outputs_close
+
+    def reference(x):
+        return x
+
+    def candidate(x):
+        return x * 1.5 + 1.0
+
+    @settings(max_examples=30, database=None, deadline=None)
+    @given(arrays("float32", (4, 3), elements=st.floats(-10, 10, width=32)))
+    def test_given_fails(batch):
+        assert_outputs_close(candidate, reference, inputs=batch)
+''')
+
+
+def test_a_failing_given_test_is_diagnosed_once(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hypothesis fails, shrinks and replays many examples: the "Likely cause" diagnosis runs
+    once, for the failure reported, and the report still carries it."""
+    from pytest_modelparity import diagnose
+
+    calls = []
+    real = diagnose.diagnose_comparison
+
+    def counting(report, **kwargs):
+        calls.append(report)
+        return real(report, **kwargs)
+
+    monkeypatch.setattr(diagnose, "diagnose_comparison", counting)
+    pytester.makepyfile(GIVEN_SUITE)
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--modelparity-report=r.json")
+    result.assert_outcomes(failed=1)
+    assert len(calls) == 1, f"{len(calls)} diagnoses for one failing test"
+    doc = json.loads((pytester.path / "r.json").read_text())
+    (row,) = doc["rows"]
+    assert row["verdict"] == "fail" and row["reported"] and row["runs"] > 1

@@ -112,5 +112,5 @@ def test_unknown_variant_in_the_marker_fails_naming_the_valid_ones(pytester: pyt
             pass
     '''))
     result = pytester.runpytest("-p", "no:cacheprovider")
-    result.stdout.fnmatch_lines(["*formats=...) names unknown format(s) [[]'onnx:int8'[]]*tflite:dynamic_range, tflite:int8*"])
+    result.stdout.fnmatch_lines(["*formats=...) names unknown format(s) 'onnx:int8'*tflite:dynamic_range, tflite:int8*"])
     assert result.ret != 0

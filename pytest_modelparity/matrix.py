@@ -1,0 +1,72 @@
+"""The test matrix: which formats x devices a test (or the zero-code suite) runs on.
+
+Why a module of its own: the plugin's parametrization and the zero-code suite both need
+the same selection (options narrowed by a test's marker), and the zero-code items and the
+``parity_candidate`` fixture both turn "this candidate cannot be had" into the same skip or
+failure (``ParitySession.candidate_or_skip``). Keeping the selection here lets ``plugin``
+import ``zero_code`` one way, never back.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from .options import expand_devices
+
+if TYPE_CHECKING:
+    from .fixtures import ParitySession
+
+__all__ = ["exportable", "select_matrix", "item_matrix"]
+
+
+def _marker_list(marker: Any, key: str) -> list[str] | None:
+    value = marker.kwargs.get(key) if marker is not None else None
+    if value is None:
+        return None
+    return [value] if isinstance(value, str) else list(value)
+
+
+def exportable(name: str) -> bool:
+    """Load-only formats (checkpoint) join the default matrix only when asked for by name."""
+    from .formats import format_module
+    from .options import split_format
+
+    return hasattr(format_module(split_format(name)[0]), "export")
+
+
+def select_matrix(state: "ParitySession", marker: Any, where: str) -> tuple[list[str], list[str]]:
+    """The formats and devices one test runs on: the options narrowed by its marker."""
+    from .options import VALID_FORMATS, normalize_formats, parse_devices
+
+    opts = state.options
+    formats = list(opts.formats) if opts.formats_explicit else [f for f in opts.formats if exportable(f)]
+    wanted = _marker_list(marker, "formats")
+    if wanted is not None:
+        wanted, unknown = normalize_formats(wanted)
+        if unknown:
+            pytest.fail(f"{where}: @pytest.mark.modelparity(formats=...) names unknown format(s) "
+                        f"{', '.join(unknown)}; valid formats: {', '.join(VALID_FORMATS)}", pytrace=False)
+        # With --modelparity-formats the marker narrows it; without, the marker chooses (a format
+        # whose runtime is missing then skips with the install hint instead of vanishing).
+        formats = [f for f in formats if f in wanted] if opts.formats_explicit else list(dict.fromkeys(wanted))
+    devices = list(expand_devices(opts.devices))
+    wanted_devices = _marker_list(marker, "devices")
+    if wanted_devices is not None:
+        try:
+            wanted_norm = parse_devices(",".join(wanted_devices))
+        except pytest.UsageError as exc:
+            pytest.fail(f"{where}: @pytest.mark.modelparity(devices=...): {exc}", pytrace=False)
+        wanted_norm = expand_devices(wanted_norm)
+        devices = [d for d in devices if d in wanted_norm]
+    return formats, devices
+
+
+def item_matrix(item: pytest.Item) -> tuple[str | None, str | None]:
+    """The (format, device) a test item runs on, or None where it has none."""
+    fixed = getattr(item, "modelparity_matrix", None)
+    if fixed is not None:
+        return fixed
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return params.get("modelparity_format"), params.get("modelparity_device")
