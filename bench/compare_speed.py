@@ -8,7 +8,8 @@ elementwise rtol/atol whose bound needs the per-element check) and on a failing 
 statistics, which only failing outputs pay for). Prints medians and ratios to the baseline.
 
 Issue 2's targets: a passing compare within 2x of reading both arrays, a failing one with
-full statistics within 4x.
+full statistics within 4x. Issue 12's: ``assert_outputs_close`` passing within 2.5x, and
+failing with its "Likely cause" hints (bounded: sampled, confirmed on every element) within 25x.
 
     .venv/bin/python bench/compare_speed.py [--n 10000000] [--repeat 15]
 """
@@ -21,6 +22,7 @@ import time
 
 import numpy as np
 
+from pytest_modelparity import ParityError, assert_outputs_close
 from pytest_modelparity.compare import compare
 from pytest_modelparity.tolerances import Tolerance, default_tolerance
 
@@ -102,6 +104,25 @@ def main() -> None:
     assert not compare(bad, e, tolerance=default).passed
     add(f"compare, fail, default {default.rule} rule", lambda: compare(bad, e, tolerance=default))
 
+    # The assertion as a user calls it: compare, and on failure the text with its "Likely
+    # cause" hints (rendered by str(), as pytest does). Each failing run perturbs one element
+    # so it is a new failure (the diagnosis of an identical one is remembered).
+    add("assert_outputs_close, pass (default rule)", lambda: assert_outputs_close(close, e))
+    bumped = [0]
+
+    def failing_with_hints() -> None:
+        bumped[0] += 1
+        bad[0] = e[0] + np.float32(bumped[0])
+        try:
+            assert_outputs_close(bad, e)
+        except ParityError as exc:
+            text = str(exc)
+            assert "Mismatched elements" in text
+            return
+        raise RuntimeError("expected a failure")
+
+    add("assert_outputs_close, fail, hints included", failing_with_hints)
+
     base_read = rows[0][1]
     base_add = rows[1][1]
     print(f"n = {n:,} float32 elements, median of {rep} runs (numpy {np.__version__})")
@@ -114,6 +135,10 @@ def main() -> None:
     print(f"targets: pass <= 2x read -> {t_pass / base_read:.2f}x (sum) / "
           f"{t_pass / base_add:.2f}x (add); fail with full stats <= 4x -> "
           f"{t_fail / base_read:.2f}x (sum) / {t_fail / base_add:.2f}x (add)")
+    a_pass = dict(rows)["assert_outputs_close, pass (default rule)"]
+    a_fail = dict(rows)["assert_outputs_close, fail, hints included"]
+    print(f"issue 12 targets: assert_outputs_close pass <= 2.5x read -> {a_pass / base_read:.2f}x; "
+          f"fail with hints <= 25x read -> {a_fail / base_read:.2f}x")
 
 
 if __name__ == "__main__":

@@ -111,3 +111,21 @@ def test_noise_hint_says_its_ulps_are_of_the_largest_value_not_per_element():
     hint = noise.accumulation_noise(a, e, 1024)
     assert hint is not None
     assert "ULP of the output's largest value" in hint[1]
+
+
+def test_large_outputs_are_diagnosed_on_a_sample_and_confirmed_on_every_element():
+    """A 1M-element output: the transform is found on a bounded sample of whole rows, and
+    claimed only if it holds on every element (a corrupted row outside the sample vetoes it)."""
+    from pytest_modelparity.diagnose._util import SAMPLE, sample_pair
+
+    logits = _logits(5, shape=(100_000, 10))
+    extra = _softmax(logits).astype("float32")
+    sa, _ = sample_pair(extra, logits)
+    assert sa.size <= SAMPLE + 10 and sa.shape[-1] == 10  # whole rows
+    causes, text = _causes(extra, logits)
+    assert causes == ["extra_softmax"] and "softmax(expected)" in text
+    row = 1  # not among the evenly spaced sample rows
+    assert not any((sa == extra[row]).all(axis=-1))
+    broken = extra.copy()
+    broken[row] += 0.05
+    assert transforms.output_transform(broken, logits) is None

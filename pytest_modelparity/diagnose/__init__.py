@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ._util import batch_size, fits, flatten, is_keras_model, max_abs_diff, native_of, pick, rows, run_model
+from ._util import batch_size, fits, measuring, flatten, is_keras_model, max_abs_diff, native_of, pick, rows, run_model
 from .localize import LayerDiff, first_divergence, format_rows, localize_divergence
 from .noise import accumulation_noise, noise_hint, reduction_length
 from .random_ops import RandomOp, describe_ops, find_random_ops
@@ -83,7 +83,8 @@ def diagnose_comparison(report: Any, *, actual: Any = None, expected: Any = None
                         expected_model: Any = None, inputs: Any = None, **_: Any) -> list[Hint]:
     """Hints for a failed actual-vs-expected comparison (actual = candidate, expected = reference)."""
     try:
-        return _diagnose_comparison(report, actual, expected, actual_model, expected_model, inputs)
+        with measuring():  # each full-array measurement once per diagnosis
+            return _diagnose_comparison(report, actual, expected, actual_model, expected_model, inputs)
     except Exception:  # noqa: BLE001
         return []
 
@@ -272,7 +273,8 @@ def diagnose_nondeterminism(report: Any, *, model: Any = None, inputs: Any = Non
     """Hints for outputs that differ between runs of one model (``runs``: how many, or the
     outputs of each run, as assert_deterministic passes them)."""
     try:
-        return _diagnose_nondeterminism(report, model, inputs, runs)
+        with measuring():  # each full-array measurement once per diagnosis
+            return _diagnose_nondeterminism(report, model, inputs, runs)
     except Exception:  # noqa: BLE001
         return []
 
@@ -308,7 +310,8 @@ def diagnose_batch_variance(report: Any, *, model: Any = None, inputs: Any = Non
                             split: Any = None, **_: Any) -> list[Hint]:
     """Hints for outputs that change with the batch size."""
     try:
-        return _diagnose_batch_variance(report, model, inputs, batched, split)
+        with measuring():  # each full-array measurement once per diagnosis
+            return _diagnose_batch_variance(report, model, inputs, batched, split)
     except Exception:  # noqa: BLE001
         return []
 

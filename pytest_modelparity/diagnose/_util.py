@@ -3,7 +3,8 @@ judge whether one array "fits" another. No TensorFlow import at module level."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+import contextlib
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
@@ -147,31 +148,158 @@ def batch_size(batch: Any) -> int | None:
     return int(arr.shape[0]) if arr.ndim else None
 
 
+# Arrays above CHUNK elements are scanned in chunks (float64 per chunk, never a float64 copy
+# of the whole output); array-level checks first try their hypotheses on a sample of at most
+# SAMPLE elements and confirm on the full arrays only the one they would claim.
+CHUNK = 1 << 18
+SAMPLE = 1 << 16
+
+_MEMO: dict[tuple, tuple[tuple, Any]] | None = None
+
+
+@contextlib.contextmanager
+def measuring() -> Iterator[None]:
+    """Within one diagnosis, remember full-array measurements (``scale_of`` of the expected
+    output is asked for by every check) instead of scanning 10M elements again each time."""
+    global _MEMO
+    outer = _MEMO
+    _MEMO = {} if outer is None else outer
+    try:
+        yield
+    finally:
+        _MEMO = outer
+
+
+def _memo(name: str, arrays: tuple, compute: Callable[[], Any]) -> Any:
+    if _MEMO is None:
+        return compute()
+    key = (name, *(id(a) for a in arrays))
+    hit = _MEMO.get(key)
+    if hit is not None and all(x is y for x, y in zip(hit[0], arrays)):
+        return hit[1]
+    value = compute()
+    _MEMO[key] = (arrays, value)  # keeps the arrays alive: their ids cannot be reused meanwhile
+    return value
+
+
+def _flat_chunks(*arrays: np.ndarray) -> Iterator[tuple[np.ndarray, ...]]:
+    flats = [np.asarray(a).reshape(-1) for a in arrays]
+    n = flats[0].size
+    for start in range(0, n, CHUNK):
+        yield tuple(f[start:start + CHUNK] for f in flats)
+
+
 def max_abs_diff(a: np.ndarray, b: np.ndarray) -> float:
+    """The largest finite |a - b| (float64), 0 when none is finite."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape:
+        return _max_abs_small(a, b)
+    return _max_abs_and_where(a, b)[0]
+
+
+def _max_abs_and_where(a: np.ndarray, b: np.ndarray) -> tuple[float, int]:
+    """(largest finite |a - b|, its flat index) in one chunked pass (remembered while measuring)."""
+
+    def compute() -> tuple[float, int]:
+        worst, where = 0.0, 0
+        for i, (ca, cb) in enumerate(_flat_chunks(a, b)):
+            d = np.abs(ca.astype(np.float64) - cb.astype(np.float64))
+            if not d.size:
+                continue
+            j = int(np.argmax(d))  # the first NaN if there is one: then filter
+            if not np.isfinite(d[j]):
+                d[~np.isfinite(d)] = -1.0
+                j = int(np.argmax(d))
+            if d[j] > worst:
+                worst, where = float(d[j]), i * CHUNK + j
+        return worst, where
+
+    return _memo("max_abs_diff", (a, b), compute)
+
+
+def _finite_max(x: np.ndarray) -> float:
+    """max of ``x`` over its finite values (0 when none), filtering only when needed."""
+    if not x.size:
+        return 0.0
+    m = float(np.max(x))
+    if np.isfinite(m):
+        return max(m, 0.0)
+    x = x[np.isfinite(x)]
+    return max(float(x.max()), 0.0) if x.size else 0.0
+
+
+def _max_abs_small(a: np.ndarray, b: np.ndarray) -> float:  # broadcasting shapes: the plain way
     d = np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))
     d = d[np.isfinite(d)]
     return float(d.max()) if d.size else 0.0
 
 
 def scale_of(x: np.ndarray) -> float:
-    x = np.abs(np.asarray(x, np.float64))
-    x = x[np.isfinite(x)]
-    return float(x.max()) if x.size else 0.0
+    """The largest finite |x| (0 when none is finite)."""
+    x = np.asarray(x)
+
+    def compute() -> float:
+        worst = 0.0
+        for (c,) in _flat_chunks(x):
+            # |x| is exact in a float's own dtype; integers go through float64 (abs(int8 -128))
+            worst = max(worst, _finite_max(np.abs(c if c.dtype.kind == "f" else c.astype(np.float64))))
+        return worst
+
+    return _memo("scale_of", (x,), compute)
 
 
 def within(tolerance: Any, actual: np.ndarray, expected: np.ndarray) -> bool:
     """Does ``actual`` pass against ``expected`` under a tolerances.Tolerance (elementwise part)?"""
     if tolerance is None:
         return False
-    a = np.asarray(actual, np.float64)
-    e = np.asarray(expected, np.float64)
+    a, e = np.asarray(actual), np.asarray(expected)
     if a.shape != e.shape:
         return False
-    bound = tolerance.atol + tolerance.rtol * np.abs(e) + getattr(tolerance, "scale", 0.0) * scale_of(e)
-    ok = np.abs(a - e) <= bound
-    ok |= (a == e)
+    if not a.size:
+        return True
+    scaled = getattr(tolerance, "scale", 0.0) * scale_of(e)
+    bad = 0
+    for ca, ce in _flat_chunks(a, e):
+        ca, ce = ca.astype(np.float64), ce.astype(np.float64)
+        bound = tolerance.atol + tolerance.rtol * np.abs(ce) + scaled
+        ok = np.abs(ca - ce) <= bound
+        ok |= (ca == ce)
+        bad += int(np.count_nonzero(~ok))
     frac = float(getattr(tolerance, "max_mismatch_fraction", 0.0) or 0.0)
-    return bool(np.mean(~ok) <= frac) if a.size else True
+    return bool(bad / a.size <= frac)
+
+
+def all_finite(x: np.ndarray) -> bool:
+    x = np.asarray(x)
+    return bool(_memo("all_finite", (x,), lambda: all(bool(np.all(np.isfinite(c))) for (c,) in _flat_chunks(x))))
+
+
+def sample_pair(actual: np.ndarray, expected: np.ndarray, *, rows_axis: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """At most ``SAMPLE`` elements of both arrays, taken the same way, always including the
+    element where they differ most (so the sample's error is the full error).
+
+    With ``rows_axis`` (and a last axis of at most SAMPLE // 4) whole rows along the last axis
+    are kept, evenly spaced, so per-row transforms (softmax over classes, class order) still
+    see complete rows; otherwise an evenly strided 1-D sample. Small arrays come back whole.
+    """
+    a, e = np.asarray(actual), np.asarray(expected)
+    if a.size <= SAMPLE or a.shape != e.shape:
+        return a, e
+    worst = _argmax_abs_diff(a, e)
+    last = a.shape[-1] if a.ndim >= 2 else 1
+    if rows_axis and a.ndim >= 2 and 1 < last <= SAMPLE // 4:
+        a2, e2 = a.reshape(-1, last), e.reshape(-1, last)
+        take = np.sort(np.append(np.linspace(0, a2.shape[0] - 1, SAMPLE // last).astype(np.int64),
+                                 worst // last))
+        return a2[take], e2[take]
+    flat_a, flat_e = a.reshape(-1), e.reshape(-1)
+    take = np.sort(np.append(np.linspace(0, flat_a.size - 1, SAMPLE).astype(np.int64), worst))
+    return flat_a[take], flat_e[take]
+
+
+def _argmax_abs_diff(a: np.ndarray, b: np.ndarray) -> int:
+    """Flat index of the largest finite |a - b| (0 when none)."""
+    return _max_abs_and_where(a, b)[1]
 
 
 def fits(actual: np.ndarray, candidate: np.ndarray, original_error: float, tolerance: Any = None) -> tuple[bool, float]:
@@ -182,13 +310,15 @@ def fits(actual: np.ndarray, candidate: np.ndarray, original_error: float, toler
     """
     if np.shape(actual) != np.shape(candidate):
         return False, float("inf")
-    cand = np.asarray(candidate, np.float64)
-    if not np.all(np.isfinite(cand)):
+    cand = np.asarray(candidate)
+    if not all_finite(cand):
         return False, float("inf")
     resid = max_abs_diff(actual, cand)
-    small = resid <= FIT_REL * max(scale_of(cand), scale_of(actual), 1e-30) or within(tolerance, actual, cand)
     gain = resid <= FIT_GAIN * original_error
-    return bool(small and gain and original_error > 0), resid
+    if not (gain and original_error > 0):  # the cheap half first: most hypotheses stop here
+        return False, resid
+    small = resid <= FIT_REL * max(scale_of(cand), scale_of(actual), 1e-30) or within(tolerance, actual, cand)
+    return bool(small), resid
 
 
 def fmt(x: float | None) -> str:
