@@ -34,6 +34,10 @@ def test_a_symlink_loop_says_so(tmp_path: Path) -> None:
     with pytest.raises(ModelLoadError, match="a symbolic link loop") as err:
         load_model(a)
     assert "no such file" not in str(err.value) and err.value.format == "tflite"
+    for fmt in ("tflite", "onnx", "keras"):       # named explicitly: the same message
+        with pytest.raises(ModelLoadError, match="a symbolic link loop") as err:
+            load_model(a, format=fmt)
+        assert err.value.format == fmt
 
 
 def test_a_dangling_symlink_names_its_target(tmp_path: Path) -> None:

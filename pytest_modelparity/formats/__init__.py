@@ -137,6 +137,8 @@ def load_model(source: Any, format: str | None = None, *, device: str = "cpu", *
     if format is None:
         format = "keras" if not isinstance(source, (str, Path)) else detect_format(source)
     _check_name(format)
+    if isinstance(source, (str, Path)) and os.path.islink(source) and not os.path.exists(source):
+        raise _broken_link(Path(source), format)  # the same words with format= as without
     missing = missing_runtime(format)
     if missing is not None:
         raise missing
