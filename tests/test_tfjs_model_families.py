@@ -111,6 +111,26 @@ def test_unsplit_fused_hard_swish_fails_with_a_typed_error_naming_op_backend_and
         js.predict(x)  # "auto": wasm fails, cpu fails, one typed error says both
 
 
+def test_residual_add_fused_as_a_bias_is_unfused_so_wasm_runs_it(tmp_path):
+    """ResNet's conv -> BN -> add(conv shortcut -> BN) -> relu (as in ResNet50(weights=None)):
+    the converter fuses the shortcut's conv output as the "bias" of a _FusedConv2D, which wasm refuses ("only supports rank-1 bias but
+    got rank 4"); the export unfuses it and wasm matches Keras."""
+    from pytest_modelparity.strategies import seeded_batch
+
+    keras.utils.set_random_seed(7)
+    inp = keras.Input((8, 8, 3), name="image")
+    conv_bn = lambda filters, size, t: keras.layers.BatchNormalization()(  # noqa: E731
+        keras.layers.Conv2D(filters, size, padding="same")(t))
+    x = keras.layers.Activation("relu")(conv_bn(4, 3, inp))
+    h = keras.layers.Activation("relu")(keras.layers.Add()([conv_bn(6, 1, x), conv_bn(6, 1, x)]))
+    model = keras.Model(inp, keras.layers.Dense(2, name="logits")(keras.layers.GlobalAveragePooling2D()(h)))
+    path = _export(model, tmp_path / "web")
+    names = [n["name"] for n in json.loads(path.read_text())["modelTopology"]["node"]]
+    assert any("/unfused/" in n for n in names), "the residual add was not fused as a bias: nothing to check"
+    with _load(path, backend="wasm") as js:
+        _parity(js, model, seeded_batch(js, batch_size=2, seed=5))
+
+
 def lstm_text_model():
     keras.utils.set_random_seed(5)
     inp = keras.Input((10,), dtype="int32", name="tokens")

@@ -1,6 +1,6 @@
 """GraphDef rewrites that make the tensorflowjs converter's graph runnable by tfjs.
 
-Why: two common Keras models convert to graphs tfjs 4.22 cannot run, for reasons that are
+Why: common Keras models convert to graphs tfjs 4.22 cannot run, for reasons that are
 the converter's and the JS kernels', not the model's:
 
 - exact GELU (``keras.activations.gelu``) computes ``Erfc``, which the converter refuses
@@ -12,7 +12,12 @@ the converter's and the JS kernels', not the model's:
   split *after* the converter's optimisation into the fused conv (bias kept) followed by
   ``x * relu6(x + 3) * (1/6)`` in ops tfjs has.
 
-Both run inside :func:`patched_converter`, which wraps the converter's ``optimize_graph`` for
+- the same pass folds a residual ``Add`` of two conv outputs (ResNet) or a scalar into the
+  fused op's ``BiasAdd``; the cpu backend broadcasts it, the wasm backend refuses ("FusedConv2D
+  only supports rank-1 bias but got rank 4"): such nodes are unfused into the plain op,
+  ``AddV2`` and the activation.
+
+All run inside :func:`patched_converter`, which wraps the converter's ``optimize_graph`` for
 the duration of one conversion only. TensorFlow is imported lazily (by the caller's converter).
 """
 
@@ -101,6 +106,63 @@ def split_fused_hard_swish(graph_def: Any) -> int:
     return count
 
 
+_PLAIN_OP = {"_FusedConv2D": "Conv2D", "_FusedMatMul": "MatMul",
+             "FusedDepthwiseConv2dNative": "DepthwiseConv2dNative",
+             "_FusedDepthwiseConv2dNative": "DepthwiseConv2dNative"}
+_PLAIN_ATTRS = {"Conv2D": ("T", "strides", "padding", "explicit_paddings", "data_format", "dilations",
+                           "use_cudnn_on_gpu"),
+                "DepthwiseConv2dNative": ("T", "strides", "padding", "explicit_paddings", "data_format",
+                                          "dilations"),
+                "MatMul": ("T", "transpose_a", "transpose_b")}
+_ACTIVATIONS = {"Relu", "Relu6", "Elu", "Sigmoid", "Tanh", "LeakyRelu"}
+
+
+def unfuse_non_vector_bias(graph_def: Any) -> int:
+    """Undo fusions whose "bias" is not a rank-1 constant (the remapper folds a residual ``Add``
+    of two conv outputs, or a scalar, into ``BiasAdd``): tfjs's cpu backend broadcasts it, the
+    wasm backend refuses ("FusedConv2D only supports rank-1 bias but got rank 4"). The node
+    becomes the plain op, ``AddV2`` and the activation, keeping its name on the last."""
+    import tensorflow as tf
+
+    consts = {n.name: n for n in graph_def.node if n.op == "Const"}
+    count = 0
+    new_nodes = []
+    for node in graph_def.node:
+        plain = _PLAIN_OP.get(node.op)
+        if plain is None or "fused_ops" not in node.attr:
+            continue
+        fused = [s.decode() if isinstance(s, bytes) else s for s in node.attr["fused_ops"].list.s]
+        if fused[:1] != ["BiasAdd"] or len(fused) > 2 or (len(fused) == 2 and fused[1] not in _ACTIVATIONS):
+            continue
+        data = [i for i in node.input if not i.startswith("^")]
+        controls = [i for i in node.input if i.startswith("^")]
+        if len(data) != 3:
+            continue
+        bias = consts.get(data[2].split(":")[0])
+        if bias is not None and len(bias.attr["value"].tensor.tensor_shape.dim) == 1:
+            continue  # a real bias vector: every backend runs the fused op
+        name, dtype = node.name, node.attr["T"].type
+        op_node = tf.compat.v1.NodeDef(name=f"{name}/unfused/{plain}", op=plain, input=data[:2] + controls,
+                                       device=node.device)
+        for key in _PLAIN_ATTRS[plain]:
+            if key in node.attr:
+                op_node.attr[key].CopyFrom(node.attr[key])
+        add = _op(tf, f"{name}/unfused/add" if len(fused) == 2 else name, "AddV2", [op_node.name, data[2]], dtype)
+        chain = [op_node, add]
+        if len(fused) == 2:
+            act = _op(tf, name, fused[1], [add.name], dtype)
+            if fused[1] == "LeakyRelu":
+                act.attr["alpha"].f = node.attr["leakyrelu_alpha"].f
+            chain.append(act)
+        last = chain.pop()
+        node.Clear()
+        node.CopyFrom(last)
+        new_nodes += chain
+        count += 1
+    graph_def.node.extend(new_nodes)
+    return count
+
+
 def unsupported_fused(graph_def: Any) -> list[tuple[str, str, str]]:
     """``(node, op, fused activation)`` of fused ops whose activation the tfjs backends lack."""
     out = []
@@ -130,6 +192,7 @@ def patched_converter(converter: Any, stats: dict[str, int]) -> Iterator[None]:
                 tf.graph_util.import_graph_def(graph_def, name="")
         optimized = original(graph, signature_def, *args, **kwargs)
         stats["hard_swish"] = stats.get("hard_swish", 0) + split_fused_hard_swish(optimized)
+        stats["unfused_bias"] = stats.get("unfused_bias", 0) + unfuse_non_vector_bias(optimized)
         return optimized
 
     converter.optimize_graph = optimize_graph
