@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import re
+import time
+from dataclasses import replace
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from . import diagnose, recording, validators
+from . import diagnose, recording, shadow, validators
 from . import tolerances as tol_mod
 from .compare import ComparisonReport, compare
 from .diagnose._util import fit_inputs
@@ -40,14 +42,19 @@ CALIBRATION_ROWS = 64
 
 def assert_outputs_close(actual: Any, expected: Any, *, inputs: Any = None, rtol: float | None = None,
                          atol: float | None = None, equal_nan: bool = False, msg: str | None = None,
-                         tolerance: Tolerance | str | None = None) -> ComparisonReport:
+                         tolerance: Tolerance | str | None = None,
+                         allow_vacuous: bool = False) -> ComparisonReport:
     """Assert ``actual`` matches ``expected`` (arrays, nested outputs, or models run on ``inputs``).
 
     Tolerance: explicit ``rtol``/``atol`` (plain per-element rule) > marker > ini > the
-    built-in scale-aware default for the output dtype, device and format. ``tolerance=`` a
+    default. The default against a Keras reference is a multiple of the model's own float32
+    error on ``inputs``, measured by running its float64 twin (``shadow.py``); otherwise the
+    built-in scale-aware rule for the output dtype, device and format. ``tolerance=`` a
     ``Tolerance`` uses it as given; ``tolerance="calibrated"`` measures the reference
     (``expected``, which must then be a model) against its own batch-order drift and allows
-    the candidate ``CALIBRATED_MULTIPLE`` times that noise.
+    the candidate ``CALIBRATED_MULTIPLE`` times that noise. A comparison whose allowed
+    difference reaches an output's own magnitude cannot fail and is reported as vacuous
+    (a failure) unless ``allow_vacuous=True``.
     """
     __tracebackhide__ = True
     validators.check_tolerance_choice(tolerance, rtol, atol, rule_type=Tolerance)
@@ -61,6 +68,7 @@ def assert_outputs_close(actual: Any, expected: Any, *, inputs: Any = None, rtol
         _check_rows(inputs, "assert_outputs_close")
     act = _run(actual_model, inputs) if actual_model is not None else _to_numpy(actual)
     exp = _run(expected_model, inputs) if expected_model is not None else _to_numpy(expected)
+    exp_raw = exp
     act, exp, alignment = _align_structures(act, exp, from_models=actual_model is not None or expected_model is not None)
     device, fmt = _context(actual_model, expected_model)
     meta: dict[str, Any] = {"check": "outputs_close", "device": device, "format": fmt}
@@ -76,8 +84,13 @@ def assert_outputs_close(actual: Any, expected: Any, *, inputs: Any = None, rtol
         tol_fn = calibration.tolerance_for
         meta["calibration"] = calibration.meta
     else:
+        floors = None
+        if _uses_default(tolerance, rtol, atol) and inputs is not None:
+            floors = _shadow_floors(expected_model if expected_model is not None else actual_model,
+                                    inputs, exp_raw, _leaf_paths(exp), fmt, meta)
         tol_fn = _tolerance_fn(act, tolerance, rtol=rtol, atol=atol, device=device, fmt=fmt,
-                               compute=_compute_dtype(actual_model, expected_model))
+                               compute=_compute_dtype(actual_model, expected_model), floors=floors,
+                               allow_vacuous=allow_vacuous)
     report = compare(act, exp, tolerance=tol_fn, equal_nan=equal_nan, full_stats=calibration is not None or recording.listening())
     report.title = f"{_name(actual_model) if actual_model is not None else 'actual'} vs " \
                    f"{_name(expected_model) if expected_model is not None else 'expected'}"
@@ -140,13 +153,16 @@ def assert_deterministic(model: Callable, inputs: Any, *, runs: int = 3, rtol: f
 
 def assert_batch_invariant(model: Callable, inputs: Any, *, batch_sizes: Sequence[int] = (1,),
                            rtol: float | None = None, atol: float | None = None,
-                           tolerance: Tolerance | str | None = None) -> ComparisonReport:
+                           tolerance: Tolerance | str | None = None,
+                           allow_vacuous: bool = False) -> ComparisonReport:
     """Assert the rows of ``inputs`` give the same outputs at once and in sub-batches.
 
     For each size in ``batch_sizes`` the batch is cut into consecutive sub-batches of that
     size (the last may be smaller; dict inputs are cut together along axis 0), the outputs
-    concatenated and compared with the whole-batch outputs. Default tolerance: the
-    dtype-aware built-in (float drift between batch sizes is expected, seed 004);
+    concatenated and compared with the whole-batch outputs. Default tolerance: for a
+    Keras model a multiple of its own float32 error (its float64 twin, as in
+    ``assert_outputs_close``), else the dtype-aware built-in (float drift between batch
+    sizes is expected, seed 004);
     ``rtol=0, atol=0`` demands bitwise equality and reports the ULP distance.
     ``tolerance="calibrated"`` allows ``CALIBRATED_MULTIPLE`` times the drift the model shows
     when the same batch is evaluated in reversed row order.
@@ -177,8 +193,13 @@ def assert_batch_invariant(model: Callable, inputs: Any, *, batch_sizes: Sequenc
         tol_fn = calibration.tolerance_for
         meta["calibration"] = calibration.meta
     else:
+        floors = None
+        if _uses_default(tolerance, rtol, atol):
+            floors = _shadow_floors(model, inputs, batched, _leaf_paths(batched), None, meta)
+            if floors is not None and len(sizes) > 1:
+                floors = {f"[{f'sub-batches of {s}'!r}]{p}": v for s in sizes for p, v in floors.items()}
         tol_fn = _tolerance_fn(actual, tolerance, rtol=rtol, atol=atol, device=device, fmt=fmt,
-                               compute=_compute_dtype(model))
+                               compute=_compute_dtype(model), floors=floors, allow_vacuous=allow_vacuous)
     report = compare(actual, expected, tolerance=tol_fn, full_stats=calibration is not None or recording.listening())
     sizes_text = ", ".join(str(s) for s in sizes)
     report.title = f"{_name(model)}: batch of {n} at once vs sub-batches of {sizes_text}"
@@ -314,13 +335,17 @@ def _memo_key(fn: Any, *parts: Any) -> tuple:
 # Tolerances per output
 # --------------------------------------------------------------------------------------
 
-def _tolerance_fn(actual: Any, tolerance: Tolerance | None, *, rtol, atol, device, fmt, compute=None):
+def _tolerance_fn(actual: Any, tolerance: Tolerance | None, *, rtol, atol, device, fmt, compute=None,
+                  floors: dict[str, dict[str, float]] | None = None, allow_vacuous: bool = False):
     """A ``(expected_dtype, path) -> Tolerance`` using the less precise of the two dtypes
-    (and of ``compute``, the dtype a mixed-precision model computes its float outputs in)."""
+    (and of ``compute``, the dtype a mixed-precision model computes its float outputs in).
+
+    ``floors`` ({path: {shadow kind: measured error}}) make the default of those outputs the
+    shadow rule (``tolerances.shadow_tolerance``); explicit values always win over it."""
     if isinstance(tolerance, Tolerance):
         if rtol is not None or atol is not None:
             validators.check_tolerance_choice(tolerance, rtol, atol, rule_type=Tolerance)
-        return tolerance
+        return replace(tolerance, allow_vacuous=True) if allow_vacuous else tolerance
     if tolerance is not None:
         validators.check_tolerance_choice(tolerance, rtol, atol, rule_type=Tolerance)
     actual_dtypes = {path: arr.dtype for path, arr in _leaves(actual)}
@@ -334,11 +359,69 @@ def _tolerance_fn(actual: Any, tolerance: Tolerance | None, *, rtol, atol, devic
                 dtype = tol_mod.less_precise(actual_dtypes[path], expected_dtype)
             except TypeError:
                 dtype = expected_dtype
-        if compute is not None and np.dtype(dtype).kind == "f":
-            dtype = tol_mod.less_precise(dtype, compute)
-        return tol_mod.resolve_tolerance(dtype, rtol=rtol, atol=atol, device=device, format=fmt, layers=layers)
+        measured = (floors or {}).get(path)
+        if measured is not None and shadow.FLOAT64 in measured and np.dtype(dtype).kind == "f":
+            # the float64 run measured the mixed-precision model's error itself: judge by it
+            tol = tol_mod.shadow_tolerance(dtype, measured[shadow.FLOAT64], device=device, format=fmt,
+                                           float16_weights=measured.get(shadow.FLOAT16_WEIGHTS))
+        else:
+            if compute is not None and np.dtype(dtype).kind == "f":
+                dtype = tol_mod.less_precise(dtype, compute)
+            tol = tol_mod.resolve_tolerance(dtype, rtol=rtol, atol=atol, device=device, format=fmt, layers=layers)
+        return replace(tol, allow_vacuous=True) if allow_vacuous else tol
 
     return for_output
+
+
+def _uses_default(tolerance: Any, rtol: float | None, atol: float | None) -> bool:
+    """No tolerance from the argument, the marker or ini: the package chooses it."""
+    if tolerance is not None or rtol is not None or atol is not None:
+        return False
+    return not any(r is not None or a is not None for _, r, a in tol_mod.current_layers())
+
+
+def _leaf_paths(tree: Any) -> list[str]:
+    return [path for path, _ in _leaves(tree)]
+
+
+def _shadow_floors(model: Any, inputs: Any, reference: Any, paths: list[str], fmt: str | None,
+                   meta: dict[str, Any]) -> dict[str, dict[str, float]] | None:
+    """{path: {kind: max|ref - shadow| / max|shadow|}} of the reference's outputs on ``inputs``,
+    or None (with ``meta["shadow"]`` saying why) when the reference cannot be shadowed.
+
+    ``paths`` are the reference's paths as compared (after structure alignment): when the
+    alignment renamed them one to one, the floors follow by position."""
+    if model is None or shadow.keras_model_of(model) is None:
+        return None
+    kinds = [shadow.FLOAT64] + ([shadow.FLOAT16_WEIGHTS] if (fmt or "").lower() == "tflite:float16" else [])
+    found: dict[str, dict[str, float]] = {}
+    info: dict[str, Any] = {}
+    start = time.perf_counter()
+    ref_leaves = dict(_leaves(reference))
+    for kind in kinds:
+        twin = shadow.twin_of(model, kind)
+        if twin.model is None:
+            info[kind] = f"unavailable: {twin.reason}"
+            continue
+        try:
+            out = shadow.outputs_of(twin, inputs, _run)
+        except Exception as exc:  # noqa: BLE001 - a shadow that cannot run falls back to the fixed rule
+            info[kind] = f"unavailable: running it failed ({type(exc).__name__}: {str(exc)[:160]})"
+            continue
+        for path, arr in _leaves(out):
+            err = shadow.relative_error(ref_leaves[path], arr) if path in ref_leaves else None
+            if err is not None:
+                found.setdefault(path, {})[kind] = err
+        info[kind] = "measured"
+    info["seconds"] = round(time.perf_counter() - start, 4)
+    meta["shadow"] = info
+    if not found:
+        return None
+    raw_paths = list(ref_leaves)
+    if raw_paths != paths and len(raw_paths) == len(paths):
+        found = {new: found[old] for old, new in zip(raw_paths, paths) if old in found}
+    meta["noise_floor"] = found
+    return found
 
 
 class _Calibration:

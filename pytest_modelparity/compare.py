@@ -87,6 +87,9 @@ class OutputComparison:
     scale: float | None = None
     worst: list[tuple[tuple, float, float]] = field(default_factory=list)
     top1_agreement: float | None = None
+    top1_rows: int | None = None           # rows judged for top-1 (the reference's argmax is clear)
+    top1_near_ties: int = 0                # rows left out: reference top-1 margin within the bound
+    vacuous: bool = False                  # the bound reached the output's own magnitude
     error_histogram: tuple[list[int], list[float]] | None = None
 
     @property
@@ -126,6 +129,9 @@ class OutputComparison:
             "worst": [{"index": list(i), "actual": _jf(a), "expected": _jf(e)}
                       for i, a, e in self.worst],
             "top1_agreement": _jf(self.top1_agreement),
+            "top1_rows": self.top1_rows,
+            "top1_near_ties": self.top1_near_ties,
+            "vacuous": self.vacuous,
             "error_histogram": None if self.error_histogram is None else {
                 "counts": list(self.error_histogram[0]),
                 "log10_edges": [_jf(x) for x in self.error_histogram[1]],
@@ -496,11 +502,14 @@ def _compare_floats(a: np.ndarray, e: np.ndarray, oc: OutputComparison, tol: Tol
     oc.mismatched = v.mismatched
     passed = v.mismatched <= allowed
     if tol.min_top1 is not None and a.ndim >= 1 and n:
-        oc.top1_agreement = _top1(a, e)
-        if oc.top1_agreement < tol.min_top1:
-            passed = False
-            oc.notes.append(f"top-1 agreement {oc.top1_agreement:.1%} is below the required "
-                            f"{tol.min_top1:.0%}")
+        passed = _judge_top1(a, e, oc, tol) and passed
+    if passed and v.scale is not None and not tol.allow_vacuous and tol.is_vacuous(v.scale):
+        oc.vacuous = True
+        oc.problem = (f"vacuous comparison: the allowed difference ({tol.describe()}) is at least the "
+                      f"output's largest magnitude {v.scale:.3g}, so even an all-zero output would pass "
+                      "and this check cannot fail; use a tolerance below the output's scale (the "
+                      "default rule scales with it), or pass allow_vacuous=True to accept it")
+        passed = False
     oc.passed = passed
     if n == 0 or (passed and not full_stats):
         _note_nonfinite(oc, v.nonfinite_mismatched, equal_nan)
@@ -518,8 +527,8 @@ def _compare_floats(a: np.ndarray, e: np.ndarray, oc: OutputComparison, tol: Tol
                                                                            a.shape)
         v = _Verdict(s.mismatched, s.nonfinite_mismatched, s.scale, s.max_abs, s.max_abs_index)
         # the verdict's count was an upper bound (a scale that grew late); this one is exact
-        oc.passed = s.mismatched <= allowed and (oc.top1_agreement is None or tol.min_top1 is None
-                                                 or oc.top1_agreement >= tol.min_top1)
+        oc.passed = s.mismatched <= allowed and not oc.vacuous and (
+            oc.top1_agreement is None or tol.min_top1 is None or oc.top1_agreement >= tol.min_top1)
     _note_nonfinite(oc, v.nonfinite_mismatched, equal_nan)
     oc.mean_abs = s.mean_abs
     oc.max_rel = s.max_rel
@@ -543,15 +552,52 @@ def _note_nonfinite(oc: OutputComparison, count: int, equal_nan: bool) -> None:
                         + ("" if equal_nan else " (NaN equals NaN only with equal_nan=True)"))
 
 
-def _top1(a: np.ndarray, e: np.ndarray) -> float:
-    """Share of rows (all axes but the last) whose argmax over the last axis agrees."""
+def _judge_top1(a: np.ndarray, e: np.ndarray, oc: OutputComparison, tol: Tolerance) -> bool:
+    """Top-1 agreement over the rows whose reference argmax is evidence; notes what it left out."""
+    agreement, judged, ties = _top1(a, e, tol)
+    oc.top1_agreement, oc.top1_rows, oc.top1_near_ties = agreement, judged, ties
+    excluded = (f" ({ties} near-tie row(s) left out: their reference top-1 margin is within twice "
+                f"the allowed difference, so their argmax is noise)") if ties else ""
+    if judged == 0 and ties:
+        oc.top1_agreement = None
+        oc.notes.append(f"top-1 agreement not judged: all {ties} rows are near-ties (reference top-1 "
+                        "margin within twice the allowed difference)")
+        return True
+    assert tol.min_top1 is not None
+    if agreement < tol.min_top1:
+        oc.notes.append(f"top-1 agreement {agreement:.1%} over {judged} row(s) is below the required "
+                        f"{tol.min_top1:.0%}{excluded}")
+        return False
+    if ties:
+        oc.notes.append(f"top-1 agreement {agreement:.1%} over {judged} row(s){excluded}")
+    return True
+
+
+def _top1(a: np.ndarray, e: np.ndarray, tol: Tolerance | None = None) -> tuple[float, int, int]:
+    """(agreement, rows judged, near-tie rows left out) of the argmax over the last axis.
+
+    A row whose reference top-1 beats its runner-up by no more than twice the allowed
+    difference (each may move by the bound) is a near-tie: its argmax is not evidence.
+    """
     if a.shape[-1] == 0:
-        return 1.0
+        return 1.0, 0, 0
     a2 = a.reshape(-1, a.shape[-1])
-    e2 = e.reshape(-1, e.shape[-1])
+    e2 = e.reshape(-1, e.shape[-1]).astype(np.float64)
     if a2.shape[0] == 0:
-        return 1.0
-    return float(np.mean(np.argmax(a2, axis=-1) == np.argmax(e2, axis=-1)))
+        return 1.0, 0, 0
+    agree = np.argmax(a2, axis=-1) == np.argmax(e2, axis=-1)
+    judged = np.ones(agree.shape, bool)
+    if tol is not None and e2.shape[1] >= 2:
+        finite = e2[np.isfinite(e2)]
+        scale = float(np.max(np.abs(finite))) if finite.size else 0.0
+        top2 = np.partition(e2, -2, axis=-1)[:, -2:]
+        margin = top2[:, 1] - top2[:, 0]
+        with np.errstate(invalid="ignore"):
+            judged = ~(margin <= 2.0 * tol.allowed(np.abs(top2[:, 1]), scale))
+    count = int(judged.sum())
+    if count == 0:
+        return 1.0, 0, int(agree.size)
+    return float(np.mean(agree[judged])), count, int(agree.size) - count
 
 
 @dataclass
@@ -674,6 +720,9 @@ class _Scanner:
         """Count mismatches; with ``stop_after``, stop once more than that many are out and
         the bound does not depend on the output's scale (the statistics pass recounts)."""
         rtol, atol, sc = float(tol.rtol), float(tol.atol), float(tol.scale)
+        # max|e| sets the bound when sc > 0; with an absolute term it also tells whether the
+        # rule is vacuous (Tolerance.is_vacuous), so measure it then too
+        want_scale = bool(sc) or ((atol > 0 or rtol >= 1) and not tol.allow_vacuous)
         scale = 0.0
         best, best_at = -1.0, None            # greatest finite |a - e| and its chunk
         suspects: list[int] = []              # chunk starts that need a look with the final scale
@@ -681,7 +730,7 @@ class _Scanner:
         mismatched = nonfinite = 0
         with np.errstate(all="ignore"):   # NaN/inf are judged explicitly below
             for start, ac, ec, m in self.chunks():
-                if sc:                            # max|e| is only needed when it sets the bound
+                if want_scale:
                     scale = max(scale, self._finite_absmax(ec))
                     if stop_after is not None and suspect_bad > stop_after:
                         continue                  # probably failing: only the scale is needed
@@ -728,7 +777,7 @@ class _Scanner:
             mismatched += bad
             nonfinite += bad_nf
         max_abs_index = None if best_at is None else self._argmax_finite(best_at)
-        return _Verdict(mismatched, nonfinite, scale if sc else None,
+        return _Verdict(mismatched, nonfinite, scale if want_scale else None,
                         None if best_at is None else best, max_abs_index)
 
     def statistics(self, tol: Tolerance, equal_nan: bool, scale: float | None,

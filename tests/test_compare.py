@@ -6,6 +6,8 @@ import importlib
 import json
 import math
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -183,10 +185,47 @@ def test_top1_agreement():
     e = np.array([[0.1, 0.9], [0.8, 0.2], [0.4, 0.6], [0.3, 0.7]], np.float32)
     a = e.copy()
     a[0] = [0.9, 0.1]
-    tol = Tolerance(0.0, 1.0, min_top1=0.9, source="format")
+    # elements may all be out (max_mismatch_fraction=1): only top-1 agreement decides
+    tol = Tolerance(0.0, 0.05, min_top1=0.9, max_mismatch_fraction=1.0, source="format")
     oc = only(compare(a, e, tolerance=tol))
-    assert oc.top1_agreement == 0.75 and not oc.passed
-    assert compare(a, e, tolerance=Tolerance(0.0, 1.0, min_top1=0.75, source="f")).passed
+    assert oc.top1_agreement == 0.75 and oc.top1_rows == 4 and not oc.passed
+    assert compare(a, e, tolerance=Tolerance(0.0, 0.05, min_top1=0.75, max_mismatch_fraction=1.0,
+                                             source="f")).passed
+
+
+def test_top1_near_ties_are_not_evidence():
+    # rows 0 and 1 are near-ties (margin 0.02 <= twice the allowed 0.05): their argmax is noise
+    e = np.array([[0.49, 0.51], [0.51, 0.49], [0.1, 0.9], [0.8, 0.2]], np.float32)
+    a = np.array([[0.51, 0.49], [0.49, 0.51], [0.1, 0.9], [0.8, 0.2]], np.float32)
+    tol = Tolerance(0.0, 0.05, min_top1=0.9, source="format")
+    oc = only(compare(a, e, tolerance=tol))
+    assert oc.passed and oc.top1_agreement == 1.0 and (oc.top1_rows, oc.top1_near_ties) == (2, 2)
+    assert any("2 near-tie row(s) left out" in n for n in oc.notes)
+    # a clear row that flips still fails, and the note counts what was left out
+    a[2] = [0.9, 0.1]
+    oc = only(compare(a, e, tolerance=replace(tol, max_mismatch_fraction=1.0)))
+    assert not oc.passed and oc.top1_agreement == 0.5
+    assert any("over 2 row(s) is below the required 90%" in n and "near-tie" in n for n in oc.notes)
+    # every row a near-tie: top-1 is not judged at all (no evidence either way)
+    oc = only(compare(a[:2], e[:2], tolerance=tol))
+    assert oc.passed and oc.top1_agreement is None
+    assert any("not judged" in n for n in oc.notes)
+
+
+def test_vacuous_comparison_fails_unless_allowed():
+    e = np.full((3, 4), 3e-10, np.float32)            # random-weight feature maps are this small
+    a = np.zeros_like(e)                               # an all-zero candidate
+    oc = only(compare(a, e, tolerance=Tolerance(1.3e-6, 1e-5, source="argument")))
+    assert oc.vacuous and not oc.passed and oc.problem.startswith("vacuous comparison")
+    assert "allow_vacuous=True" in oc.problem and "3e-10" in oc.problem
+    ok = only(compare(a, e, tolerance=Tolerance(1.3e-6, 1e-5, source="argument", allow_vacuous=True)))
+    assert ok.passed and not ok.vacuous
+    # the same pair under the default (scaled, no absolute term) rule is a real failure
+    oc = only(compare(a, e))
+    assert not oc.passed and not oc.vacuous and oc.mismatched == 12
+    # an exactly-zero output is compared exactly, never vacuous; atol below the scale is fine
+    assert compare(np.zeros(3, np.float32), np.zeros(3, np.float32), tolerance=Tolerance(0, 1e-5)).passed
+    assert compare(e * 1e6, e * 1e6, tolerance=Tolerance(0, 1e-5)).passed
 
 
 def test_bfloat16_judged_in_float32():

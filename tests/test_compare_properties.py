@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import math
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -86,6 +88,8 @@ def _check_same_verdict(a, e, tol, equal_nan):
     ref = np.asarray(_reference(a, e, tol, equal_nan), dtype=bool).reshape(a.shape)
     mask = elementwise_close(a, e, tol, equal_nan=equal_nan)
     np.testing.assert_array_equal(mask, ref)
+    # the engine against numpy.isclose: a vacuous rule is judged like any other here
+    tol = replace(tol, allow_vacuous=True)
     report = compare(a, e, tolerance=tol, equal_nan=equal_nan)
     (oc,) = report.outputs
     assert oc.problem is None
