@@ -363,7 +363,8 @@ def _tolerance_fn(actual: Any, tolerance: Tolerance | None, *, rtol, atol, devic
         if measured is not None and shadow.FLOAT64 in measured and np.dtype(dtype).kind == "f":
             # the float64 run measured the mixed-precision model's error itself: judge by it
             tol = tol_mod.shadow_tolerance(dtype, measured[shadow.FLOAT64], device=device, format=fmt,
-                                           float16_weights=measured.get(shadow.FLOAT16_WEIGHTS))
+                                           float16_weights=measured.get(shadow.FLOAT16_WEIGHTS),
+                                           compute=compute)
         else:
             if compute is not None and np.dtype(dtype).kind == "f":
                 dtype = tol_mod.less_precise(dtype, compute)
@@ -408,8 +409,14 @@ def _shadow_floors(model: Any, inputs: Any, reference: Any, paths: list[str], fm
         except Exception as exc:  # noqa: BLE001 - a shadow that cannot run falls back to the fixed rule
             info[kind] = f"unavailable: running it failed ({type(exc).__name__}: {str(exc)[:160]})"
             continue
-        for path, arr in _leaves(out):
-            err = shadow.relative_error(ref_leaves[path], arr) if path in ref_leaves else None
+        errors = {path: shadow.relative_error(ref_leaves[path], arr)
+                  for path, arr in _leaves(out) if path in ref_leaves}
+        worst = max((e for e in errors.values() if e is not None), default=0.0)
+        if kind == shadow.FLOAT64 and worst > shadow.MAX_FAITHFUL:
+            info[kind] = (f"unavailable: the float64 twin differs from the model by {worst:.2g} of scale, "
+                          "more than rounding can explain (a layer whose state is not in its weights?)")
+            continue
+        for path, err in errors.items():
             if err is not None:
                 found.setdefault(path, {})[kind] = err
         info[kind] = "measured"

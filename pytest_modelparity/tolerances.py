@@ -261,7 +261,7 @@ def default_tolerance(dtype: Any, *, device: str = "cpu", format: str | None = N
 
 
 def shadow_tolerance(dtype: Any, measured: float, *, device: str = "cpu", format: str | None = None,
-                     float16_weights: float | None = None) -> Tolerance:
+                     float16_weights: float | None = None, compute: str | None = None) -> Tolerance:
     """The default for an output whose Keras reference ran beside its float64 twin.
 
     ``measured`` is max |ref32 - ref64| / max |ref64| of the output on the batch under test
@@ -270,13 +270,15 @@ def shadow_tolerance(dtype: Any, measured: float, *, device: str = "cpu", format
     output's largest magnitude. ``tflite:float16`` is judged by ``SHADOW_F16_MULTIPLE`` x
     what float16 weights cost; the other quantised variants keep their fixed rule (never
     tighter than the shadow); on a GPU the bound is never tighter than the GPU rule.
+    ``compute`` names a mixed-precision model's compute dtype in the report.
     """
     dt = _dtype(dtype)
     eps = eps_of(dt) or eps_of(np.float32)
     floor = max(float(measured), SHADOW_MIN_FLOOR_EPS * eps)
     raised = "" if measured >= floor else f", at least {SHADOW_MIN_FLOOR_EPS:g} eps"
+    own = "float32" if compute in (None, "float32") else f"{compute} (mixed precision)"
     tol = Tolerance(0.0, 0.0, scale=SHADOW_MULTIPLE * floor, default=True,
-                    source=f"{SHADOW_MULTIPLE:g} x the model's own float32 error ({measured:.1e} of scale"
+                    source=f"{SHADOW_MULTIPLE:g} x the model's own {own} error ({measured:.1e} of scale"
                            f"{raised}, from a float64 run)")
     fmt = (format or "").lower() or None
     if fmt == "tflite:float16" and float16_weights is not None:

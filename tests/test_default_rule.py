@@ -57,7 +57,8 @@ def test_outputs_close_batch_vs_per_row_passes_by_default(dense):
     model, x, _batched, per_row = dense
     report = assert_outputs_close(per_row, model, inputs=x)
     assert report.passed
-    assert report.outputs[0].tolerance.source == "built-in float32 (scaled rule)"
+    # a Keras reference: the bound is a multiple of the model's own float32 error
+    assert report.outputs[0].tolerance.source.startswith("8 x the model's own float32 error")
 
 
 def test_input_scaled_by_255_over_256_fails_by_default(dense):

@@ -110,8 +110,8 @@ def test_marker_narrows_the_matrix_and_sets_the_tolerance(suite: pytest.Pytester
 
         def test_argument_wins(parity_candidate, parity_reference, parity_batch):
             tol = assert_outputs_close(parity_candidate, parity_reference, inputs=parity_batch,
-                                       rtol=0.0, atol=1.0).outputs[0].tolerance
-            assert (tol.rtol, tol.atol, tol.source) == (0.0, 1.0, "argument")
+                                       rtol=0.0, atol=0.01).outputs[0].tolerance
+            assert (tol.rtol, tol.atol, tol.source) == (0.0, 0.01, "argument")
 
         @pytest.mark.modelparity(devices=["gpu"])
         def test_gpu_only(parity_reference):

@@ -69,6 +69,17 @@ def _rebuild(model: Any, dtype: str | None, cast: Any) -> Any:
         twin.set_weights([cast(w) if w.dtype.kind == "f" else w for w in weights])
     except Exception as exc:  # noqa: BLE001
         raise ShadowUnavailable(f"copying the weights failed ({type(exc).__name__}: {_first(exc)})") from exc
+    # Layers whose state is derived from their weights (an adapted Normalization keeps mean
+    # and variance as tensors computed from adapt_mean/adapt_variance) recompute it here, as
+    # Keras does after loading a file.
+    for layer in twin._flatten_layers():
+        finalize = getattr(layer, "finalize_state", None)
+        if callable(finalize):
+            try:
+                finalize()
+            except Exception as exc:  # noqa: BLE001
+                raise ShadowUnavailable(f"layer {layer.name!r} could not restore its state "
+                                        f"({type(exc).__name__}: {_first(exc)})") from exc
     return twin
 
 
