@@ -1,0 +1,182 @@
+"""The float64 shadow reference (issue 10): the default bound knows the model.
+
+Real TensorFlow and Keras, tiny models built here; one random-weight Keras Applications net
+(MobileNetV2 features at 32x32) for the vacuous-comparison acceptance case.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from models import dense_784, images, mlp, tiny_cnn
+from pytest_modelparity import ParityError, assert_batch_invariant, assert_outputs_close, load_model, shadow
+from pytest_modelparity.tolerances import SHADOW_MULTIPLE, shadow_tolerance
+
+pytest.importorskip("tensorflow", reason="the shadow needs TensorFlow: pip install 'pytest-modelparity[tensorflow]'")
+
+
+def _off(model, x, factor):
+    return {k: v * factor for k, v in model.predict(x).items()}
+
+
+def test_twin_is_float64_cached_and_close():
+    model = tiny_cnn(seed=3)
+    ref = load_model(model)
+    twin = shadow.twin_of(ref)
+    assert twin.model is not None and twin.reason is None
+    assert shadow.twin_of(ref) is twin                      # once per model
+    x = images(4, seed=1)
+    out64 = twin.model.predict(x)["probs"]
+    assert out64.dtype == np.float64
+    err = shadow.relative_error(ref.predict(x)["probs"], out64)
+    assert 0.0 <= err < 1e-5                                 # rounding, not a different model
+    calls = []
+    run = lambda m, b: calls.append(1) or m.predict(b)  # noqa: E731
+    first = shadow.outputs_of(twin, x, run)
+    again = shadow.outputs_of(twin, x.copy(), run)           # same bytes: one float64 run
+    assert calls == [1] and again is first
+    shadow.outputs_of(twin, x + 1, run)
+    assert calls == [1, 1]
+
+
+def test_default_bound_is_a_multiple_of_the_models_own_error():
+    model = dense_784()
+    ref = load_model(model)
+    x = np.random.default_rng(0).uniform(0, 255, (8, 784)).astype("float32")
+    report = assert_outputs_close(ref, ref, inputs=x)
+    tol = report.outputs[0].tolerance
+    assert tol.source.startswith(f"{SHADOW_MULTIPLE:g} x the model's own float32 error") and tol.default
+    measured = report.meta["noise_floor"]["['fc2']"]["float64"]
+    assert tol.scale == pytest.approx(SHADOW_MULTIPLE * max(measured, 8 * np.finfo(np.float32).eps))
+    assert report.meta["shadow"]["float64"] == "measured"
+    # 1e-4 of scale: inside the fixed rule (4e-4, arrays against arrays), a clear failure
+    # against this model, whose own float32 error is ~1e-7
+    off = _off(ref, x, 1 + 1e-4)
+    assert_outputs_close(off, ref.predict(x))
+    with pytest.raises(ParityError, match="the model's own float32 error"):
+        assert_outputs_close(off, ref, inputs=x)
+
+
+def test_a_failure_under_the_default_is_never_called_noise():
+    # ~100 ULP of scale on a 784-term reduction: the old hint said "float rounding noise, not
+    # a conversion error" under FAILED; beyond 8x the model's own error it is not noise.
+    model = dense_784()
+    ref = load_model(model)
+    x = np.random.default_rng(1).uniform(0, 255, (8, 784)).astype("float32")
+    off = _off(ref, x, 1 + 1.2e-5)
+    with pytest.raises(ParityError) as err:
+        assert_outputs_close(off, ref, inputs=x)
+    assert "accumulation_noise" not in [h.cause for h in err.value.report.hints]
+    assert "not a conversion error" not in str(err.value)
+    # asked for exact equality, the same difference is explained as noise
+    with pytest.raises(ParityError) as err:
+        assert_outputs_close(_off(ref, x, 1 + 2e-7), ref.predict(x), rtol=0, atol=0)
+    assert "accumulation_noise" in [h.cause for h in err.value.report.hints]
+
+
+def test_batch_invariance_of_a_keras_model_uses_the_shadow():
+    model = dense_784()
+    x = np.random.default_rng(2).uniform(0, 255, (6, 784)).astype("float32")
+    report = assert_batch_invariant(model, x, batch_sizes=(1, 4))
+    assert all("from a float64 run" in o.tolerance.source for o in report.outputs)
+
+
+def test_a_model_that_cannot_be_shadowed_falls_back_and_says_why():
+    import keras
+
+    class Doubler(keras.layers.Layer):   # not registered: from_config cannot rebuild it
+        def call(self, x):
+            return x * 2.0
+
+    x_in = keras.Input((4,), name="x")
+    model = keras.Model(x_in, keras.layers.Dense(3)(Doubler()(x_in)))
+    ref = load_model(model)
+    x = np.random.default_rng(0).normal(size=(4, 4)).astype("float32")
+    report = assert_outputs_close(ref, ref, inputs=x)
+    assert report.meta["shadow"]["float64"].startswith("unavailable: the model could not be rebuilt")
+    assert report.outputs[0].tolerance.source == "built-in float32 (scaled rule)"
+
+
+def test_mixed_precision_error_is_measured_and_named():
+    import keras
+
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        x_in = keras.Input((16,), name="x")
+        h = keras.layers.Dense(32, activation="relu")(x_in)
+        out = keras.layers.Dense(4, dtype="float32", name="y")(h)
+        model = keras.Model(x_in, out)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    ref = load_model(model)
+    x = np.random.default_rng(0).normal(size=(8, 16)).astype("float32")
+    report = assert_outputs_close(ref, ref, inputs=x)
+    tol = report.outputs[0].tolerance
+    assert "float16 (mixed precision) error" in tol.source
+    assert report.meta["noise_floor"]["['y']"]["float64"] > 1e-5   # float16 arithmetic, measured
+
+
+def test_tflite_float16_is_judged_by_what_float16_weights_cost(tmp_path):
+    from pytest_modelparity import export_model
+
+    pytest.importorskip("ai_edge_litert", reason="pip install 'pytest-modelparity[tflite]'")
+    model = tiny_cnn(seed=1)
+    ref = load_model(model)
+    cand = load_model(export_model(model, "tflite", tmp_path / "m.tflite", quantization="float16"))
+    assert cand.format_variant == "tflite:float16"
+    x = images(8, seed=2)
+    report = assert_outputs_close(cand, ref, inputs=x)
+    tol = report.outputs[0].tolerance
+    assert "what float16 weights cost the model" in tol.source
+    assert report.meta["noise_floor"]["['probs']"]["float16 weights"] > 0
+    # the bound follows what float16 weights cost: an error 20x that fails
+    cost = report.meta["noise_floor"]["['probs']"]["float16 weights"]
+    off = {"probs": ref.predict(x)["probs"] * (1 + 20 * max(cost, 1e-4))}
+    with pytest.raises(ParityError, match="float16 weights"):
+        assert_outputs_close(off, ref.predict(x), tolerance=tol)
+
+
+def test_random_weight_features_are_not_vacuous_and_the_256_bug_fails():
+    import keras
+
+    keras.utils.set_random_seed(0)
+    model = keras.applications.MobileNetV2(weights=None, include_top=False, input_shape=(32, 32, 3))
+    ref = load_model(model)
+    x = np.random.default_rng(0).uniform(0, 1, (2, 32, 32, 3)).astype("float32")
+    scale = float(np.abs(next(iter(ref.predict(x).values()))).max())
+    assert scale < 1e-3                                    # collapsed, as random-weight nets do
+    assert_outputs_close(ref, ref, inputs=x)                # the same model passes
+    bug = lambda b: ref.predict({k: v * (255 / 256) for k, v in b.items()} if isinstance(b, dict)  # noqa: E731
+                                else np.asarray(b) * (255 / 256))
+    with pytest.raises(ParityError):
+        assert_outputs_close(bug, ref, inputs=x)
+    # the first version's atol=1e-5 made this check unable to fail: now it says so
+    with pytest.raises(ParityError, match="vacuous comparison"):
+        assert_outputs_close(bug, ref, inputs=x, rtol=1.3e-6, atol=1e-5)
+    assert_outputs_close(bug, ref, inputs=x, rtol=1.3e-6, atol=1e-5, allow_vacuous=True)
+
+
+def test_shadow_tolerance_rules():
+    tol = shadow_tolerance("float32", 1e-4)
+    assert tol.scale == pytest.approx(SHADOW_MULTIPLE * 1e-4) and (tol.rtol, tol.atol) == (0.0, 0.0)
+    tiny = shadow_tolerance("float32", 0.0)
+    assert tiny.scale == pytest.approx(SHADOW_MULTIPLE * 8 * np.finfo(np.float32).eps)
+    assert "at least 8 eps" in tiny.source
+    # quantised variants keep their fixed rule and top-1 check, never tighter than the shadow
+    i8 = shadow_tolerance("float32", 1e-4, format="tflite:int8")
+    assert i8.min_top1 == 0.9 and i8.scale >= tol.scale
+    # on a GPU, never tighter than the GPU rule
+    from pytest_modelparity import default_tolerance
+
+    gpu = shadow_tolerance("float32", 1e-6, device="gpu")
+    assert gpu.scale == default_tolerance("float32", device="gpu").scale
+    assert shadow_tolerance("float32", 1e-2, device="gpu").scale == pytest.approx(SHADOW_MULTIPLE * 1e-2)
+
+
+def test_explicit_tolerance_skips_the_shadow():
+    model = mlp(seed=0)
+    ref = load_model(model)
+    x = np.random.default_rng(0).normal(size=(4, 16)).astype("float32")
+    report = assert_outputs_close(ref, ref, inputs=x, rtol=1e-3, atol=1e-6)
+    assert "shadow" not in report.meta and report.outputs[0].tolerance.source == "argument"
