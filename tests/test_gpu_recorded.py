@@ -84,10 +84,12 @@ def test_strict_gpu_noise_passes_the_tf32_rule_too(pairs, net):
 
 
 def test_tf32_noise_is_why_the_gpu_needs_its_own_rule(pairs):
-    """Judged by the CPU float32 rule every TF32 pair fails; by the TF32-off rule most do."""
+    """Judged by the CPU float32 fixed rule (4e-4 of scale: deep nets' correct CPU forms
+    drift 1.8e-4) most TF32 pairs fail; by the TF32-off rule most do too."""
     cpu = tol.default_tolerance("float32")
     strict = rule("fp32")
-    assert not any(compare(*pairs[(n, "tf32")], tolerance=cpu).passed for n in NETS)
+    failing_cpu = [n for n in NETS if not compare(*pairs[(n, "tf32")], tolerance=cpu).passed]
+    assert len(failing_cpu) >= 6, failing_cpu
     failing_strict = [n for n in NETS if not compare(*pairs[(n, "tf32")], tolerance=strict).passed]
     assert len(failing_strict) >= 7, failing_strict  # TF32 off must mean tighter, measurably
 
