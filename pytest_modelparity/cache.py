@@ -155,7 +155,7 @@ class ExportCache:
     def key(self, model: Any, format: str, options: dict[str, Any] | None = None) -> str:
         """SHA-256 (hex) of architecture, weights, format, options and converter versions."""
         h = hashlib.sha256()
-        _feed(h, ("pytest-modelparity export", 1))
+        _feed(h, ("pytest-modelparity export", 2))  # 2: recurrent routes, validated artifacts
         _feed(h, format)
         h.update(_architecture(model).encode())
         _feed(h, _weights(model))
@@ -172,7 +172,7 @@ class ExportCache:
     # -- export ------------------------------------------------------------------------
     def export(self, model: Any, format: str, **options: Any) -> Path:
         """Path of ``model`` exported to ``format`` with ``options``: reused when cached."""
-        from .formats import export_model
+        from .formats import export_model, export_route
 
         self.sweep()
         if not self.enabled:
@@ -200,6 +200,9 @@ class ExportCache:
                               f"{exc})", "make the cache directory writable, point --modelparity-cache-dir (or "
                               "MODELPARITY_CACHE_DIR) at a writable directory, or pass --modelparity-no-cache") from exc
         try:
+            # export_model validates the artifact (tflite, onnx: loaded and run once) and raises
+            # ExportError otherwise: nothing below runs, the temporary folder is removed, and
+            # no broken file is ever renamed into the cache.
             written = Path(export_model(model, format, tmp / artifact.name, **options))
             try:
                 # Some formats return a file inside the folder they wrote (tfjs: tfjs/model.json).
@@ -207,7 +210,8 @@ class ExportCache:
             except ValueError:
                 raise RuntimeError(f"export of format {format!r} wrote {written}, outside {tmp}") from None
             meta = {"format": format, "key": key, "artifact": relative.as_posix(), "options": {k: repr(v)[:200] for k, v in options.items()},
-                    "versions": converter_versions(), "pid": os.getpid(), "files": _manifest(tmp)}
+                    "versions": converter_versions(), "pid": os.getpid(), "files": _manifest(tmp),
+                    "route": export_route(written)}
             (tmp / _META).write_text(json.dumps(meta, indent=1, sort_keys=True))
             try:
                 os.rename(tmp, final)

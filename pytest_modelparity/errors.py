@@ -90,15 +90,30 @@ class BatchMismatchError(ValueError):
 
 
 class ExportError(ModelLoadError):
-    """Writing an exported model failed (read-only or missing directory, disk full...).
+    """An export did not produce a working file: writing it failed (read-only or missing
+    directory, disk full...; the ``OSError`` is the ``__cause__``), the converter failed, or
+    what it wrote does not load or run in the format's own runtime (such a file is never
+    returned nor cached). A ``ModelLoadError`` with ``action="export"``.
 
-    A ``ModelLoadError`` with ``action="export"``: the message names the path written, the
-    format and the fix; the original ``OSError`` (or TensorFlow error) is the ``__cause__``.
+    ``.unsupported_ops`` lists the ops the converter or runtime lacks, ``.advice`` is the
+    converter's own suggestion in one line, ``.log_path`` the file holding the converter's
+    full log (kept out of the terminal), ``.route`` how the export was attempted.
     """
 
-    def __init__(self, path: str | Path | None, format: str | None, problem: str,
-                 fix: str | None = None) -> None:
+    def __init__(self, path: str | Path | None, format: str | None, problem: str, fix: str | None = None, *,
+                 unsupported_ops: tuple[str, ...] | list[str] = (), advice: str | None = None,
+                 log_path: str | Path | None = None, route: str | None = None) -> None:
+        self.unsupported_ops = tuple(unsupported_ops)
+        self.advice = advice
+        self.log_path = None if log_path is None else str(log_path)
+        self.route = route
+        if self.unsupported_ops:
+            problem += f"; unsupported ops: {', '.join(self.unsupported_ops)}"
+        if advice:
+            problem += f"; the converter suggests: {advice}"
         super().__init__(path, format, problem, fix, action="export")
+        if self.log_path:
+            self.args = (f"{self.args[0]}\n  converter log: {self.log_path}",)
 
 
 class InvalidArgumentError(ValueError):

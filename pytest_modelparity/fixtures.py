@@ -124,14 +124,17 @@ class ParitySession:
         return self._once(self.references, (id(obj), device, _options_key(opts)),
                           lambda: _load_reference(src, device, opts))
 
-    def candidate(self, obj: Any, format: str, device: str, load_options: dict | None = None) -> Any:
+    def candidate(self, obj: Any, format: str, device: str, load_options: dict | None = None,
+                  converter_options: dict | None = None) -> Any:
         """The source exported to ``format`` (once) and loaded on ``device`` (once).
 
         ``load_options`` apply where the source file itself is loaded: as the candidate of its
         own format (loaded as is), or as the Keras model the exports are made from.
+        ``converter_options`` (from ``modelparity_export_options``) go to the converter.
         """
         src = self.source(obj)  # resolve the source first: a bad source is reported as such
         opts = dict(load_options or {})
+        conv = dict(converter_options or {})
 
         def build() -> Any:
             from .formats import missing_runtime
@@ -140,20 +143,23 @@ class ParitySession:
             missing = missing_runtime(base)
             if missing is not None:
                 raise missing
-            path = self.export(obj, format, opts)
+            path = self.export(obj, format, opts, conv)
             as_is = src.path is not None and path == src.path
             self._set_precision()
             return _load_source(path, base, device, opts if as_is else {})
 
-        return self._once(self.candidates, (id(obj), format, device, _options_key(opts)), build)
+        return self._once(self.candidates, (id(obj), format, device, _options_key(opts), _options_key(conv)),
+                          build)
 
-    def export(self, obj: Any, format: str, load_options: dict | None = None) -> Path:
+    def export(self, obj: Any, format: str, load_options: dict | None = None,
+               converter_options: dict | None = None) -> Path:
         src = self.source(obj)
         opts = dict(load_options or {})
-        return self._once(self.exports, (id(obj), format, _options_key(opts)),
-                          lambda: self._export(src, format, opts))
+        conv = dict(converter_options or {})
+        return self._once(self.exports, (id(obj), format, _options_key(opts), _options_key(conv)),
+                          lambda: self._export(src, format, opts, conv))
 
-    def _export(self, src: Source, format: str, load_options: dict) -> Path:
+    def _export(self, src: Source, format: str, load_options: dict, converter_options: dict | None = None) -> Path:
         from .formats import missing_runtime
 
         if src.path is not None and src.path_format == format:
@@ -171,6 +177,8 @@ class ParitySession:
             raise missing
         model = src.keras_model if src.keras_model is not None else _keras_from_path(src, load_options)
         options = _variant_options(model, variant)
+        if converter_options:
+            options["converter_options"] = dict(converter_options)
         start = time.perf_counter()
         # The cache keys Keras models by architecture and weights; a file source is converted
         # afresh into this session's temporary directory (user files are never written to).
@@ -235,7 +243,8 @@ class ParitySession:
         pytest.skip(reason)
 
     def candidate_or_skip(self, source: Any, format: str, device: str, *, named: bool,
-                          load_options: dict | None = None, explain: Any = None) -> Any:
+                          load_options: dict | None = None, explain: Any = None,
+                          converter_options: dict | None = None) -> Any:
         """The candidate model, or the one skip/failure that says why it cannot be had.
 
         Shared by the ``parity_candidate`` fixture and the zero-code items: a missing runtime
@@ -245,7 +254,7 @@ class ParitySession:
         has no fixture to name in the fix).
         """
         try:
-            return self.candidate(source, format, device, load_options)
+            return self.candidate(source, format, device, load_options, converter_options)
         except (RuntimeMissing, DeviceUnavailable) as exc:
             self.unavailable(exc, f"format {format!r} on {device}")
         except (NotExportable, ExportFailed, ModelLoadError) as exc:
@@ -333,8 +342,8 @@ def _variant_options(model: Any, variant: str | None) -> dict[str, Any]:
     if variant == "int8" and not isinstance(model, (str, Path)):
         from .strategies import seeded_batch
 
-        arrays = list(seeded_batch(model, batch_size=CALIBRATION_ROWS, seed=CALIBRATION_SEED).values())
-        options["representative_data"] = [arrays if len(arrays) > 1 else arrays[0]]
+        # By input name: the converter's input order is not the model's (tflite._representative).
+        options["representative_data"] = [dict(seeded_batch(model, batch_size=CALIBRATION_ROWS, seed=CALIBRATION_SEED))]
     return options
 
 
@@ -417,6 +426,24 @@ def modelparity_load_options() -> dict:
 
 
 @pytest.fixture(scope="session")
+def modelparity_export_options() -> dict:
+    """Override in conftest.py (session scope) to pass options to the converters:
+    ``{format: {option: value}}``, e.g. ``{"onnx": {"opset": 18}, "tflite": {"supported_ops":
+    ["TFLITE_BUILTINS"]}}``; a key ``"tflite:int8"`` applies to that variant only and wins
+    over ``"tflite"``. They reach ``export_model(..., converter_options=...)`` and are part
+    of the export cache key. Default: none (docs/formats.md lists each converter's options).
+    """
+    return {}
+
+
+def converter_options_for(export_options: dict, format: str) -> dict | None:
+    """The converter options of ``format`` (``tflite:int8`` falls back to ``tflite``)."""
+    base = format.split(":", 1)[0]
+    found = export_options.get(format, export_options.get(base))
+    return dict(found) if found else None
+
+
+@pytest.fixture(scope="session")
 def modelparity_device(request: pytest.FixtureRequest) -> str:
     """The device this test runs on (parametrized by ``--modelparity-device`` and the marker)."""
     return getattr(request, "param", "cpu")
@@ -455,11 +482,14 @@ def _load_options_hint(exc: BaseException) -> str:
 
 @pytest.fixture(scope="module")
 def parity_candidate(request: pytest.FixtureRequest, modelparity_source: Any, modelparity_format: str,
-                     modelparity_device: str, modelparity_load_options: dict) -> Any:
+                     modelparity_device: str, modelparity_load_options: dict,
+                     modelparity_export_options: dict) -> Any:
     """The source exported to ``modelparity_format`` (cached) and loaded on the device."""
     state = get_state(request.config)
     return state.candidate_or_skip(modelparity_source, modelparity_format, modelparity_device,
-                                   named=_formats_named(request, state), load_options=modelparity_load_options)
+                                   named=_formats_named(request, state), load_options=modelparity_load_options,
+                                   converter_options=converter_options_for(modelparity_export_options,
+                                                                           modelparity_format))
 
 
 def skip_if_unreachable(exc: BaseException, format: str, *, named: bool) -> None:

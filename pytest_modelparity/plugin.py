@@ -16,7 +16,8 @@ import pytest
 from . import recording
 from .errors import ParityError
 from .fixtures import (STATE_KEY, ParitySession, get_state, modelparity_device,  # noqa: F401 - fixtures
-                       modelparity_format, modelparity_load_options, modelparity_source, parity_batch,
+                       modelparity_export_options, modelparity_format, modelparity_load_options,
+                       modelparity_source, parity_batch,
                        parity_candidate, parity_reference)
 from .matrix import item_matrix, select_matrix
 from .options import add_options, parse_options

@@ -8,6 +8,9 @@ Each format lives in its own module ``formats/<name>.py`` exposing:
     def detect(path: Path) -> bool    # cheap look at the path, no heavy imports
     def load(source, *, device: str, **options) -> LoadedModel
     def export(model, path: Path, **options) -> Path    # absent for load-only formats
+    def validate(path: Path) -> None  # optional: raise ExportError unless the artifact loads (and runs);
+                                      # export_model calls it after export() unless EXPORT_VALIDATES
+                                      # says export() already did (tflite, onnx validate inside)
 
 Modules are imported only when used, so importing this package never imports TensorFlow.
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 import errno
 import importlib
 import importlib.util
+import inspect
 import os
 import shutil
 from pathlib import Path
@@ -24,11 +28,11 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import ExportError, ModelLoadError, RuntimeMissing
-from ._common import TF_INSTALL, is_keras_model
+from ._common import TF_INSTALL, export_route, is_keras_model
 from .base import LoadedModel, TensorSpec
 
 __all__ = ["ALL_FORMATS", "FORMATS", "LoadedModel", "TensorSpec", "available_formats", "detect_format",
-           "export_model", "format_module", "is_keras_model", "load_model", "missing_runtime"]
+           "export_model", "export_path", "export_route", "format_module", "is_keras_model", "load_model", "missing_runtime"]
 
 # Order matters for detection: the first whose detect() accepts a path wins.
 ALL_FORMATS: tuple[str, ...] = ("keras", "h5", "saved_model", "checkpoint", "graphdef", "tflite", "tfjs", "onnx")
@@ -145,8 +149,37 @@ def load_model(source: Any, format: str | None = None, *, device: str = "cpu", *
     return format_module(format).load(source, device=device, **options)
 
 
-def export_model(model: Any, format: str, path: str | Path, **options: Any) -> Path:
+# The suffix an export path gets when it has none of its format's own: the path returned then
+# loads back with load_model(path) and no format=. None: a directory (saved_model, tfjs).
+EXPORT_SUFFIXES: dict[str, tuple[str, ...]] = {
+    "keras": (".keras",), "h5": (".h5", ".hdf5"), "graphdef": (".pb",), "tflite": (".tflite",), "onnx": (".onnx",),
+}
+
+
+def export_path(format: str, path: str | Path) -> Path:
+    """``path`` with ``format``'s suffix appended when it lacks it (``m`` -> ``m.tflite``);
+    an existing directory is left as is (the exporter writes its default file inside).
+    Another format's suffix (``m.h5`` for keras) is a mistake: ValueError."""
+    p = Path(path)
+    suffixes = EXPORT_SUFFIXES.get(format)
+    if not suffixes or p.is_dir() or p.suffix.lower() in suffixes:
+        return p
+    other = _SUFFIX_FORMATS.get(p.suffix.lower())
+    if other is not None and other != format:
+        raise ValueError(f"a {format} export path must end with {' or '.join(suffixes)} (or have no suffix), "
+                         f"got {str(p)!r}, a {other} suffix")
+    return p.with_name(p.name + suffixes[0])
+
+
+def export_model(model: Any, format: str, path: str | Path, *, converter_options: dict[str, Any] | None = None,
+                 **options: Any) -> Path:
     """Export a Keras model to ``format`` at ``path``; return the path written.
+
+    The returned path always loads back with ``load_model(path)``: a file path without its
+    format's suffix gets it appended (``model`` -> ``model.tflite``). ``converter_options``
+    go to the converter itself (tflite, onnx, tfjs; see docs/formats.md). The artifact is
+    validated before it is returned (for tflite and onnx: loaded and run once); a converter
+    failure or an invalid artifact raises ``ExportError``, never a file that fails at load.
 
     A SavedModel directory (a path) converts only to the formats whose module sets
     ``CONVERTS_SAVED_MODEL`` (tflite, onnx, tfjs); the others need the Keras model itself.
@@ -163,8 +196,16 @@ def export_model(model: Any, format: str, path: str | Path, **options: Any) -> P
     missing = missing_runtime(format, export=True)
     if missing is not None:
         raise missing
+    if converter_options is not None:
+        params = inspect.signature(module.export).parameters
+        if "converter_options" in params:
+            options["converter_options"] = dict(converter_options)
+        elif any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()) and format == "tfjs":
+            options.update(converter_options)  # tfjs.export passes its extra keywords to the converter
+        else:
+            raise TypeError(f"format {format!r} takes no converter_options (only tflite, onnx and tfjs convert)")
     try:
-        return Path(module.export(model, Path(path), **options))
+        written = Path(module.export(model, export_path(format, path), **options))
     except ExportError:
         raise
     except Exception as exc:  # noqa: BLE001 - only write failures are rewrapped, the rest re-raised
@@ -173,6 +214,10 @@ def export_model(model: Any, format: str, path: str | Path, **options: Any) -> P
             raise
         raise ExportError(path, format, f"the export could not be written ({failure})",
                           _write_fix(failure, Path(path))) from exc
+    validate = getattr(module, "validate", None)
+    if validate is not None and not getattr(module, "EXPORT_VALIDATES", False):
+        validate(written)
+    return written
 
 
 # TensorFlow raises its own types for a failed write (it must not be imported to test them).
@@ -208,3 +253,4 @@ def _write_fix(failure: str, path: Path) -> str:
         return f"{path} is an existing directory: remove it or export to another path"
     return (f"export to a writable directory: {where} cannot be written (check its permissions, or that the "
             "filesystem is not mounted read-only); for the plugin's cache set --modelparity-cache-dir")
+

@@ -9,6 +9,10 @@ module level; the Keras helpers import it lazily when called.
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
+import sys
+import tempfile
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -120,9 +124,6 @@ def read_model_bytes(source: Any, format: str, suffix: str,
 def write_atomically(path: Path, content: bytes) -> Path:
     """Write ``content`` to ``path`` through a temporary file and one rename: a reader never
     sees half a file, and a failed write leaves nothing behind."""
-    import os
-    import tempfile
-
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -134,3 +135,126 @@ def write_atomically(path: Path, content: bytes) -> Path:
             os.unlink(tmp)
         raise
     return path
+
+
+# -- converter logs ------------------------------------------------------------------------
+
+def log_dir() -> Path:
+    """Where converter logs of failed exports are kept (named in the ExportError)."""
+    root = os.environ.get("MODELPARITY_LOG_DIR") or os.path.join(tempfile.gettempdir(), "pytest-modelparity-logs")
+    path = Path(root)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+class _Redirect:
+    """``sys.stdout``/``sys.stderr`` during a capture. A logging handler created meanwhile keeps
+    a reference to it; once the capture ends it writes to the original stream again instead of
+    to a closed file."""
+
+    def __init__(self, file: Any, original: Any) -> None:
+        self.file = file
+        self.original = original
+
+    def write(self, text: str) -> int:
+        target = self.file if self.file is not None else self.original
+        return target.write(text)
+
+    def flush(self) -> None:
+        target = self.file if self.file is not None else self.original
+        with contextlib.suppress(Exception):
+            target.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.file if self.file is not None else self.original, name)
+
+
+class ConverterLog:
+    """Everything a converter prints (C++ stderr/stdout, Python logging, print) captured in a
+    file instead of the terminal: a failing conversion can print tens of kilobytes of MLIR
+    call sites or ~30 ERROR lines. The file is kept only when the caller ``keep()``s it."""
+
+    LOGGERS = ("tf2onnx", "tensorflow", "absl", "tensorflowjs")
+
+    def __init__(self, format: str) -> None:
+        fd, name = tempfile.mkstemp(prefix=f"{format}-export-", suffix=".log", dir=log_dir())
+        os.close(fd)
+        self.path = Path(name)
+        self.kept = False
+
+    def text(self) -> str:
+        try:
+            return self.path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def keep(self) -> Path:
+        self.kept = True
+        return self.path
+
+    def note(self, line: str) -> None:
+        with open(self.path, "a") as fh:
+            fh.write(line.rstrip("\n") + "\n")
+
+    @contextlib.contextmanager
+    def capture(self) -> Iterator["ConverterLog"]:
+        """Send fd 1 and 2, ``sys.stdout``/``sys.stderr`` and the converters' loggers to the file."""
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        fh = open(self.path, "a", buffering=1)
+        saved: list[tuple[int, int]] = []
+        for fd in (1, 2):
+            try:
+                saved.append((fd, os.dup(fd)))
+                os.dup2(fh.fileno(), fd)
+            except OSError:
+                pass
+        handler = logging.StreamHandler(fh)
+        handler.setFormatter(logging.Formatter("%(levelname)s:%(name)s:%(message)s"))
+        loggers = [logging.getLogger(n) for n in self.LOGGERS]
+        states = [(lg, lg.propagate, lg.level) for lg in loggers]
+        for lg in loggers:
+            lg.addHandler(handler)
+            lg.propagate = False
+            if lg.level == logging.NOTSET or lg.level > logging.INFO:
+                lg.setLevel(logging.INFO)
+        try:
+            out, err = _Redirect(fh, sys.stdout), _Redirect(fh, sys.stderr)
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), quiet():
+                yield self
+        finally:
+            for lg, propagate, level in states:
+                lg.removeHandler(handler)
+                lg.propagate = propagate
+                lg.setLevel(level)
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+            for fd, copy in saved:
+                os.dup2(copy, fd)
+                os.close(copy)
+            out.file = err.file = None
+            fh.close()
+
+    def discard(self) -> None:
+        if not self.kept:
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+
+
+# -- which route an export took --------------------------------------------------------------
+
+_ROUTES: dict[str, str] = {}
+_route_log = logging.getLogger("pytest_modelparity.export")
+
+
+def record_route(path: Path, format: str, route: str) -> None:
+    """Remember (and log at INFO) how ``path`` was converted, e.g. ``static_batch 1``."""
+    _ROUTES[str(Path(path).resolve())] = route
+    _route_log.info("%s export %s: route %s", format, path, route)
+
+
+def export_route(path: str | Path) -> str | None:
+    """The route the exporter took to write ``path`` in this process, if it recorded one."""
+    return _ROUTES.get(str(Path(path).resolve()))

@@ -384,3 +384,12 @@ def variable_holder(model: Any):
     holder.variables_ = [v.value if isinstance(getattr(v, "value", None), tf.Variable) else v
                          for v in getattr(model, "variables", [])]
     return holder
+
+
+def graph_op_types(concrete: Any) -> set[str]:
+    """Op types in a concrete function's graph and every function it calls."""
+    graph_def = concrete.graph.as_graph_def()
+    ops = {node.op for node in graph_def.node}
+    for function in graph_def.library.function:
+        ops.update(node.op for node in function.node_def)
+    return ops

@@ -84,5 +84,23 @@ def load(source: Any, *, device: str = "cpu", safe_mode: bool = True,
 
 
 def export(model: Any, path: Path, **options: Any) -> Path:
-    """Save ``model`` in the legacy HDF5 format at ``path`` (``.h5``)."""
+    """Save ``model`` in the legacy HDF5 format at ``path`` (``.h5``); export_model then
+    ``validate``s it (a model Keras' legacy loader cannot rebuild is refused, and removed)."""
     return save_keras_file(model, path, NAME, (".h5", ".hdf5"), **options)
+
+
+def validate(path: Path) -> None:
+    """Raise ExportError (and remove the file) unless Keras can load ``path`` back.
+
+    Keras 3 saves some functional models to HDF5 that its legacy loader cannot rebuild: an
+    ``Embedding(mask_zero=True)`` mask is stored as a ``NotEqual`` op layer it does not know.
+    """
+    from ..errors import ExportError
+
+    try:
+        load(path, safe_mode=False)
+    except ModelLoadError as exc:
+        path.unlink(missing_ok=True)
+        raise ExportError(path, NAME, f"Keras' legacy HDF5 loader cannot load the file it wrote: {exc.problem}",
+                          "save this model as .keras (format 'keras'); the legacy HDF5 format cannot carry it"
+                          ) from exc

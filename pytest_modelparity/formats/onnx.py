@@ -7,20 +7,18 @@ diagnosis hooks ``weights()`` (initializers) and ``op_types()``.
 
 from __future__ import annotations
 
-import contextlib
-import io
-import os
-import tempfile
-import warnings
+import importlib.util
+import inspect
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import DeviceUnavailable, ModelLoadError
+from ..errors import DeviceUnavailable, ExportError, ModelLoadError
 from .base import LoadedModel, TensorSpec
-from ._common import TF_INSTALL, first_line, read_model_bytes
-from ._tf import serving_function
+from ._common import TF_INSTALL, ConverterLog, first_line, read_model_bytes, record_route, write_atomically
+from ._tf import graph_op_types, serving_function
 
 if TYPE_CHECKING:  # imported lazily at run time: onnx is optional
     import onnx
@@ -28,6 +26,7 @@ if TYPE_CHECKING:  # imported lazily at run time: onnx is optional
 
 NAME = "onnx"
 CONVERTS_SAVED_MODEL = True  # export() also takes a SavedModel directory
+EXPORT_VALIDATES = True  # export() runs validate_content() before writing: no broken file is written
 ONNX_INSTALL = "pip install 'pytest-modelparity[onnx]'"
 LOAD_REQUIRES = (("onnxruntime", ONNX_INSTALL),)
 EXPORT_REQUIRES = (("tensorflow", TF_INSTALL), ("tf2onnx", ONNX_INSTALL))
@@ -193,38 +192,87 @@ class ONNXModel(LoadedModel):
 
 
 # -- export ----------------------------------------------------------------------------
-def export(model: Any, path: Path, *, opset: int = DEFAULT_OPSET) -> Path:
-    """Convert a Keras model to ``path`` (a ``.onnx`` file) with tf2onnx."""
+# Ops whose presence means the graph has loops or branches (Keras RNNs): frozen with its
+# control flow lowered, tf2onnx meets Enter/Exit/Merge it cannot rewrite into an ONNX Loop.
+_CONTROL_FLOW_OPS = frozenset({"While", "StatelessWhile", "If", "StatelessIf"})
+
+
+def export(model: Any, path: Path, *, opset: int = DEFAULT_OPSET,
+           converter_options: dict[str, Any] | None = None) -> Path:
+    """Convert a Keras model (or a SavedModel directory) to ``path`` (a ``.onnx`` file) with
+    tf2onnx; the file passes ``onnx.checker`` and runs once in onnxruntime before it is returned.
+
+    Routes: the serving function is frozen first (``frozen``); a graph with While/If ops
+    (Keras LSTM, GRU, RNN) is frozen keeping them as functional ops
+    (``frozen-keep-control-flow``), which tf2onnx turns into ONNX Loop/If.
+    ``Erfc`` (exact GELU) is converted as ``1 - Erf(x)``.
+    ``converter_options``: ``opset``, ``lower_control_flow`` (bool: force a route),
+    ``custom_op_handlers`` (added to the built-in Erfc handler; ``{"Erfc": None}`` removes it) and any other keyword of
+    ``tf2onnx.convert.from_function`` (``custom_ops``, ``extra_opset``, ``optimizers``, ...).
+    """
+    import tf2onnx
+
+    options = dict(converter_options or {})
+    opset = int(options.pop("opset", opset))
+    lower = options.pop("lower_control_flow", None)
+    handlers: dict[str, Any] = {"Erfc": (_erfc_as_one_minus_erf, [])}
+    handlers.update(options.pop("custom_op_handlers", None) or {})
+    handlers = {op: h for op, h in handlers.items() if h is not None}  # {"Erfc": None} turns ours off
+    known = set(inspect.signature(tf2onnx.convert.from_function).parameters) - {"function", "input_signature"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise TypeError(f"unknown converter_options key(s) {unknown} for format 'onnx'; known: opset, "
+                        f"lower_control_flow, custom_op_handlers, {', '.join(sorted(known - {'opset', 'custom_op_handlers'}))}")
     path = Path(path)
     if path.is_dir():
         path = path / "model.onnx"
     serving = serving_function(model, NAME)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
+    log = ConverterLog(NAME)
     try:
-        import tf2onnx
-
-        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with log.capture():
+            concrete = serving.function.get_concrete_function()
+            flow = sorted(graph_op_types(concrete) & _CONTROL_FLOW_OPS)
+            if lower is None:
+                lower = not flow
+            route = "frozen" if lower else "frozen-keep-control-flow" + (f" (the graph has {', '.join(flow)})" if flow else "")
             try:
-                proto, _ = tf2onnx.convert.from_function(_without_captured_constants(serving),
-                                                         input_signature=serving.specs, opset=opset)
+                proto, _ = tf2onnx.convert.from_function(_frozen(serving, concrete, lower), input_signature=serving.specs,
+                                                         opset=opset, custom_op_handlers=handlers, **options)
             except Exception as exc:  # noqa: BLE001 - converter errors are many and untyped
-                raise ModelLoadError(path, NAME, f"tf2onnx failed (opset {opset}): {first_line(exc)}",
-                                     "check that every op has an ONNX mapping at this opset; try opset=...",
-                                     action="export") from exc
-        _keep_keras_output_order(proto, serving.output_names)
-        Path(tmp).write_bytes(proto.SerializeToString())
-        os.replace(tmp, path)
+                raise _export_error(path, f"tf2onnx failed (opset {opset}): {first_line(exc, 200)}", log, route,
+                                    exc) from exc
+            _keep_keras_output_order(proto, serving.output_names)
+            content = proto.SerializeToString()
+        validate_content(content, path, log=log, route=route)
+        write_atomically(path, content)
+        record_route(path, NAME, route)
     finally:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        log.discard()
     return path
 
 
-def _without_captured_constants(serving: Any) -> Any:
-    """The serving function with its captures frozen into the graph.
+def _erfc_as_one_minus_erf(ctx: Any, node: Any, name: str, args: Any) -> Any:
+    """tf2onnx handler: ``Erfc(x)`` as ``1 - Erf(x)`` (ONNX has Erf since opset 9, no Erfc).
+
+    Keras' exact GELU computes ``0.5 * x * erfc(-x / sqrt(2))``. For large |x| the subtraction
+    loses the tail erfc keeps, but that tail is multiplied by a small x there: measured 7e-8
+    relative on a transformer encoder.
+    """
+    from tf2onnx import utils
+
+    node.type = "Erf"
+    node.domain = ""
+    dtype = ctx.get_dtype(node.output[0])
+    one = ctx.make_const(utils.make_name(f"{name}_one"), np.array(1, dtype=utils.map_onnx_to_numpy_type(dtype)))
+    out = node.output[0]
+    sub = ctx.insert_new_node_on_output("Sub", out, name=utils.make_name(f"{name}_erfc"), inputs=[one.output[0], out])
+    ctx.copy_shape(out, sub.output[0])
+    ctx.set_dtype(sub.output[0], dtype)
+    return node
+
+
+def _frozen(serving: Any, concrete: Any, lower_control_flow: bool) -> Any:
+    """The serving function with its variables and captures frozen into the graph.
 
     tf2onnx lists every non-resource capture of the function as a graph input, so a
     constant the model closes over (an adapted ``Normalization``'s mean and variance are
@@ -233,13 +281,61 @@ def _without_captured_constants(serving: Any) -> Any:
     import tensorflow as tf
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
-    concrete = serving.function.get_concrete_function()
-    frozen = convert_variables_to_constants_v2(concrete)
+    frozen = convert_variables_to_constants_v2(concrete, lower_control_flow=lower_control_flow)
 
     def serve(*xs: Any) -> Any:  # the frozen function returns a flat list: give back the dict
         return tf.nest.pack_sequence_as(concrete.structured_outputs, tf.nest.flatten(frozen(*xs)))
 
     return tf.function(serve, input_signature=serving.specs, autograph=False)
+
+
+def _export_error(path: Path, problem: str, log: ConverterLog, route: str, exc: BaseException | None) -> ExportError:
+    """One ExportError from a failed conversion or a file onnxruntime refuses: the ops tf2onnx
+    logged as unsupported, and the fix."""
+    text = log.text() + ("\n" + str(exc) if exc is not None else "")
+    ops: list[str] = []
+    for found in re.findall(r"Unsupported ops: Counter\(\{([^}]*)\}\)", text):
+        ops.extend(re.findall(r"'(\w+)'", found))
+    ops.extend(re.findall(r"No Op registered for (\w+)", text))
+    ops = sorted(set(ops) - {"PartitionedCall", "StatefulPartitionedCall"}) or sorted(set(ops))
+    advice = next((ln.split(":", 2)[-1].strip() for ln in text.splitlines()
+                   if "rewrite failed" in ln or "opset" in ln.lower() and "try" in ln.lower()), None)
+    fix = ("tf2onnx has no ONNX mapping for these ops at this opset: pass converter_options={'opset': N} "
+           "for a newer opset, or {'custom_op_handlers': {op: (handler, [])}} (tf2onnx's API), or compare "
+           "this model through saved_model" if ops else
+           "tf2onnx could not convert this graph (the converter log has the details): compare this model "
+           "through saved_model, or try converter_options={'opset': N} or {'lower_control_flow': True/False}")
+    return ExportError(path, NAME, problem, fix, unsupported_ops=ops, advice=advice, log_path=log.keep(), route=route)
+
+
+def validate(path: Path) -> None:
+    """Raise ExportError unless ``path`` passes onnx.checker and runs once in onnxruntime."""
+    validate_content(Path(path).read_bytes(), Path(path))
+
+
+def validate_content(content: bytes, path: Path, *, log: ConverterLog | None = None, route: str | None = None) -> None:
+    """``onnx.checker`` (when installed), an onnxruntime session, one run on zeros."""
+    import onnxruntime as ort
+
+    try:
+        if importlib.util.find_spec("onnx") is not None:  # the checker comes with tf2onnx
+            import onnx
+
+            onnx.checker.check_model(onnx.load_model_from_string(content))
+        session = ort.InferenceSession(content, providers=["CPUExecutionProvider"])
+        feeds = {}
+        for arg in session.get_inputs():
+            spec = _spec(arg)
+            feeds[arg.name] = np.zeros(tuple(1 if d is None else d for d in spec.shape), dtype=spec.dtype)
+        session.run(None, feeds)
+    except Exception as exc:  # noqa: BLE001 - onnx/onnxruntime raise their own untyped errors
+        if log is None:
+            raise ExportError(path, NAME, f"the converted file does not load or run in onnxruntime: "
+                              f"{first_line(exc, 200)}", "re-export it with export_model(model, 'onnx', path)",
+                              route=route) from exc
+        log.note(f"modelparity: the converted file is invalid:\n{exc}")
+        raise _export_error(path, f"tf2onnx wrote a file onnxruntime refuses: {first_line(exc, 200)}",
+                            log, route or "?", exc) from exc
 
 
 def _keep_keras_output_order(proto: Any, names: list[str]) -> None:

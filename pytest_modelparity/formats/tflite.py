@@ -26,13 +26,15 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from ..errors import DeviceUnavailable, ModelLoadError
-from ._common import TF_INSTALL, first_line, read_model_bytes, unique, write_atomically
-from ._tf import serving_function
+from ..errors import DeviceUnavailable, ExportError, ModelLoadError
+from ._common import (TF_INSTALL, ConverterLog, first_line, read_model_bytes, record_route, unique,
+                      write_atomically)
+from ._tf import graph_op_types, serving_function
 from .base import LoadedModel, TensorSpec
 
 NAME = "tflite"
 CONVERTS_SAVED_MODEL = True  # export() also takes a SavedModel directory
+EXPORT_VALIDATES = True  # export() runs validate_content() before writing: no broken file is written
 LOAD_REQUIRES = (("ai_edge_litert", "pip install 'pytest-modelparity[tflite]'"),)
 EXPORT_REQUIRES = (("tensorflow", TF_INSTALL),)
 
@@ -211,11 +213,38 @@ class TFLiteModel(LoadedModel):
             self._pool.popitem(last=False)
         return interp
 
+    @property
+    def fixed_batch(self) -> int | None:
+        """The batch size every input is fixed to in the file (e.g. an RNN converted with a
+        static batch), or None when the batch dim is free."""
+        dims = {s.shape[0] if s.shape else None for s in self.inputs}
+        return dims.pop() if len(dims) == 1 and None not in dims else None
+
     def _predict(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        fixed = self.fixed_batch
+        rows = {feeds[s.name].shape[0] for s in self.inputs if feeds[s.name].ndim}
+        if fixed is not None and len(rows) == 1 and rows != {fixed}:
+            return self._predict_in_chunks(feeds, fixed, rows.pop())
         shapes = tuple(tuple(feeds[s.name].shape) for s in self.inputs)
         interp = self.interpreter_for(shapes)
         self._run(interp, feeds)
         return {s.name: self._read_output(interp, s.name) for s in self.outputs}
+
+    def _predict_in_chunks(self, feeds: dict[str, np.ndarray], fixed: int, n: int) -> dict[str, np.ndarray]:
+        """Run a fixed-batch file on ``n`` rows, ``fixed`` at a time; a short last chunk is padded
+        by repeating its last row, and the padding's outputs are dropped."""
+        parts: dict[str, list[np.ndarray]] = {s.name: [] for s in self.outputs}
+        for start in range(0, n, fixed):
+            chunk = {}
+            for name, value in feeds.items():
+                piece = value[start:start + fixed]
+                if len(piece) < fixed:
+                    piece = np.concatenate([piece, np.repeat(piece[-1:], fixed - len(piece), axis=0)])
+                chunk[name] = piece
+            out = self._predict(chunk)
+            for name, value in out.items():
+                parts[name].append(value[: min(fixed, n - start)])
+        return {name: np.concatenate(values) for name, values in parts.items()}
 
     def _run(self, interp, feeds: dict[str, np.ndarray]) -> None:
         for spec in self.inputs:
@@ -336,40 +365,59 @@ def _variant(interp) -> str:
 
 
 # -- export ----------------------------------------------------------------------------
-def _representative(specs: list[Any], data: Iterable[Any] | None, samples: int):
-    """Calibration samples, one row at a time, as lists in input order."""
+def _representative(specs: list[Any], data: Iterable[Any] | None, samples: int, batch: int = 1):
+    """Calibration samples of ``batch`` rows, as dicts by input name.
+
+    By name, not by position: the converter's input order is not the Keras input order (a
+    model with inputs ``image`` and ``meta`` converts to ``(meta, image)``), and a list fed in
+    the wrong order reaches a Conv2D with the rank-2 input.
+    """
     names = [s.name for s in specs]
 
-    def rows(batch: Any):
-        if isinstance(batch, dict):
-            arrays = [np.asarray(batch[n]) for n in names]
-        elif isinstance(batch, (list, tuple)) and len(names) > 1:
-            arrays = [np.asarray(b) for b in batch]
+    def rows(given: Any):
+        if isinstance(given, dict):
+            if all(n in given for n in names):
+                arrays = [np.asarray(given[n]) for n in names]
+            elif len(given) == len(names) == 1:
+                arrays = [np.asarray(next(iter(given.values())))]
+            else:
+                raise ValueError(f"representative_data: a dict batch needs the keys {names}, got {sorted(given)}")
+        elif isinstance(given, (list, tuple)) and len(names) > 1:
+            arrays = [np.asarray(b) for b in given]
         else:
-            arrays = [np.asarray(batch)]
-        for i in range(arrays[0].shape[0]):
-            yield [a[i:i + 1].astype(s.dtype.as_numpy_dtype) for a, s in zip(arrays, specs)]
+            arrays = [np.asarray(given)]
+        for i in range(0, arrays[0].shape[0] - batch + 1, batch):
+            yield {n: a[i:i + batch].astype(s.dtype.as_numpy_dtype) for n, a, s in zip(names, arrays, specs)}
 
     def generated():
         rng = np.random.default_rng(0)
         for _ in range(samples):
-            yield [rng.uniform(0.0, 1.0, (1, *[d or 1 for d in s.shape[1:]])).astype(s.dtype.as_numpy_dtype)
-                   for s in specs]
+            yield {s.name: rng.uniform(0.0, 1.0, (batch, *[d or 1 for d in s.shape[1:]])).astype(s.dtype.as_numpy_dtype)
+                   for s in specs}
 
     def dataset():
         if data is None:
             yield from generated()
         else:
-            for batch in data:
-                yield from rows(batch)
+            for given in data:
+                yield from rows(given)
 
     return dataset
 
 
+# Ops that mean "a loop over a sequence": Keras RNN layers trace to a While over TensorLists,
+# which TFLite's builtins convert only with a static batch size.
+_LOOP_OPS = frozenset({"While", "StatelessWhile", "TensorListReserve", "TensorListFromTensor"})
+ROUTES = ("auto", "dynamic", "static_batch")
+_OPS_SETS = {"TFLITE_BUILTINS", "SELECT_TF_OPS", "TFLITE_BUILTINS_INT8", "EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8"}
+
+
 def export(model: Any, path: Path, *, quantization: str | None = None,
            representative_data: Iterable[Any] | None = None,
-           representative_samples: int = REPRESENTATIVE_SAMPLES, io_dtype: str = "float32") -> Path:
-    """Convert a Keras model to ``path`` (a ``.tflite`` file); float32 unless ``quantization``.
+           representative_samples: int = REPRESENTATIVE_SAMPLES, io_dtype: str = "float32",
+           converter_options: dict[str, Any] | None = None) -> Path:
+    """Convert a Keras model (or a SavedModel directory) to ``path`` (a ``.tflite`` file);
+    float32 unless ``quantization``. The file is run once in LiteRT before it is returned.
 
     ``quantization``: ``"float16"`` (float16 weights), ``"dynamic_range"`` (int8 weights,
     float activations) or ``"int8"`` (int8 weights and activations, float32 inputs/outputs).
@@ -378,38 +426,174 @@ def export(model: Any, path: Path, *, quantization: str | None = None,
     generated from the input specs, which fits inputs scaled to [0, 1] only.
     ``io_dtype="int8"`` or ``"uint8"`` (``int8`` only) makes the inputs and outputs integer too,
     as microcontroller deployments want; ``load`` shows them as float32 again by default.
-    """
-    import tensorflow as tf
 
+    Routes: ``dynamic`` converts the serving function with a free batch dim (the default);
+    a graph with loops (Keras LSTM/GRU/RNN) takes ``static_batch``: the function is traced
+    with a fixed batch size (1 unless ``static_batch``), frozen without lowering its control
+    flow, and converted; ``load`` runs other batch sizes in chunks of it. ``auto`` also
+    retries ``static_batch`` when the dynamic route fails on tensor lists.
+    ``converter_options``: ``route`` (above), ``static_batch`` (int), ``supported_ops``
+    (names of ``tf.lite.OpsSet`` members, e.g. ``["TFLITE_BUILTINS", "SELECT_TF_OPS"]``),
+    ``lower_tensor_list_ops`` (bool), and any other attribute of ``TFLiteConverter``
+    (``allow_custom_ops``, ``experimental_new_quantizer``, ...) set as given.
+    """
     variant = quantization or "float32"
     if variant not in QUANTIZATIONS:
         raise ValueError(f"unknown tflite quantization {quantization!r}; use one of {', '.join(QUANTIZATIONS)}")
     if io_dtype not in ("float32", "int8", "uint8") or (io_dtype != "float32" and variant != "int8"):
         raise ValueError(f"io_dtype={io_dtype!r}: use 'float32', or 'int8'/'uint8' with quantization='int8'")
+    options = dict(converter_options or {})
+    route = options.pop("route", "auto")
+    static_batch = options.pop("static_batch", None)
+    if route not in ROUTES:
+        raise ValueError(f"unknown tflite route {route!r}; use one of {', '.join(ROUTES)}")
+    if static_batch is not None and (not isinstance(static_batch, int) or static_batch < 1):
+        raise ValueError(f"static_batch must be a positive int, got {static_batch!r}")
     path = Path(path)
     if path.is_dir():
         path = path / "model.tflite"
     serving = serving_function(model, NAME)
-    specs = serving.specs
-    # The converter prints "Saved artifact at ..." and an endpoint listing on stdout.
-    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        converter = tf.lite.TFLiteConverter.from_concrete_functions([serving.function.get_concrete_function()],
-                                                                    serving.holder)
-        if variant != "float32":
-            converter.optimizations = [tf.lite.Optimize.DEFAULT]
-        if variant == "float16":
-            converter.target_spec.supported_types = [tf.float16]
-        elif variant == "int8":
-            converter.representative_dataset = _representative(specs, representative_data, representative_samples)
-            converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-            if io_dtype != "float32":
-                converter.inference_input_type = converter.inference_output_type = tf.as_dtype(io_dtype)
-        try:
-            content = converter.convert()
-        except Exception as exc:  # noqa: BLE001 - converter errors are many and untyped
-            raise ModelLoadError(path, NAME, f"the TFLite converter failed ({variant}): {first_line(exc)}",
-                                 "check that every op has a TFLite kernel; for int8, that the "
-                                 "representative data matches the model's inputs", action="export") from exc
-    write_atomically(path, content)
+    log = ConverterLog(NAME)
+    try:
+        with log.capture():
+            concrete = serving.function.get_concrete_function()
+            loops = sorted(graph_op_types(concrete) & _LOOP_OPS)
+            if route == "auto":
+                routes = ["static_batch"] if loops or static_batch else ["dynamic", "static_batch"]
+            else:
+                routes = [route]
+            content, taken, failure = None, routes[0], None
+            for taken in routes:
+                try:
+                    content = _convert(serving, concrete, taken, static_batch or 1, variant, io_dtype,
+                                       representative_data, representative_samples, options)
+                    break
+                except Exception as exc:  # noqa: BLE001 - converter errors are many and untyped
+                    if isinstance(exc, (TypeError, ValueError)) and "converter_options" in str(exc):
+                        raise  # the caller's mistake, not the converter's
+                    failure = exc
+                    log.note(f"modelparity: route {taken!r} failed: {exc}")
+                    # Only tensor-list failures are fixed by a static batch; others fail as they are.
+                    if "TensorList" not in str(exc):
+                        break
+            if content is None:
+                assert failure is not None
+                raise _converter_error(path, failure, log, variant, taken, loops)
+            why = f" (the graph has {', '.join(loops)})" if loops and taken == "static_batch" else ""
+            route_text = taken + (f" {static_batch or 1}" if taken == "static_batch" else "") + why
+        validate_content(content, path, log=log, route=route_text)
+        write_atomically(path, content)
+        record_route(path, NAME, route_text)
+    finally:
+        log.discard()
     return path
+
+
+def _convert(serving: Any, concrete: Any, route: str, batch: int, variant: str, io_dtype: str,
+             representative_data: Any, representative_samples: int, options: dict[str, Any]) -> bytes:
+    import tensorflow as tf
+
+    if route == "static_batch":
+        concrete, holder = _static_batch_function(serving, concrete, batch)
+    else:
+        holder, batch = serving.holder, 1
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete], holder)
+    if variant != "float32":
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    if variant == "float16":
+        converter.target_spec.supported_types = [tf.float16]
+    elif variant == "int8":
+        converter.representative_dataset = _representative(serving.specs, representative_data,
+                                                           representative_samples, batch)
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        if io_dtype != "float32":
+            converter.inference_input_type = converter.inference_output_type = tf.as_dtype(io_dtype)
+    _apply_options(converter, options)
+    return converter.convert()
+
+
+def _apply_options(converter: Any, options: dict[str, Any]) -> None:
+    """Set the user's ``converter_options`` on the converter (names checked, typed errors)."""
+    import tensorflow as tf
+
+    for key, value in options.items():
+        if key == "supported_ops":
+            names = [getattr(v, "name", v) for v in value]
+            unknown = [n for n in names if n not in _OPS_SETS]
+            if unknown:
+                raise ValueError(f"converter_options supported_ops: unknown {unknown}; use names of "
+                                 f"tf.lite.OpsSet: {', '.join(sorted(_OPS_SETS))}")
+            converter.target_spec.supported_ops = {getattr(tf.lite.OpsSet, n) for n in names}
+        elif key == "lower_tensor_list_ops":
+            converter._experimental_lower_tensor_list_ops = bool(value)
+        elif key == "supported_types":
+            converter.target_spec.supported_types = [tf.as_dtype(v) for v in value]
+        elif hasattr(converter, key) and not key.startswith("_"):
+            setattr(converter, key, value)
+        else:
+            raise TypeError(f"unknown converter_options key {key!r} for format 'tflite'; known: route, "
+                            "static_batch, supported_ops, supported_types, lower_tensor_list_ops, or an "
+                            "attribute of tf.lite.TFLiteConverter")
+
+
+def _static_batch_function(serving: Any, concrete: Any, batch: int) -> tuple[Any, Any]:
+    """The serving function traced with batch ``batch`` and frozen with its loops kept as
+    functional While ops (lowering them, or leaving variables inside the loop body, makes a
+    file that fails at invoke with READ_VARIABLE). Outputs keep their names."""
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+    specs = [tf.TensorSpec((batch, *s.shape[1:]), s.dtype, name=s.name) for s in serving.specs]
+    fixed = tf.function(serving.function.python_function, input_signature=specs,
+                        autograph=False).get_concrete_function()
+    frozen = convert_variables_to_constants_v2(fixed, lower_control_flow=False)
+
+    def serve(*xs: Any) -> Any:
+        return tf.nest.pack_sequence_as(fixed.structured_outputs, tf.nest.flatten(frozen(*xs)))
+
+    return tf.function(serve, input_signature=specs, autograph=False).get_concrete_function(), tf.Module()
+
+
+def _converter_error(path: Path, exc: BaseException, log: ConverterLog, variant: str, route: str,
+                     loops: list[str]) -> ExportError:
+    text = str(exc)
+    log.note(f"modelparity: the TFLite converter failed ({variant}, route {route}):\n{text}")
+    ops = sorted(set(re.findall(r"'tf\.(\w+)' op", text)) | set(re.findall(r"\btf\.(\w+)\(", text)))
+    advice = next((ln.strip() for ln in text.splitlines()
+                   if re.search(r"TF Select|Select TF|you can enable|Flex|try ", ln) and len(ln.strip()) < 400), None)
+    if variant == "int8" and ("dims" in text or "representative" in text.lower()):
+        fix = ("check the representative data matches the model's inputs (fed by input name), or compare "
+               "tflite:dynamic_range instead")
+    elif ops:
+        fix = ("these ops have no TFLite builtin kernel and the Python LiteRT interpreter has no Flex "
+               "delegate: compare this model through saved_model or onnx, or deselect tflite; "
+               "converter_options={'supported_ops': [...]} reaches the converter")
+    else:
+        fix = "compare this model through saved_model or onnx, or pass converter_options to the converter"
+    return ExportError(path, NAME, f"the TFLite converter failed ({variant}, route {route}): {first_line(exc, 200)}",
+                       fix, unsupported_ops=ops, advice=advice, log_path=log.keep(), route=route)
+
+
+def validate(path: Path) -> None:
+    """Raise ExportError unless ``path`` loads and runs once in LiteRT (zeros in)."""
+    validate_content(Path(path).read_bytes(), Path(path))
+
+
+def validate_content(content: bytes, path: Path, *, log: ConverterLog | None = None, route: str | None = None) -> None:
+    """Allocate and invoke ``content`` once on zeros: what fails here would fail at load."""
+    try:
+        interp = _new_interpreter(content)
+        interp.allocate_tensors()
+        for det in interp.get_input_details():
+            interp.set_tensor(det["index"], np.zeros(det["shape"], dtype=det["dtype"]))
+        interp.invoke()
+    except Exception as exc:  # noqa: BLE001 - LiteRT raises RuntimeError/ValueError with C++ text
+        text = str(exc)
+        ops = sorted(set(re.findall(r"\((Flex\w+)\)", text)) | set(re.findall(r"\b(Flex\w+)\b", text)))
+        if log is not None:
+            log.note(f"modelparity: LiteRT refused the converted file:\n{text}")
+        raise ExportError(
+            path, NAME, f"the converted file does not run in LiteRT: {first_line(exc, 200)}",
+            "the Python LiteRT interpreter has no Flex (Select TF ops) delegate: convert with builtin ops "
+            "only (drop SELECT_TF_OPS), or compare this model through saved_model or onnx",
+            unsupported_ops=ops, log_path=log.keep() if log is not None else None, route=route) from exc
