@@ -162,6 +162,15 @@ class TFLiteModel(LoadedModel):
                   for n, d in zip(in_names, in_details)]
         outputs = [TensorSpec(n, _shape(d), np.float32 if n in self._quant else _dtype(d))
                    for n, d in zip(out_names, out_details)]
+        # A file whose inputs all share one fixed batch size (an RNN converted with a static
+        # batch) runs any batch in chunks of it (_predict_in_chunks): its specs say so with a
+        # free batch dim, and ``fixed_batch`` keeps the size.
+        firsts = {spec.shape[0] if spec.shape else None for spec in inputs}
+        self.fixed_batch: int | None = firsts.pop() if len(firsts) == 1 and None not in firsts else None
+        if self.fixed_batch is not None:
+            inputs = [TensorSpec(spec.name, (None, *spec.shape[1:]), spec.dtype) for spec in inputs]
+            outputs = [TensorSpec(spec.name, (None, *spec.shape[1:]) if spec.shape and spec.shape[0] == self.fixed_batch
+                                  else spec.shape, spec.dtype) for spec in outputs]
         super().__init__(device=device, inputs=inputs, outputs=outputs, source=path)
         self.format_variant = f"{NAME}:{_variant(native)}"
         self._pool: OrderedDict[tuple, Any] = OrderedDict()
@@ -212,13 +221,6 @@ class TFLiteModel(LoadedModel):
         while len(self._pool) > self._max:
             self._pool.popitem(last=False)
         return interp
-
-    @property
-    def fixed_batch(self) -> int | None:
-        """The batch size every input is fixed to in the file (e.g. an RNN converted with a
-        static batch), or None when the batch dim is free."""
-        dims = {s.shape[0] if s.shape else None for s in self.inputs}
-        return dims.pop() if len(dims) == 1 and None not in dims else None
 
     def _predict(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         fixed = self.fixed_batch
