@@ -173,3 +173,19 @@ def test_a_cache_dir_that_is_a_file_is_one_usage_error_at_start_up(pytester: pyt
     result.stderr.fnmatch_lines(["*MODELPARITY_CACHE_DIR=*sub is inside *cachefile, which is not a directory*"])
     # --modelparity-no-cache never uses it: no reason to refuse the run.
     assert pytester.runpytest("--modelparity-no-cache").ret == 0
+
+
+def test_a_report_write_that_fails_at_the_end_is_one_error_line_not_a_traceback(pytester: pytest.Pytester) -> None:
+    """The path was fine at start-up; the test then puts a directory where the report goes
+    (as a full disk or a vanished mount would fail the write)."""
+    pytester.makepyfile("""
+        import os
+        def test_x():
+            os.makedirs("r.json/blocked")
+    """)
+    result = pytester.runpytest("--modelparity-report=r.json")
+    out = result.stdout.str() + result.stderr.str()
+    assert result.ret == pytest.ExitCode.INTERNAL_ERROR, out
+    result.stdout.fnmatch_lines(["*modelparity: ERROR --modelparity-report: could not write *r.json (*Error*"])
+    assert "Traceback" not in out and "INTERNALERROR" not in out
+    assert not list(pytester.path.rglob("*.tmp"))
