@@ -5,7 +5,21 @@ Import TensorFlow lazily: call these from tests or fixtures only.
 
 from __future__ import annotations
 
+import textwrap
+
 import numpy as np
+
+# A conftest.py for pytester suites: a one-Dense-layer Keras model as ``modelparity_source``.
+TINY_SOURCE_CONFTEST = textwrap.dedent('''
+    import pytest
+
+    @pytest.fixture(scope="session")
+    def modelparity_source():
+        import keras
+        x = keras.Input((6,), name="x")
+        y = keras.layers.Dense(3, name="out", kernel_initializer=keras.initializers.GlorotUniform(seed=2))(x)
+        return keras.Model(x, y, name="tiny")
+''')
 
 
 def tiny_cnn(seed: int = 0, *, input_shape=(8, 8, 3), classes: int = 4, name: str = "tiny_cnn"):

@@ -14,7 +14,7 @@ pytest.importorskip("tensorflow", reason="exporting needs TensorFlow: pip instal
 
 from pytest_modelparity.cache import ExportCache  # noqa: E402
 
-from models import mlp  # noqa: E402
+from models import TINY_SOURCE_CONFTEST, mlp  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -73,16 +73,7 @@ def test_an_entry_without_a_size_record_is_exported_again(model, tmp_path: Path)
     assert "files" in json.loads(meta_path.read_text())
 
 
-CONFTEST = textwrap.dedent('''
-    import pytest
-
-    @pytest.fixture(scope="session")
-    def modelparity_source():
-        import keras
-        x = keras.Input((6,), name="x")
-        y = keras.layers.Dense(3, name="out", kernel_initializer=keras.initializers.GlorotUniform(seed=2))(x)
-        return keras.Model(x, y, name="tiny")
-''')
+CONFTEST = TINY_SOURCE_CONFTEST
 TEST = textwrap.dedent('''
     from pytest_modelparity import assert_outputs_close
 

@@ -11,19 +11,12 @@ import pytest
 
 from pytest_modelparity.devices import onnx_providers, set_tf32, tf32_enabled
 
+from models import TINY_SOURCE_CONFTEST
+
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
               pytest.mark.usefixtures("_heavy_modules_stay_loaded")]
 
-CONFTEST = textwrap.dedent('''
-    import pytest
-
-    @pytest.fixture(scope="session")
-    def modelparity_source():
-        import keras
-        x = keras.Input((6,), name="x")
-        y = keras.layers.Dense(3, name="out", kernel_initializer=keras.initializers.GlorotUniform(seed=2))(x)
-        return keras.Model(x, y, name="tiny")
-''')
+CONFTEST = TINY_SOURCE_CONFTEST
 
 # Inside the run: TensorFlow's switch, and the rule a GPU float32 output would be judged by.
 PROBE = textwrap.dedent('''
