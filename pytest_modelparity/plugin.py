@@ -332,9 +332,11 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             terminalreporter.write_line(
                 f"... {len(rows) - len(shown)} more rows not shown ({passed} of {len(rows)} passed{also}); "
                 "-v shows every row, --modelparity-report/--modelparity-html write them all")
-    for artifact in state.artifacts:
-        if artifact.get("cache_note"):
-            terminalreporter.write_line(f"modelparity: {artifact['cache_note']}", yellow=True)
+    # Once per damaged entry, even when several xdist workers found and repaired it.
+    notes = {a["cache_note"].split(" was damaged")[0]: a["cache_note"] for a in reversed(state.artifacts)
+             if a.get("cache_note")}
+    for note in reversed(notes.values()):
+        terminalreporter.write_line(f"modelparity: {note}", yellow=True)
     for error in state.write_errors:
         terminalreporter.write_line(f"modelparity: ERROR {error}", red=True)
     for what, path in (("JSON", state.options.report), ("HTML", state.options.html)):
