@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from . import diagnose, recording, shadow, validators
+from . import diagnose, recording, shadow, tree, validators
 from . import tolerances as tol_mod
 from .compare import ComparisonReport, compare
 from .diagnose._util import fit_inputs
@@ -673,10 +673,8 @@ def _check_fixed_batch(model: Any, batch: Any) -> None:
 
 def _to_numpy(obj: Any) -> Any:
     """Model outputs as numpy: dicts stay dicts, lists/tuples become lists, tensors arrays."""
-    if isinstance(obj, Mapping):
-        return {k: _to_numpy(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)) and not _looks_numeric_list(obj):
-        return [_to_numpy(v) for v in obj]
+    if tree.is_branch(obj):
+        return {k: _to_numpy(v) for k, v in obj.items()} if isinstance(obj, Mapping) else [_to_numpy(v) for v in obj]
     if isinstance(obj, np.ndarray):
         return obj
     numpy = getattr(obj, "numpy", None)
@@ -688,21 +686,9 @@ def _to_numpy(obj: Any) -> Any:
     return np.asarray(obj)
 
 
-def _looks_numeric_list(obj: Sequence) -> bool:
-    """A plain list of numbers (``[1.0, 2.0]``) is one array, not a list of outputs."""
-    return len(obj) > 0 and all(isinstance(v, (int, float, complex, bool, np.number, np.bool_)) for v in obj)
-
-
-def _leaves(tree: Any, prefix: str = ""):
-    """``(path, array)`` pairs with the same path spelling as ``compare`` ("['a'][0]")."""
-    if isinstance(tree, Mapping):
-        for k, v in tree.items():
-            yield from _leaves(v, f"{prefix}[{k!r}]")
-    elif isinstance(tree, (list, tuple)):
-        for i, v in enumerate(tree):
-            yield from _leaves(v, f"{prefix}[{i}]")
-    else:
-        yield prefix, np.asarray(tree)
+def _leaves(outputs: Any) -> Iterator[tuple[str, np.ndarray]]:
+    """``(path, array)`` pairs, paths spelled as ``compare`` spells them (``tree``)."""
+    return iter(tree.flatten(outputs).items())
 
 
 def _max_abs_tree(a: Any, b: Any) -> float:
@@ -729,7 +715,7 @@ def _first_array(inputs: Any) -> Any:
         if not inputs:
             raise InvalidArgumentError("inputs is an empty dict; pass at least one input array")
         return next(iter(inputs.values()))
-    if isinstance(inputs, (list, tuple)) and inputs and not _looks_numeric_list(inputs):
+    if isinstance(inputs, (list, tuple)) and inputs and tree.is_branch(inputs):
         return inputs[0]
     return inputs
 
@@ -763,55 +749,39 @@ def _check_rows(inputs: Any, where: str) -> None:
 def _all_arrays(inputs: Any):
     if isinstance(inputs, Mapping):
         yield from inputs.values()
-    elif isinstance(inputs, (list, tuple)) and not _looks_numeric_list(inputs):
+    elif tree.is_branch(inputs):
         yield from inputs
     else:
         yield inputs
 
 
 def _slice(inputs: Any, start: int, stop: int) -> Any:
-    if isinstance(inputs, Mapping):
-        return {k: v[start:stop] for k, v in inputs.items()}
-    if isinstance(inputs, (list, tuple)) and not _looks_numeric_list(inputs):
-        return type(inputs)(v[start:stop] for v in inputs)
-    return inputs[start:stop]
+    """Rows ``start:stop`` of every input (the batch's own containers kept)."""
+    return tree.map_inputs(lambda v: v[start:stop], inputs)
 
 
 def _reverse(inputs: Any, n: int) -> Any:
     order = np.arange(n - 1, -1, -1)
-    if isinstance(inputs, Mapping):
-        return {k: np.asarray(v)[order] for k, v in inputs.items()}
-    if isinstance(inputs, (list, tuple)) and not _looks_numeric_list(inputs):
-        return type(inputs)(np.asarray(v)[order] for v in inputs)
-    return np.asarray(inputs)[order]
+    return tree.map_inputs(lambda v: np.asarray(v)[order], inputs)
 
 
-def _reverse_tree(tree: Any) -> Any:
-    if isinstance(tree, Mapping):
-        return {k: _reverse_tree(v) for k, v in tree.items()}
-    if isinstance(tree, list):
-        return [_reverse_tree(v) for v in tree]
-    arr = np.asarray(tree)
-    return arr[::-1] if arr.ndim else arr
+def _reverse_tree(outputs: Any) -> Any:
+    """Outputs with their rows reversed (a scalar output stays as it is)."""
+    return tree.map_leaves(lambda v: np.asarray(v)[::-1] if np.ndim(v) else np.asarray(v), outputs)
 
 
-def _slice_tree(tree: Any, start: int, stop: int) -> Any:
-    if isinstance(tree, Mapping):
-        return {k: _slice_tree(v, start, stop) for k, v in tree.items()}
-    if isinstance(tree, list):
-        return [_slice_tree(v, start, stop) for v in tree]
-    arr = np.asarray(tree)
-    return arr[start:stop] if arr.ndim else arr
+def _slice_tree(outputs: Any, start: int, stop: int) -> Any:
+    """Rows ``start:stop`` of every output (a scalar output stays as it is)."""
+    return tree.map_leaves(lambda v: np.asarray(v)[start:stop] if np.ndim(v) else np.asarray(v), outputs)
 
 
-def _concat(parts: list[Any], *, where: str, path: str = "") -> Any:
-    first = parts[0]
-    if isinstance(first, Mapping):
-        return {k: _concat([p[k] for p in parts], where=where, path=f"{path}[{k!r}]") for k in first}
-    if isinstance(first, list):
-        return [_concat([p[i] for p in parts], where=where, path=f"{path}[{i}]") for i in range(len(first))]
-    arrays = [np.asarray(p) for p in parts]
-    if any(a.ndim == 0 for a in arrays):
-        raise ValueError(f"{where}{' ' + path if path else ''} is a scalar per call: batch invariance needs "
-                         "outputs whose axis 0 is the batch")
-    return np.concatenate(arrays, axis=0)
+def _concat(parts: list[Any], *, where: str) -> Any:
+    """One output tree from the outputs of consecutive sub-batches (joined on axis 0)."""
+    def join(path: str, *leaves: Any) -> np.ndarray:
+        arrays = [np.asarray(p) for p in leaves]
+        if any(a.ndim == 0 for a in arrays):
+            raise ValueError(f"{where}{' ' + path if path else ''} is a scalar per call: batch invariance needs "
+                             "outputs whose axis 0 is the batch")
+        return np.concatenate(arrays, axis=0)
+
+    return tree.map_paths(join, parts[0], *parts[1:])

@@ -36,6 +36,7 @@ from typing import Any, Union
 
 import numpy as np
 
+from . import tree
 from .tolerances import Tolerance, default_tolerance
 
 __all__ = ["compare", "elementwise_close", "ComparisonReport", "OutputComparison", "ToleranceSpec"]
@@ -227,19 +228,10 @@ def compare(actual: Any, expected: Any, *, tolerance: ToleranceSpec = None,
     return ComparisonReport(outputs)
 
 
-def _is_seq(x: Any) -> bool:
-    return isinstance(x, (list, tuple))
-
-
-def _is_scalar_seq(x: Any) -> bool:
-    """A flat list of plain numbers is an array, not a structure of outputs."""
-    return _is_seq(x) and all(isinstance(v, (int, float, bool, complex, np.generic)) for v in x)
-
-
 def _kind_name(x: Any) -> str:
     if isinstance(x, Mapping):
         return f"a mapping with keys {sorted(map(str, x.keys()))}"
-    if _is_seq(x):
+    if isinstance(x, (list, tuple)):
         return f"a {type(x).__name__} of length {len(x)}"
     if isinstance(x, np.ndarray):
         return f"an array of shape {x.shape}"
@@ -248,48 +240,52 @@ def _kind_name(x: Any) -> str:
 
 def _walk(a: Any, e: Any, path: str, out: list, tol: ToleranceSpec, equal_nan: bool,
           full_stats: bool) -> None:
-    a_map, e_map = isinstance(a, Mapping), isinstance(e, Mapping)
-    a_seq = _is_seq(a) and not _is_scalar_seq(a)
-    e_seq = _is_seq(e) and not _is_scalar_seq(e)
-    if a_map or e_map or a_seq or e_seq:
-        if a_map and e_map:
-            for key in e:
-                sub = f"{path}[{key!r}]"
-                if key in a:
-                    _walk(a[key], e[key], sub, out, tol, equal_nan, full_stats)
-                else:
-                    out.append(_structure_problem(
-                        sub, f"missing output: expected has key {key!r}, actual does not "
-                             f"(actual keys: {sorted(map(str, a.keys()))})", e=e[key]))
-            for key in a:
-                if key not in e:
-                    out.append(_structure_problem(
-                        f"{path}[{key!r}]", f"unexpected output: actual has key {key!r}, "
-                        f"expected does not (expected keys: {sorted(map(str, e.keys()))})",
-                        a=a[key]))
-            return
-        if _is_seq(a) and _is_seq(e):
-            for i in range(min(len(a), len(e))):
-                _walk(a[i], e[i], f"{path}[{i}]", out, tol, equal_nan, full_stats)
-            for i in range(len(e), len(a)):
-                out.append(_structure_problem(
-                    f"{path}[{i}]", f"unexpected output: actual has {len(a)} outputs, "
-                                    f"expected {len(e)}", a=a[i]))
-            for i in range(len(a), len(e)):
-                out.append(_structure_problem(
-                    f"{path}[{i}]", f"missing output: actual has {len(a)} outputs, "
-                                    f"expected {len(e)}", e=e[i]))
-            return
+    if not (tree.is_branch(a) or tree.is_branch(e)):
+        out.append(_compare_leaf(a, e, path, tol, equal_nan, full_stats))
+    elif isinstance(a, Mapping) and isinstance(e, Mapping):
+        _walk_mappings(a, e, path, out, tol, equal_nan, full_stats)
+    elif isinstance(a, (list, tuple)) and isinstance(e, (list, tuple)):
+        _walk_sequences(a, e, path, out, tol, equal_nan, full_stats)
+    else:
         out.append(_structure_problem(
             path, f"structure differs: actual is {_kind_name(a)}, expected is {_kind_name(e)}"))
-        return
-    out.append(_compare_leaf(a, e, path, tol, equal_nan, full_stats))
+
+
+def _walk_mappings(a: Mapping, e: Mapping, path: str, out: list, tol: ToleranceSpec,
+                   equal_nan: bool, full_stats: bool) -> None:
+    for key in e:
+        sub = tree.child_path(path, key)
+        if key in a:
+            _walk(a[key], e[key], sub, out, tol, equal_nan, full_stats)
+        else:
+            out.append(_structure_problem(
+                sub, f"missing output: expected has key {key!r}, actual does not "
+                     f"(actual keys: {sorted(map(str, a.keys()))})", e=e[key]))
+    for key in a:
+        if key not in e:
+            out.append(_structure_problem(
+                tree.child_path(path, key), f"unexpected output: actual has key {key!r}, "
+                f"expected does not (expected keys: {sorted(map(str, e.keys()))})", a=a[key]))
+
+
+def _walk_sequences(a: Any, e: Any, path: str, out: list, tol: ToleranceSpec, equal_nan: bool,
+                    full_stats: bool) -> None:
+    for i in range(min(len(a), len(e))):
+        _walk(a[i], e[i], tree.child_path(path, i), out, tol, equal_nan, full_stats)
+    for i in range(len(e), len(a)):
+        out.append(_structure_problem(
+            tree.child_path(path, i), f"unexpected output: actual has {len(a)} outputs, "
+                                      f"expected {len(e)}", a=a[i]))
+    for i in range(len(a), len(e)):
+        out.append(_structure_problem(
+            tree.child_path(path, i), f"missing output: actual has {len(a)} outputs, "
+                                      f"expected {len(e)}", e=e[i]))
 
 
 def _structure_problem(path: str, problem: str, a: Any = None, e: Any = None) -> OutputComparison:
     oc = OutputComparison(path=path, passed=False, problem=problem)
     for side, value in (("actual", a), ("expected", e)):
-        if value is not None and not isinstance(value, Mapping) and not _is_seq(value):
+        if value is not None and not tree.is_branch(value):
             arr = np.asarray(value)
             setattr(oc, f"{side}_shape", tuple(arr.shape))
             setattr(oc, f"{side}_dtype", str(arr.dtype))

@@ -24,6 +24,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from .. import tree
 from ._util import batch_size, fits, measuring, flatten, is_keras_model, max_abs_diff, native_of, pick, rows, run_model
 from .localize import DIVERGE_REL, LayerDiff, first_divergence, format_rows, localize_divergence
 from .noise import accumulation_noise, noise_hint, reduction_length
@@ -189,13 +190,9 @@ def _few_rows(inputs: Any, actual: Any, flat_a: dict, flat_e: dict) -> tuple:
     return rows(inputs, cut), _unflatten_like(actual, small_a), small_a, {p: v[cut] for p, v in flat_e.items()}
 
 
-def _unflatten_like(tree: Any, flat: dict[str, np.ndarray]) -> Any:
-    """``flat`` (paths of ``flatten(tree)``) as a dict keyed by path; a bare array stays bare."""
-    return flat[""] if list(flat) == [""] else _PathTree(flat)
-
-
-class _PathTree(dict):
-    """Already-flattened outputs: ``flatten`` of it returns it unchanged."""
+def _unflatten_like(outputs: Any, flat: dict[str, np.ndarray]) -> Any:
+    """``flat`` (paths of ``flatten(outputs)``) as a ``tree.FlatTree``; a bare array stays bare."""
+    return flat[""] if list(flat) == [""] else tree.FlatTree(flat)
 
 
 def _rerun_gap(model: Any, inputs: Any) -> float:

@@ -8,6 +8,8 @@ from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
+from .. import tree
+
 # A transform "fits" when its residual is below this share of the output's largest value
 # (float noise measured on every format here stays <= 5e-6 of it; real bugs >= 2e-3)
 # or within the output's own tolerance, and is at most FIT_GAIN of the original error.
@@ -79,25 +81,9 @@ def run_model(model: Any, batch: Any, *, training: bool | None = None) -> Any:
     return to_numpy(model(batch))
 
 
-def flatten(value: Any, path: str = "") -> dict[str, np.ndarray]:
+def flatten(value: Any) -> dict[str, np.ndarray]:
     """``{path: array}`` with the same paths as compare.py: "", "['a']", "[1]", "['a'][0]"."""
-    if type(value).__name__ == "_PathTree":  # already flat (see diagnose._few_rows)
-        return dict(value)
-    if isinstance(value, Mapping):
-        out: dict[str, np.ndarray] = {}
-        for k, v in value.items():
-            out.update(flatten(v, f"{path}[{k!r}]"))
-        return out
-    if isinstance(value, (list, tuple)) and not _is_number_list(value):
-        out = {}
-        for i, v in enumerate(value):
-            out.update(flatten(v, f"{path}[{i}]"))
-        return out
-    return {path: np.asarray(value)}
-
-
-def _is_number_list(value: Any) -> bool:
-    return len(value) > 0 and all(isinstance(v, (int, float, np.number)) for v in value)
+    return tree.flatten(value)
 
 
 def pick(flat: dict[str, np.ndarray], path: str) -> np.ndarray | None:
@@ -113,27 +99,14 @@ def first_input(batch: Any) -> np.ndarray | None:
     """The single input array of a batch (array, one-element list, one-entry dict)."""
     if isinstance(batch, Mapping):
         return np.asarray(next(iter(batch.values()))) if len(batch) == 1 else None
-    if isinstance(batch, (list, tuple)) and batch and hasattr(batch[0], "shape"):
+    if tree.is_branch(batch):
         return np.asarray(batch[0]) if len(batch) == 1 else None
     return np.asarray(batch)
 
 
-def rebatch(batch: Any, array: np.ndarray) -> Any:
-    """``batch`` with its single input replaced by ``array`` (same container)."""
-    if isinstance(batch, Mapping):
-        return {next(iter(batch)): array}
-    if isinstance(batch, (list, tuple)) and batch and hasattr(batch[0], "shape"):
-        return [array]
-    return array
-
-
 def rows(batch: Any, sl: slice) -> Any:
     """A slice of the batch rows of every input."""
-    if isinstance(batch, Mapping):
-        return {k: np.asarray(v)[sl] for k, v in batch.items()}
-    if isinstance(batch, (list, tuple)) and batch and hasattr(batch[0], "shape"):
-        return [np.asarray(v)[sl] for v in batch]
-    return np.asarray(batch)[sl]
+    return tree.map_inputs(lambda v: np.asarray(v)[sl], batch)
 
 
 def batch_size(batch: Any) -> int | None:
