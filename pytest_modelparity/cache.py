@@ -37,6 +37,7 @@ import numpy as np
 
 from .errors import ExportError
 from .scratch import CACHE_TEMP, SYSTEM_TEMP, owned_prefix, sweep
+from .quiet import make_ignored_dir
 
 __all__ = ["ARTIFACT_NAMES", "ExportCache", "UncacheableOption", "converter_versions", "default_cache_dir"]
 
@@ -193,6 +194,7 @@ class ExportCache:
                               "dropped it and exported again")
         self.misses += 1
         try:
+            make_ignored_dir(self.root)  # a new cache dir ignores itself for git (.gitignore: *)
             (self.root / format).mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(dir=self.root / format, prefix=owned_prefix(f".{key[:16]}.tmp-")))
         except OSError as exc:

@@ -88,6 +88,7 @@ class ParitySession:
     workers: int = 0
     document: dict | None = None
     write_errors: list[str] = field(default_factory=list)  # report files that could not be written
+    logs: Any = None  # a quiet.LogSink: TensorFlow and converter output while building
     _tmp: Path | None = None
     _cache: Any = None
     _precision_set: bool = False
@@ -104,11 +105,22 @@ class ParitySession:
 
             self._tf32_before = set_tf32(False)
 
+    def _quietly(self, what: str, build: Any) -> Any:
+        """``build`` with TF/converter output sent to the session's log (``quiet.LogSink``)."""
+        if self.logs is None:
+            return build
+
+        def run() -> Any:
+            with self.logs.capture(what):
+                return build()
+
+        return run
+
     # -- sources --------------------------------------------------------------------
     def source(self, obj: Any) -> Source:
         key = id(obj)
         if key not in self.sources:
-            self.sources[key] = resolve_source(obj)
+            self.sources[key] = self._quietly("resolving the source", lambda: resolve_source(obj))()
             self.sources[key].keep = obj
         return self.sources[key]
 
@@ -122,7 +134,7 @@ class ParitySession:
         opts = dict(load_options or {})
         self._set_precision()
         return self._once(self.references, (id(obj), device, _options_key(opts)),
-                          lambda: _load_reference(src, device, opts))
+                          self._quietly(f"loading the reference on {device}", lambda: _load_reference(src, device, opts)))
 
     def candidate(self, obj: Any, format: str, device: str, load_options: dict | None = None,
                   converter_options: dict | None = None) -> Any:
@@ -149,7 +161,7 @@ class ParitySession:
             return _load_source(path, base, device, opts if as_is else {})
 
         return self._once(self.candidates, (id(obj), format, device, _options_key(opts), _options_key(conv)),
-                          build)
+                          self._quietly(f"exporting to {format} and loading on {device}", build))
 
     def export(self, obj: Any, format: str, load_options: dict | None = None,
                converter_options: dict | None = None) -> Path:
@@ -197,7 +209,10 @@ class ParitySession:
         except (RuntimeMissing, DeviceUnavailable, ModelLoadError):
             raise
         except Exception as exc:  # noqa: BLE001 - any converter failure, reported once per format
-            raise _export_failed(src.label, format, exc) from exc
+            failed = _export_failed(src.label, format, exc)
+            if self.logs is not None and self.logs.written:
+                failed.args = (f"{failed}\n    converter output: {self.logs.path}",)
+            raise failed from exc
         artifact = {"source": src.label, "format": format, "path": str(path),
                     "seconds": round(time.perf_counter() - start, 3),
                     # a cache hit is a reused artifact, not an export made by this run

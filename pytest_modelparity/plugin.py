@@ -8,6 +8,7 @@ zero_code, summary, html_report). Nothing imported at module level imports Tenso
 from __future__ import annotations
 
 import contextlib
+import os
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -41,8 +42,31 @@ def pytest_configure(config: pytest.Config) -> None:
     register_profile()
     if config.option.help:
         return  # never refuse to show help because of a bad ini value
-    state = config.stash[STATE_KEY] = ParitySession(parse_options(config))
+    options = parse_options(config)
+    state = config.stash[STATE_KEY] = ParitySession(options, logs=_log_sink(config, options))
     config.pluginmanager.register(OutcomeRecorder(state), "modelparity-outcomes")
+
+
+def _shows_logs(config: pytest.Config) -> bool:
+    return int(getattr(config.option, "verbose", 0) or 0) >= 1
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    """Before any conftest imports TensorFlow: its C++ INFO/WARNING lines off unless -v."""
+    from .quiet import quiet_tensorflow
+
+    verbose = getattr(early_config.known_args_namespace, "verbose", 0) or 0
+    quiet_tensorflow(show=int(verbose) >= 1)
+
+
+def _log_sink(config: pytest.Config, options: Any) -> Any:
+    """TF/converter output of builds, exports and loads: ``<cache dir>/logs/<worker>.log``."""
+    from .quiet import LogSink
+
+    worker = getattr(config, "workerinput", {}).get("workerid", "main")
+    return LogSink(Path(options.cache_dir) / "logs" / f"{worker}.log", root=Path(options.cache_dir),
+                   show=_shows_logs(config))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -268,6 +292,7 @@ def _options_doc(state: ParitySession) -> dict:
         devices = list(o.devices)
     return {"devices": devices, "devices_requested": list(o.devices), "formats": list(o.formats),
             "strict": o.strict, "model": o.model,
+            "logs": str(state.logs.path.parent) if state.logs is not None and state.logs.path is not None else None,
             "cache": o.cache, "cache_dir": str(o.cache_dir), "ini_rtol": o.rtol, "ini_atol": o.atol,
             "tf32": "on" if o.tf32 else "off"}
 
@@ -332,6 +357,10 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             terminalreporter.write_line(
                 f"... {len(rows) - len(shown)} more rows not shown ({passed} of {len(rows)} passed{also}); "
                 "-v shows every row, --modelparity-report/--modelparity-html write them all")
+    logs = state.logs
+    if logs is not None and logs.path is not None and (logs.written or state.workers):
+        terminalreporter.write_line(f"modelparity: TensorFlow and converter output kept in "
+                                    f"{logs.path.parent}{os.sep} (-v shows it instead)")
     # Once per damaged entry, even when several xdist workers found and repaired it.
     notes = {a["cache_note"].split(" was damaged")[0]: a["cache_note"] for a in reversed(state.artifacts)
              if a.get("cache_note")}

@@ -1,0 +1,106 @@
+"""Keep TensorFlow's and the converters' own logs out of a test run, in a file the report names.
+
+TensorFlow's C++ side (oneDNN, absl, XLA), the TFLite converter and tf2onnx write straight
+to file descriptors 1 and 2: pytest shows that text under every failing test that happened
+to import or convert something, and a reader takes it for the failure. The plugin raises
+``TF_CPP_MIN_LOG_LEVEL`` before TensorFlow is imported and runs each build, export and load
+with both descriptors (and ``sys.stdout``/``sys.stderr``) pointed at a log file. ``-v``
+shows them as before. No TensorFlow import here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import sys
+import threading
+from pathlib import Path
+from typing import Iterator
+
+__all__ = ["TF_LOG_LEVEL_ENV", "quiet_tensorflow", "LogSink", "make_ignored_dir"]
+
+TF_LOG_LEVEL_ENV = "TF_CPP_MIN_LOG_LEVEL"
+# 2: TensorFlow's C++ INFO and WARNING lines off, errors kept.
+QUIET_LEVEL = "2"
+GITIGNORE = "# created by pytest-modelparity: exported models and logs, never commit them\n*\n"
+
+
+def quiet_tensorflow(show: bool) -> bool:
+    """Set ``TF_CPP_MIN_LOG_LEVEL`` (unless the user did, or ``show``); True when set here."""
+    if show or TF_LOG_LEVEL_ENV in os.environ:
+        return False
+    os.environ[TF_LOG_LEVEL_ENV] = QUIET_LEVEL
+    return True
+
+
+def make_ignored_dir(path: Path) -> Path:
+    """Create ``path`` (and parents); when this call creates it, put a ``.gitignore`` holding
+    ``*`` inside, as pytest does for ``.pytest_cache``, so it never shows in ``git status``."""
+    path = Path(path)
+    if not path.exists():
+        path.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(OSError):
+            with open(path / ".gitignore", "x", encoding="utf-8") as fh:
+                fh.write(GITIGNORE)
+    return path
+
+
+class LogSink:
+    """Where TensorFlow and converter output goes while the plugin builds, exports and loads."""
+
+    def __init__(self, path: Path | None, *, root: Path | None = None, show: bool = False) -> None:
+        self.path = None if path is None else Path(path)
+        self.root = root  # the folder to create ignored for git (the cache dir)
+        self.show = show
+        self.written = False
+        self._lock = threading.RLock()
+        self._depth = 0
+
+    @contextlib.contextmanager
+    def capture(self, what: str) -> Iterator[None]:
+        """Send fds 1 and 2 and ``sys.stdout``/``sys.stderr`` to the log while the block runs."""
+        if self.show or self.path is None:
+            yield
+            return
+        with self._lock:
+            if self._depth:  # nested (an export inside a candidate build): already redirected
+                self._depth += 1
+                try:
+                    yield
+                finally:
+                    self._depth -= 1
+                return
+            try:
+                if self.root is not None:
+                    make_ignored_dir(self.root)
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                log = open(self.path, "ab" if self.written else "wb", buffering=0)  # one run per file
+            except OSError:  # an unwritable cache dir: leave the output where it goes anyway
+                yield
+                return
+            log.write(f"== {what}\n".encode())
+            self.written = True
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+            saved = [os.dup(1), os.dup(2)]
+            text = io.TextIOWrapper(log, encoding="utf-8", errors="replace", write_through=True)
+            self._depth = 1
+            try:
+                os.dup2(log.fileno(), 1)
+                os.dup2(log.fileno(), 2)
+                with contextlib.redirect_stdout(text), contextlib.redirect_stderr(text):
+                    yield
+            finally:
+                self._depth = 0
+                for stream in (sys.stdout, sys.stderr):
+                    with contextlib.suppress(Exception):
+                        stream.flush()
+                os.dup2(saved[0], 1)
+                os.dup2(saved[1], 2)
+                for fd in saved:
+                    os.close(fd)
+                with contextlib.suppress(Exception):
+                    text.detach()
+                log.close()
