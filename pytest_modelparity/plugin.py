@@ -61,12 +61,19 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
 
 
 def _log_sink(config: pytest.Config, options: Any) -> Any:
-    """TF/converter output of builds, exports and loads: ``<cache dir>/logs/<worker>.log``."""
+    """TF/converter output of builds, exports and loads: ``<cache dir>/logs/<worker>.log``
+    (with --modelparity-no-cache, which must leave no cache dir: a folder in the temp dir)."""
+    import tempfile
+
     from .quiet import LogSink
 
     worker = getattr(config, "workerinput", {}).get("workerid", "main")
-    return LogSink(Path(options.cache_dir) / "logs" / f"{worker}.log", root=Path(options.cache_dir),
-                   show=_shows_logs(config))
+    if options.cache:
+        root: Path | None = Path(options.cache_dir)
+        folder = Path(options.cache_dir) / "logs"
+    else:
+        root, folder = None, Path(tempfile.gettempdir()) / f"modelparity-logs-{os.getuid() if hasattr(os, 'getuid') else 0}"
+    return LogSink(folder / f"{worker}.log", root=root, show=_shows_logs(config))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
