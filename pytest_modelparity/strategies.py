@@ -23,7 +23,7 @@ from hypothesis.errors import InvalidArgument
 from .formats.base import TensorSpec
 from .validators import check_batch_size
 
-__all__ = ["Batch", "batches", "specs_of", "seeded_batch", "PROFILE", "register_profile"]
+__all__ = ["Batch", "batches", "fixed_batch", "specs_of", "seeded_batch", "PROFILE", "register_profile"]
 
 PROFILE = "modelparity"
 DEFAULT_FLOAT_RANGE = (-1.0, 1.0)
@@ -201,13 +201,28 @@ def batches(model_or_specs: Any, *, batch_size: Any = None, elements: Any = None
     for spec in specs:
         _element_rule(spec, elements)  # check ranges up front
     size = _check_batch_size(st.integers(1, 16) if batch_size is None else batch_size)
+    fixed = fixed_batch(specs)
+    if fixed is not None:
+        size = st.just(fixed)  # the only batch the model accepts (LoadedModel.prepare_batch checks it)
     return _batches(specs, size, elements)
 
 
+def fixed_batch(specs: Sequence[TensorSpec]) -> int | None:
+    """The batch size a model was built for (``keras.Input(..., batch_size=4)``), or None.
+
+    Such a model refuses every other batch size, so the batches drawn for it have that size
+    whatever ``batch_size`` asks for.
+    """
+    dims = {s.shape[0] for s in specs if s.shape and s.shape[0] is not None}
+    return dims.pop() if len(dims) == 1 else None
+
+
 def seeded_batch(model_or_specs: Any, *, batch_size: int = 4, seed: int = 0, elements: Any = None) -> Batch:
-    """One reproducible batch (no Hypothesis): what the ``parity_batch`` fixture returns."""
+    """One reproducible batch (no Hypothesis): what the ``parity_batch`` fixture returns.
+    A model built for a fixed batch gets a batch of that size (see ``fixed_batch``)."""
     specs = specs_of(model_or_specs)
-    batch_size = check_batch_size(batch_size)
+    requested = check_batch_size(batch_size)
+    batch_size = fixed_batch(specs) or requested
     batch = Batch()
     rng_dims = np.random.default_rng(seed)
     for i, spec in enumerate(specs):

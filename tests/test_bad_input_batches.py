@@ -80,3 +80,25 @@ def test_a_raw_keras_model_with_a_fixed_batch_refuses_another_batch() -> None:
     assert_outputs_close(model, model, inputs=np.ones((4, 3), "float32"))
     with pytest.raises(ParityError):
         assert_outputs_close(model, lambda b: np.asarray(model(b)) + 1, inputs=np.ones((4, 3), "float32"))
+
+
+def test_batches_drawn_for_a_fixed_batch_model_have_its_batch(tmp_path: Path) -> None:
+    """The plugin's parity_batch and Hypothesis batches fit such a model, so its suite runs."""
+    from hypothesis import given, settings
+
+    from pytest_modelparity.strategies import batches, fixed_batch, seeded_batch
+
+    model = fixed_batch_model()
+    reference = load_model(model)
+    assert fixed_batch(reference.inputs) == 4
+    assert seeded_batch(reference, batch_size=8)["x"].shape == (4, 3)
+    candidate = load_model(export_model(model, "saved_model", tmp_path / "sm"))
+    assert candidate.inputs[0].shape == (4, 3)
+    assert_outputs_close(candidate, reference, inputs=seeded_batch(reference, batch_size=8))
+
+    @settings(max_examples=3, database=None, deadline=None)
+    @given(batches(reference))
+    def drawn(batch):
+        assert batch["x"].shape[0] == 4
+
+    drawn()
