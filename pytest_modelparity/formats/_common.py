@@ -147,6 +147,31 @@ def log_dir() -> Path:
     return path
 
 
+@contextlib.contextmanager
+def output_to(fh: Any) -> Iterator[None]:
+    """Send everything written to fds 1 and 2 (a converter's prints, TensorFlow's C++ logs) to
+    the open file ``fh`` for the duration of the block, then restore the terminal."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    saved: list[tuple[int, int]] = []
+    try:
+        for fd in (1, 2):
+            try:
+                saved.append((fd, os.dup(fd)))
+                os.dup2(fh.fileno(), fd)
+            except OSError:  # no such descriptor (embedded interpreters): leave it alone
+                pass
+        yield
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        for fd, copy in saved:
+            os.dup2(copy, fd)
+            os.close(copy)
+
+
 class _Redirect:
     """``sys.stdout``/``sys.stderr`` during a capture. A logging handler created meanwhile keeps
     a reference to it; once the capture ends it writes to the original stream again instead of
@@ -199,43 +224,26 @@ class ConverterLog:
     @contextlib.contextmanager
     def capture(self) -> Iterator["ConverterLog"]:
         """Send fd 1 and 2, ``sys.stdout``/``sys.stderr`` and the converters' loggers to the file."""
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
-        fh = open(self.path, "a", buffering=1)
-        saved: list[tuple[int, int]] = []
-        for fd in (1, 2):
-            try:
-                saved.append((fd, os.dup(fd)))
-                os.dup2(fh.fileno(), fd)
-            except OSError:
-                pass
-        handler = logging.StreamHandler(fh)
-        handler.setFormatter(logging.Formatter("%(levelname)s:%(name)s:%(message)s"))
-        loggers = [logging.getLogger(n) for n in self.LOGGERS]
-        states = [(lg, lg.propagate, lg.level) for lg in loggers]
-        for lg in loggers:
-            lg.addHandler(handler)
-            lg.propagate = False
-            if lg.level == logging.NOTSET or lg.level > logging.INFO:
-                lg.setLevel(logging.INFO)
-        try:
+        with open(self.path, "a", buffering=1) as fh, output_to(fh):
+            handler = logging.StreamHandler(fh)
+            handler.setFormatter(logging.Formatter("%(levelname)s:%(name)s:%(message)s"))
+            loggers = [logging.getLogger(n) for n in self.LOGGERS]
+            states = [(lg, lg.propagate, lg.level) for lg in loggers]
+            for lg in loggers:
+                lg.addHandler(handler)
+                lg.propagate = False
+                if lg.level == logging.NOTSET or lg.level > logging.INFO:
+                    lg.setLevel(logging.INFO)
             out, err = _Redirect(fh, sys.stdout), _Redirect(fh, sys.stderr)
-            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), quiet():
-                yield self
-        finally:
-            for lg, propagate, level in states:
-                lg.removeHandler(handler)
-                lg.propagate = propagate
-                lg.setLevel(level)
-            for stream in (sys.stdout, sys.stderr):
-                with contextlib.suppress(Exception):
-                    stream.flush()
-            for fd, copy in saved:
-                os.dup2(copy, fd)
-                os.close(copy)
-            out.file = err.file = None
-            fh.close()
+            try:
+                with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), quiet():
+                    yield self
+            finally:
+                for lg, propagate, level in states:
+                    lg.removeHandler(handler)
+                    lg.propagate = propagate
+                    lg.setLevel(level)
+                out.file = err.file = None
 
     def discard(self) -> None:
         if not self.kept:

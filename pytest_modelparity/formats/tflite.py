@@ -16,8 +16,6 @@ so it works for any user's file and needs no sidecar.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import re
 import warnings
 from collections import OrderedDict
