@@ -9,6 +9,7 @@ bug in the package, not a limit of a converter.
 
     .venv/bin/python bench/model_families.py [--families "LSTM (masked);MLP"] [--formats tflite,onnx]
         [--out docs/model-families.md] [--json results.json]
+    .venv/bin/python bench/model_families.py --from-json small.json big.json   # one table from several runs
 """
 
 from __future__ import annotations
@@ -123,8 +124,22 @@ def main() -> None:
     ap.add_argument("--families", default=";".join(FAMILIES), help="names separated by ;")
     ap.add_argument("--formats", default=",".join(FORMATS))
     ap.add_argument("--out", default=str(ROOT / "docs" / "model-families.md"))
-    ap.add_argument("--json", default=None)
+    ap.add_argument("--json", default=None, help="also write the raw results here")
+    ap.add_argument("--from-json", nargs="+", default=None,
+                    help="render the table from earlier --json files (one per run) instead of running")
     args = ap.parse_args()
+    if args.from_json:
+        merged: dict[str, list[dict]] = {}
+        seconds = 0.0
+        for name in args.from_json:
+            data = json.loads(Path(name).read_text())
+            seconds += data.pop("_seconds", 0.0)
+            merged.update(data)
+        ordered = {f: merged[f] for f in FAMILIES if f in merged}
+        formats = [f for f in FORMATS if any(r["format"] == f for rows in ordered.values() for r in rows)]
+        Path(args.out).write_text(markdown(ordered, formats, seconds))
+        print(f"wrote {args.out}")
+        return
     families = [f.strip() for f in args.families.split(";") if f.strip()]
     formats = [f.strip() for f in args.formats.split(",") if f.strip()]
     results: dict[str, list[dict]] = {}
@@ -146,7 +161,7 @@ def main() -> None:
     seconds = time.perf_counter() - start
     Path(args.out).write_text(markdown(results, formats, seconds))
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1, default=str))
+        Path(args.json).write_text(json.dumps({**results, "_seconds": seconds}, indent=1, default=str))
     print(f"wrote {args.out} ({seconds:.0f} s)")
 
 

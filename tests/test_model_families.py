@@ -151,3 +151,21 @@ def test_h5_that_keras_cannot_load_back_is_an_export_error(tmp_path):
         export_model(model, "h5", tmp_path / "lstm.h5")
     assert ".keras" in info.value.fix
     assert not (tmp_path / "lstm.h5").exists()
+
+
+def test_grouped_convolution_exports_a_valid_onnx_file(tmp_path):
+    """Keras runs a grouped Conv2D (ConvNeXt's depthwise convolutions) in a function XLA must
+    compile and that is never inlined; tf2onnx left it as a StatefulPartitionedCall node."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    x = keras.Input((8, 8, 4), name="img")
+    y = keras.layers.GlobalAveragePooling2D()(keras.layers.Conv2D(4, 3, groups=4, padding="same")(x))
+    model = keras.Model(x, keras.layers.Dense(2, name="out")(y))
+    path = export_model(model, "onnx", tmp_path / "grouped")
+    assert export_route(path).startswith("frozen-inlined (XLA-only functions: ")
+    batch = np.random.default_rng(0).uniform(size=(3, 8, 8, 4)).astype("float32")
+    with load_model(path) as candidate:
+        assert [s.name for s in candidate.inputs] == ["img"] and [s.name for s in candidate.outputs] == ["out"]
+        assert "StatefulPartitionedCall" not in {op for _, op in candidate.op_types()}
+        assert assert_outputs_close(candidate, model, inputs=batch).passed

@@ -204,7 +204,9 @@ def export(model: Any, path: Path, *, opset: int = DEFAULT_OPSET,
 
     Routes: the serving function is frozen first (``frozen``); a graph with While/If ops
     (Keras LSTM, GRU, RNN) is frozen keeping them as functional ops
-    (``frozen-keep-control-flow``), which tf2onnx turns into ONNX Loop/If.
+    (``frozen-keep-control-flow``), which tf2onnx turns into ONNX Loop/If; a graph with
+    functions marked never to be inlined (Keras runs grouped convolutions under XLA) is
+    converted from its GraphDef with those marks cleared (``...-inlined``).
     ``Erfc`` (exact GELU) is converted as ``1 - Erf(x)``.
     ``converter_options``: ``opset``, ``lower_control_flow`` (bool: force a route),
     ``custom_op_handlers`` (added to the built-in Erfc handler; ``{"Erfc": None}`` removes it) and any other keyword of
@@ -235,9 +237,16 @@ def export(model: Any, path: Path, *, opset: int = DEFAULT_OPSET,
             if lower is None:
                 lower = not flow
             route = "frozen" if lower else "frozen-keep-control-flow" + (f" (the graph has {', '.join(flow)})" if flow else "")
+            kept = _must_compile_functions(concrete)
             try:
-                proto, _ = tf2onnx.convert.from_function(_frozen(serving, concrete, lower), input_signature=serving.specs,
-                                                         opset=opset, custom_op_handlers=handlers, **options)
+                if kept:
+                    route += f"-inlined (XLA-only functions: {', '.join(kept[:3])}{' ...' if len(kept) > 3 else ''})"
+                    proto = _convert_inlined(serving, concrete, lower, opset=opset, custom_op_handlers=handlers,
+                                             **options)
+                else:
+                    proto, _ = tf2onnx.convert.from_function(_frozen(serving, concrete, lower),
+                                                             input_signature=serving.specs, opset=opset,
+                                                             custom_op_handlers=handlers, **options)
             except Exception as exc:  # noqa: BLE001 - converter errors are many and untyped
                 raise _export_error(path, f"tf2onnx failed (opset {opset}): {first_line(exc, 200)}", log, route,
                                     exc) from exc
@@ -287,6 +296,41 @@ def _frozen(serving: Any, concrete: Any, lower_control_flow: bool) -> Any:
         return tf.nest.pack_sequence_as(concrete.structured_outputs, tf.nest.flatten(frozen(*xs)))
 
     return tf.function(serve, input_signature=serving.specs, autograph=False)
+
+
+# Attributes that keep a function from being inlined: Keras' TensorFlow backend runs grouped
+# convolutions (ConvNeXt's depthwise Conv2D(groups=...)) in a tf.function(jit_compile=True),
+# which tf2onnx leaves as a StatefulPartitionedCall no ONNX runtime knows.
+_NOINLINE_ATTRS = ("_noinline", "_XlaMustCompile")
+
+
+def _must_compile_functions(concrete: Any) -> list[str]:
+    """Names of the functions in the graph that are marked never to be inlined."""
+    library = concrete.graph.as_graph_def().library.function
+    return [f.signature.name for f in library if any(a in f.attr and f.attr[a].b for a in _NOINLINE_ATTRS)]
+
+
+def _convert_inlined(serving: Any, concrete: Any, lower_control_flow: bool, **kwargs: Any) -> Any:
+    """Freeze, clear the never-inline marks so tf2onnx's graph optimizer inlines every call,
+    and convert the GraphDef with the Keras input and output names."""
+    import tf2onnx
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+    frozen = convert_variables_to_constants_v2(concrete, lower_control_flow=lower_control_flow)
+    graph_def = frozen.graph.as_graph_def()
+    nodes = list(graph_def.node) + [n for f in graph_def.library.function for n in f.node_def]
+    for holder in [*graph_def.library.function, *nodes]:
+        for attr in _NOINLINE_ATTRS:
+            if attr in holder.attr:
+                del holder.attr[attr]
+    inputs = [t.name for t in frozen.inputs]
+    outputs = [t.name for t in frozen.outputs]
+    # The frozen function's outputs are the flattened dict of outputs: sorted by name.
+    names = {**dict(zip(inputs, [s.name for s in serving.specs])),
+             **dict(zip(outputs, sorted(concrete.structured_outputs)))}
+    proto, _ = tf2onnx.convert.from_graph_def(graph_def, input_names=inputs, output_names=outputs,
+                                              tensors_to_rename=names, **kwargs)
+    return proto
 
 
 def _export_error(path: Path, problem: str, log: ConverterLog, route: str, exc: BaseException | None) -> ExportError:
