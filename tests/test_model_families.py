@@ -169,3 +169,13 @@ def test_grouped_convolution_exports_a_valid_onnx_file(tmp_path):
         assert [s.name for s in candidate.inputs] == ["img"] and [s.name for s in candidate.outputs] == ["out"]
         assert "StatefulPartitionedCall" not in {op for _, op in candidate.op_types()}
         assert assert_outputs_close(candidate, model, inputs=batch).passed
+
+
+def test_int8_of_a_recurrent_model_is_refused_before_the_calibrator_crashes(tmp_path):
+    """TF 2.21's calibrator segfaults on a graph with While loops: that would take pytest down
+    with it, so the exporter refuses and names the variants that work."""
+    model, batch = recurrent("lstm")
+    with pytest.raises(ExportError, match="segmentation fault") as info:
+        export_model(model, "tflite", tmp_path / "lstm", quantization="int8", representative_data=[batch])
+    assert "While" in info.value.unsupported_ops and "dynamic_range" in info.value.fix
+    assert not list(tmp_path.iterdir())

@@ -458,6 +458,12 @@ def export(model: Any, path: Path, *, quantization: str | None = None,
         with log.capture():
             concrete = serving.function.get_concrete_function()
             loops = sorted(graph_op_types(concrete) & _LOOP_OPS)
+            if variant == "int8" and loops:
+                raise ExportError(
+                    path, NAME, f"int8 calibration of a graph with loops ({', '.join(loops)}: a Keras RNN) crashes "
+                    "TensorFlow's calibrator with a segmentation fault (measured with TF 2.21), so it is not attempted",
+                    "compare tflite:dynamic_range or tflite:float16 for this model (both convert and run)",
+                    unsupported_ops=loops, route="static_batch")
             if route == "auto":
                 routes = ["static_batch"] if loops or static_batch else ["dynamic", "static_batch"]
             else:
