@@ -131,10 +131,13 @@ def main() -> None:
     if args.from_json:
         merged: dict[str, list[dict]] = {}
         seconds = 0.0
-        for name in args.from_json:
+        for name in args.from_json:  # later files win, per (family, format)
             data = json.loads(Path(name).read_text())
             seconds += data.pop("_seconds", 0.0)
-            merged.update(data)
+            for family, rows in data.items():
+                by = {r["format"]: r for r in merged.get(family, [])}
+                by.update({r["format"]: r for r in rows})
+                merged[family] = [by[f] for f in FORMATS if f in by]
         ordered = {f: merged[f] for f in FAMILIES if f in merged}
         formats = [f for f in FORMATS if any(r["format"] == f for rows in ordered.values() for r in rows)]
         Path(args.out).write_text(markdown(ordered, formats, seconds))
