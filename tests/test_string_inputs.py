@@ -69,6 +69,22 @@ def test_saved_model_of_a_lookup_model_matches_keras(tmp_path):
     assert_outputs_close(candidate, reference, inputs=WORDS)  # a str array works too
 
 
+def test_tflite_carries_a_lookup_model_and_str_arrays(tmp_path):
+    import importlib.util
+
+    from pytest_modelparity import assert_outputs_close, export_model, load_model
+    from pytest_modelparity.strategies import seeded_batch
+
+    if importlib.util.find_spec("ai_edge_litert") is None:
+        pytest.skip("LiteRT is not installed: pip install 'pytest-modelparity[tflite]'")
+    model = lookup_model()
+    reference = load_model(model)
+    candidate = load_model(export_model(model, "tflite", tmp_path / "m.tflite"))
+    assert candidate.inputs[0].dtype.kind in "OS"
+    assert_outputs_close(candidate, reference, inputs=seeded_batch(reference, batch_size=5, seed=6))
+    np.testing.assert_allclose(candidate.predict(WORDS)["probs"], _keras_answer(model, WORDS), rtol=1e-5, atol=1e-6)
+
+
 def test_graphdef_carries_string_inputs_without_tables(tmp_path):
     from pytest_modelparity import assert_outputs_close, export_model, load_model
     from pytest_modelparity.strategies import seeded_batch
@@ -86,7 +102,7 @@ def test_graphdef_export_of_a_lookup_table_is_a_typed_error_and_writes_nothing(t
     from pytest_modelparity import export_model
 
     target = tmp_path / "m.pb"
-    with pytest.raises(errors.ModelLoadError, match="lookup tables") as info:
+    with pytest.raises(errors.ExportError, match="lookup tables") as info:
         export_model(lookup_model(), "graphdef", target)
     assert info.value.format == "graphdef" and info.value.action == "export"
     assert "saved_model" in info.value.fix
@@ -100,7 +116,7 @@ def test_tfjs_refuses_a_string_model_with_a_typed_error(tmp_path):
 
     if importlib.util.find_spec("tensorflowjs") is None:
         pytest.skip("the tensorflowjs converter is not installed: pip install 'pytest-modelparity[tfjs]'")
-    with pytest.raises(errors.ModelLoadError, match="string tensor") as info:
+    with pytest.raises(errors.ExportError, match="string tensor") as info:
         export_model(lookup_model(), "tfjs", tmp_path / "web")
     assert info.value.format == "tfjs" and "token ids" in info.value.fix
     assert not (tmp_path / "web").exists()

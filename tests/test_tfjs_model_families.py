@@ -156,7 +156,7 @@ def test_lowered_lstm_loop_fails_at_export_with_a_typed_error_and_leaves_nothing
     """control_flow_v2=False lowers the loop to Enter/Merge/Switch, which tfjs cannot run: the
     export's validation says so (op kind, backend, fix) instead of returning a broken file."""
     target = tmp_path / "web"
-    with pytest.raises(errors.ModelLoadError) as info:
+    with pytest.raises(errors.ExportError) as info:
         _export(lstm_text_model(), target, control_flow_v2=False)
     text = str(info.value)
     assert info.value.action == "export" and info.value.format == "tfjs"

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..errors import ModelLoadError
+from ..errors import ExportError, ModelLoadError
 from ..devices import require_tf_device
 from ._common import first_line, quiet
 from ._tf import SessionModel, const_weights, import_tf, new_session, require_path, resolve_tensors
@@ -80,11 +80,11 @@ def export(model: Any, path: Path, **options: Any) -> Path:
     graph_def = frozen.graph.as_graph_def()
     tables = [n.name for n in graph_def.node if n.op == "Placeholder" and n.attr["dtype"].type == 20]  # DT_RESOURCE
     if tables:
-        raise ModelLoadError(path, NAME, f"freezing left {len(tables)} resource input(s) ({', '.join(tables[:3])}): "
+        raise ExportError(path, NAME, f"freezing left {len(tables)} resource input(s) ({', '.join(tables[:3])}): "
                              "lookup tables (StringLookup, IntegerLookup, TextVectorization) are not variables, "
                              "and a frozen GraphDef cannot hold or initialise them",
                              "test this model as saved_model (it keeps the tables) or keras; string inputs "
-                             "without tables (e.g. keras.layers.Hashing) do export to graphdef", action="export")
+                             "without tables (e.g. keras.layers.Hashing) do export to graphdef")
     # Rename the function's output Identity nodes to the Keras output names ("probs:0").
     taken = {node.name for node in graph_def.node}
     renames = {}

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DeviceUnavailable, ModelLoadError, RuntimeMissing
+from ..errors import DeviceUnavailable, ExportError, ModelLoadError, RuntimeMissing
 from ..scratch import owned_prefix
 from ._common import TF_INSTALL, quiet
 from .base import LoadedModel, TensorSpec
@@ -757,16 +757,16 @@ def validate(model_json: Path, *, log: Path | None = None, timeout_s: float = 60
     except RuntimeMissing:
         return
     except ModelLoadError as exc:
-        raise ModelLoadError(model_json, NAME, exc.problem + (f"; the converter's log is in {str(log)!r}" if log else ""),
-                             exc.fix, action="export") from exc
+        raise ExportError(model_json, NAME, exc.problem + (f"; the converter's log is in {str(log)!r}" if log else ""),
+                             exc.fix) from exc
     try:
         batch = _zero_batch(spec)
         if batch is not None:
             try:
                 model.predict(batch)
             except ModelLoadError as exc:
-                raise ModelLoadError(model_json, NAME, exc.problem + (
-                    f"; the converter's log is in {str(log)!r}" if log else ""), exc.fix, action="export") from exc
+                raise ExportError(model_json, NAME, exc.problem + (
+                    f"; the converter's log is in {str(log)!r}" if log else ""), exc.fix) from exc
     finally:
         model.close()
 
@@ -820,10 +820,9 @@ def export(model: Any, path: Path, *, quantization: str | None = None, validate_
             except ModelLoadError:
                 raise
             except Exception as exc:  # noqa: BLE001 - reported with the format and the fix
-                raise ModelLoadError(out_dir, NAME, f"writing the intermediate SavedModel failed ({type(exc).__name__}: "
+                raise ExportError(out_dir, NAME, f"writing the intermediate SavedModel failed ({type(exc).__name__}: "
                                      f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''})",
-                                     "export a functional or Sequential Keras model built on keras.Input(...)",
-                                     action="export") from exc
+                                     "export a functional or Sequential Keras model built on keras.Input(...)") from exc
         staged = Path(tmp) / "tfjs"
         log = _log_dir() / f"tfjs-export-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{next(_LOG_IDS)}.log"
         rewrites: dict[str, int] = {}
@@ -842,7 +841,7 @@ def export(model: Any, path: Path, *, quantization: str | None = None, validate_
                            f"the converter's log is in {str(log)!r}")
                 fix = ("check the model's ops against the converter's supported ops "
                        "(tfjs-converter/docs/supported_ops.md in the tfjs repository)")
-            raise ModelLoadError(out_dir, NAME, problem, fix, action="export") from exc
+            raise ExportError(out_dir, NAME, problem, fix) from exc
         if validate_export:
             validate(staged / "model.json", log=log)
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -861,5 +860,5 @@ def refuse_string_inputs(model: Any, out_dir: Path) -> None:
     for t in getattr(model, "inputs", None) or []:
         if str(getattr(t, "dtype", "")) == "string":
             name = str(getattr(t, "name", "?")).split(":", 1)[0]
-            raise ModelLoadError(out_dir, NAME, f"input {name!r} is a string tensor; the tfjs format here runs "
-                                 "float32, int32 and bool inputs only", STRING_INPUT_FIX, action="export")
+            raise ExportError(out_dir, NAME, f"input {name!r} is a string tensor; the tfjs format here runs "
+                                 "float32, int32 and bool inputs only", STRING_INPUT_FIX)
