@@ -17,9 +17,7 @@ format loads graph models only and says so.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
-import itertools
 import json
 import math
 import os
@@ -27,9 +25,7 @@ import re
 import shutil
 import sys
 import tempfile
-import time
 import types
-from contextlib import contextmanager
 from pathlib import Path
 from collections.abc import Mapping
 from typing import Any
@@ -38,11 +34,12 @@ import numpy as np
 
 from ..errors import DeviceUnavailable, ExportError, ModelLoadError, RuntimeMissing
 from ..scratch import owned_prefix
-from ._common import TF_INSTALL, quiet
+from ._common import TF_INSTALL, ConverterLog, quiet, record_route
 from .base import LoadedModel, TensorSpec
 
 NAME = "tfjs"
 CONVERTS_SAVED_MODEL = True  # export() also takes a SavedModel directory
+EXPORT_VALIDATES = True  # export() runs validate() before moving the files into place
 TFJS_CONVERTER_INSTALL = ("pip install --no-deps tensorflowjs==4.22.0 tensorflow_hub==0.16.1 && "
                           "pip install 'pytest-modelparity[tfjs]'  (plain `pip install tensorflowjs` "
                           "downgrades TensorFlow and protobuf)")
@@ -543,13 +540,11 @@ def classify_runner_error(message: str, backend: str) -> tuple[str, str]:
 
 
 def run_error(path: Path, backend: str, message: str, *, wasm_error: str | None = None,
-              action: str = "run", log: Path | None = None) -> ModelLoadError:
+              action: str = "run") -> ModelLoadError:
     """The typed error for a model tfjs loads but cannot run: op, backend and workaround named."""
     problem, fix = classify_runner_error(message, backend)
     if wasm_error is not None:
         problem += f"; the wasm backend failed first ({_runner_message(wasm_error)})"
-    if log is not None:
-        problem += f"; the converter's log is in {str(log)!r}"
     return ModelLoadError(path, NAME, problem, fix, action=action)
 
 
@@ -639,7 +634,6 @@ def load(source: Any, *, device: str = "cpu", backend: str = "auto", timeout_s: 
 
 
 # -- export ----------------------------------------------------------------------------
-_LOG_IDS = itertools.count()
 _STANDINS = ("tensorflow_decision_forests", "jax", "jax.experimental", "jax.experimental.jax2tf", "tf_keras")
 
 
@@ -695,41 +689,6 @@ def import_converter() -> types.ModuleType:
     return converter
 
 
-def _log_dir() -> Path:
-    """Where converter logs of failed exports are kept (they name it): outside the export cache,
-    whose staging directory a failed export removes."""
-    from ..tfjs_runner import cache_root
-
-    return cache_root() / "logs"
-
-
-@contextmanager
-def _output_to(log: Path):
-    """Send everything written to fds 1 and 2 (the converter's prints, TensorFlow's C++ logs)
-    to ``log`` for the duration of the block, then restore the terminal."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    saved = []
-    with open(log, "ab") as fh:
-        try:
-            for fd in (1, 2):
-                try:
-                    saved.append((fd, os.dup(fd)))
-                    os.dup2(fh.fileno(), fd)
-                except OSError:  # no such descriptor (embedded interpreters): leave it alone
-                    pass
-            yield
-        finally:
-            for stream in (sys.stdout, sys.stderr):
-                with contextlib.suppress(Exception):
-                    stream.flush()
-            for fd, copy in saved:
-                os.dup2(copy, fd)
-                os.close(copy)
-
-
 def _zero_batch(spec: dict[str, Any]) -> dict[str, np.ndarray] | None:
     """Batch size 1 of zeros fitting the model's signature, or None when the shape is unknown."""
     entries = (spec.get("signature") or {}).get("inputs") or {}
@@ -742,14 +701,14 @@ def _zero_batch(spec: dict[str, Any]) -> dict[str, np.ndarray] | None:
     return batch
 
 
-def validate(model_json: Path, *, log: Path | None = None, timeout_s: float = 600.0) -> None:
+def validate(model_json: Path, *, timeout_s: float = 600.0) -> None:
     """Check a fresh export runs in tfjs before it is returned or cached: load it on the cpu
     backend (the one "auto" falls back to) and predict a batch of zeros.
 
-    Raises ``ModelLoadError`` (action "export") naming the op, the backend and a workaround.
-    Without Node.js nothing can be checked: the export is returned and loading it says what is
-    missing.
+    Raises ``ExportError`` naming the op, the backend and a workaround. Without Node.js nothing
+    can be checked: the export is returned and loading it says what is missing.
     """
+    model_json = model_json_path(model_json)
     spec = read_model_json(model_json)
     check_input_dtypes(model_json, spec)
     try:
@@ -757,18 +716,23 @@ def validate(model_json: Path, *, log: Path | None = None, timeout_s: float = 60
     except RuntimeMissing:
         return
     except ModelLoadError as exc:
-        raise ExportError(model_json, NAME, exc.problem + (f"; the converter's log is in {str(log)!r}" if log else ""),
-                             exc.fix) from exc
+        raise ExportError(model_json, NAME, f"tfjs cannot load the converted model: {exc.problem}", exc.fix,
+                          unsupported_ops=_ops_named(exc.problem)) from exc
     try:
         batch = _zero_batch(spec)
         if batch is not None:
             try:
                 model.predict(batch)
             except ModelLoadError as exc:
-                raise ExportError(model_json, NAME, exc.problem + (
-                    f"; the converter's log is in {str(log)!r}" if log else ""), exc.fix) from exc
+                raise ExportError(model_json, NAME, f"tfjs cannot run the converted model: {exc.problem}", exc.fix,
+                                  unsupported_ops=_ops_named(exc.problem)) from exc
     finally:
         model.close()
+
+
+def _ops_named(problem: str) -> tuple[str, ...]:
+    found = re.search(r"(?:op|activation) '([^']+)'", problem)
+    return (found.group(1),) if found else ()
 
 
 def export(model: Any, path: Path, *, quantization: str | None = None, validate_export: bool = True,
@@ -780,11 +744,12 @@ def export(model: Any, path: Path, *, quantization: str | None = None, validate_
     ``"uint16"`` weight quantization. Other keyword arguments go to ``convert_tf_saved_model``;
     ``control_flow_v2`` defaults to True (Keras RNN loops then run in tfjs; lowered loops do not).
 
-    The converter runs with two graph rewrites (:mod:`.tfjs_rewrite`: ``Erfc`` -> ``1 - Erf``,
-    fused hard-swish split into ops tfjs has) and its output (prints, TensorFlow C++ logs) goes
-    to a log file. The result is checked to load and run in tfjs (:func:`validate`) before it
-    is moved into ``path``: a failure raises ``ModelLoadError`` naming the op, the backend, the
-    fix and the log file, and leaves nothing at ``path``.
+    The converter runs with graph rewrites (:mod:`.tfjs_rewrite`: ``Erfc`` -> ``1 - Erf``,
+    fused hard-swish split, non-vector fused biases unfused) and its output (prints, TensorFlow
+    C++ logs) goes to a ``ConverterLog`` file. The result is checked to load and run in tfjs
+    (:func:`validate`) before it is moved into ``path``: a failure raises ``ExportError`` naming
+    the op, the backend, the fix and the kept log file, and leaves nothing at ``path``. The
+    route (``export_route(path)``) says which rewrites applied.
     """
     from . import tfjs_rewrite
 
@@ -824,35 +789,49 @@ def export(model: Any, path: Path, *, quantization: str | None = None, validate_
                                      f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''})",
                                      "export a functional or Sequential Keras model built on keras.Input(...)") from exc
         staged = Path(tmp) / "tfjs"
-        log = _log_dir() / f"tfjs-export-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{next(_LOG_IDS)}.log"
+        log = ConverterLog(NAME)
         rewrites: dict[str, int] = {}
         try:
-            with quiet(), _output_to(log), tfjs_rewrite.patched_converter(converter, rewrites):
-                converter.convert_tf_saved_model(str(saved_model), str(staged), **converter_options)
-        except Exception as exc:  # noqa: BLE001
-            unsupported = re.search(r"Unsupported Ops in the model (?:before|after) optimization\s*(.*)", str(exc))
-            if unsupported:
-                problem = (f"the tensorflowjs converter has no tfjs mapping for op(s) {unsupported.group(1).strip()}; "
-                           f"the converter's log is in {str(log)!r}")
-                fix = ("replace the layers using those ops (tfjs-converter/docs/supported_ops.md lists the ops tfjs "
-                       "runs), or test this model in the other formats")
-            else:
-                problem = (f"the tensorflowjs converter failed ({type(exc).__name__}: {str(exc).strip()[:300]}); "
-                           f"the converter's log is in {str(log)!r}")
-                fix = ("check the model's ops against the converter's supported ops "
-                       "(tfjs-converter/docs/supported_ops.md in the tfjs repository)")
-            raise ExportError(out_dir, NAME, problem, fix) from exc
-        if validate_export:
-            validate(staged / "model.json", log=log)
+            try:
+                with log.capture(), tfjs_rewrite.patched_converter(converter, rewrites):
+                    converter.convert_tf_saved_model(str(saved_model), str(staged), **converter_options)
+            except Exception as exc:  # noqa: BLE001
+                unsupported = re.search(r"Unsupported Ops in the model (?:before|after) optimization\s*(.*)", str(exc))
+                if unsupported:
+                    ops = tuple(o.strip() for o in unsupported.group(1).split(",") if o.strip())
+                    raise ExportError(out_dir, NAME, "the tensorflowjs converter has no tfjs mapping for some ops",
+                                      "replace the layers using those ops (tfjs-converter/docs/supported_ops.md "
+                                      "lists the ops tfjs runs), or test this model in the other formats",
+                                      unsupported_ops=ops, log_path=log.keep()) from exc
+                raise ExportError(out_dir, NAME, f"the tensorflowjs converter failed ({type(exc).__name__}: "
+                                  f"{str(exc).strip()[:300]})",
+                                  "check the model's ops against the converter's supported ops "
+                                  "(tfjs-converter/docs/supported_ops.md in the tfjs repository)",
+                                  log_path=log.keep()) from exc
+            if validate_export:
+                try:
+                    validate(staged / "model.json")
+                except ExportError as exc:
+                    raise ExportError(out_dir, NAME, exc.problem, exc.fix, unsupported_ops=exc.unsupported_ops,
+                                      log_path=log.keep(), route=_route(converter_options, rewrites)) from exc
+        finally:
+            log.discard()
         out_dir.mkdir(parents=True, exist_ok=True)
         for item in staged.iterdir():
             target = out_dir / item.name
             if target.is_dir() and not target.is_symlink():
                 shutil.rmtree(target)
             shutil.move(str(item), str(target))
-    with contextlib.suppress(OSError):
-        log.unlink()  # a good export needs no log; a failed one kept it and named it
+    record_route(out_dir / "model.json", NAME, _route(converter_options, rewrites))
     return out_dir / "model.json"
+
+
+def _route(converter_options: dict[str, Any], rewrites: dict[str, int]) -> str:
+    """How the export went, e.g. ``control_flow_v2, erfc->1-erf x1, hard_swish split x10``."""
+    names = {"erfc": "erfc->1-erf", "hard_swish": "hard_swish split", "unfused_bias": "non-vector bias unfused"}
+    parts = ["control_flow_v2" if converter_options.get("control_flow_v2") else "lowered control flow"]
+    parts += [f"{names.get(k, k)} x{v}" for k, v in rewrites.items() if v]
+    return ", ".join(parts)
 
 
 def refuse_string_inputs(model: Any, out_dir: Path) -> None:
