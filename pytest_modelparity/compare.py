@@ -39,7 +39,8 @@ import numpy as np
 from . import tree
 from .tolerances import Tolerance, default_tolerance
 
-__all__ = ["compare", "elementwise_close", "ComparisonReport", "OutputComparison", "ToleranceSpec"]
+__all__ = ["compare", "elementwise_close", "Blocking", "ComparisonReport", "OutputComparison",
+           "ToleranceSpec"]
 
 ToleranceSpec = Union[Tolerance, Callable[[np.dtype, str], Tolerance], None]
 
@@ -49,12 +50,40 @@ _EXPONENT_BITS: dict[int, tuple[np.signedinteger[Any], int]] = {       # work it
     4: (np.int32(0x7F800000), 23),
     8: (np.int64(0x7FF0000000000000), 52),
 }
+_FEW_SHARE = 16          # verdict: judge only the elements above atol when at most 1/16
+_ABOVE_MASK = 1.0 + 2.0 ** -16   # the slope-free mask is below c_low (1+u)**3: this is above
+_MARGIN = 2.0 ** -20     # relative slack of the candidate mask, far above rounding (2**-24)
 _ULP_FORMATS = {         # dtype name -> (explicit mantissa bits, min normal exponent)
     "float16": (10, -14),
     "bfloat16": (7, -126),
     "float32": (23, -126),
     "float64": (52, -1022),
 }
+
+
+
+
+@dataclass(frozen=True)
+class Blocking:
+    """How the engine streams arrays. Verdicts and statistics never depend on it: the tests
+    shrink it so tiny arrays cross every chunk boundary and every path of the short
+    statistics pass, and switch that pass off to check it against the full one."""
+
+    chunk: int = CHUNK             # elements per block
+    short_stats: bool = True       # failing outputs: statistics over candidate elements only
+    subset_max_share: int = 8      # a chunk with more than 1/8 candidates is computed in full
+    cheap_max_share: int = 32      # the slope-free mask is dropped once it picks more than 1/32
+    subset_batch: int = 1 << 15    # candidates gathered before their statistics are computed
+
+
+@dataclass(frozen=True)
+class _Settings:
+    """What every output of one ``compare`` call is judged with."""
+
+    tol: ToleranceSpec
+    equal_nan: bool
+    full_stats: bool
+    blocking: Blocking
 
 
 # --------------------------------------------------------------------------- results
@@ -210,13 +239,15 @@ def _jsonable(value: Any) -> Any:
 
 
 def compare(actual: Any, expected: Any, *, tolerance: ToleranceSpec = None,
-            equal_nan: bool = False, full_stats: bool = False) -> ComparisonReport:
+            equal_nan: bool = False, full_stats: bool = False,
+            blocking: Blocking = Blocking()) -> ComparisonReport:
     """Compare ``actual`` with ``expected`` (arrays, scalars, or nested dicts/lists/tuples).
 
     ``tolerance``: one ``Tolerance`` for every output, or a callable
     ``(dtype, path) -> Tolerance`` (``dtype`` is the dtype the output is judged in: the less
     precise of the two when both are floating), or None for ``default_tolerance(dtype)``.
     ``full_stats``: compute every statistic for passing outputs too (summaries, HTML).
+    ``blocking``: how arrays are streamed (results never depend on it; tests vary it).
     """
     if tolerance is not None and not isinstance(tolerance, Tolerance) and not callable(tolerance):
         raise TypeError(
@@ -224,7 +255,7 @@ def compare(actual: Any, expected: Any, *, tolerance: ToleranceSpec = None,
             f"got {type(tolerance).__name__}. Build one with "
             f"pytest_modelparity.Tolerance(rtol=..., atol=...).")
     outputs: list[OutputComparison] = []
-    _walk(actual, expected, "", outputs, tolerance, equal_nan, full_stats)
+    _walk(actual, expected, "", outputs, _Settings(tolerance, equal_nan, full_stats, blocking))
     return ComparisonReport(outputs)
 
 
@@ -238,25 +269,23 @@ def _kind_name(x: Any) -> str:
     return f"a {type(x).__name__}"
 
 
-def _walk(a: Any, e: Any, path: str, out: list, tol: ToleranceSpec, equal_nan: bool,
-          full_stats: bool) -> None:
+def _walk(a: Any, e: Any, path: str, out: list, how: _Settings) -> None:
     if not (tree.is_branch(a) or tree.is_branch(e)):
-        out.append(_compare_leaf(a, e, path, tol, equal_nan, full_stats))
+        out.append(_compare_leaf(a, e, path, how))
     elif isinstance(a, Mapping) and isinstance(e, Mapping):
-        _walk_mappings(a, e, path, out, tol, equal_nan, full_stats)
+        _walk_mappings(a, e, path, out, how)
     elif isinstance(a, (list, tuple)) and isinstance(e, (list, tuple)):
-        _walk_sequences(a, e, path, out, tol, equal_nan, full_stats)
+        _walk_sequences(a, e, path, out, how)
     else:
         out.append(_structure_problem(
             path, f"structure differs: actual is {_kind_name(a)}, expected is {_kind_name(e)}"))
 
 
-def _walk_mappings(a: Mapping, e: Mapping, path: str, out: list, tol: ToleranceSpec,
-                   equal_nan: bool, full_stats: bool) -> None:
+def _walk_mappings(a: Mapping, e: Mapping, path: str, out: list, how: _Settings) -> None:
     for key in e:
         sub = tree.child_path(path, key)
         if key in a:
-            _walk(a[key], e[key], sub, out, tol, equal_nan, full_stats)
+            _walk(a[key], e[key], sub, out, how)
         else:
             out.append(_structure_problem(
                 sub, f"missing output: expected has key {key!r}, actual does not "
@@ -268,10 +297,9 @@ def _walk_mappings(a: Mapping, e: Mapping, path: str, out: list, tol: ToleranceS
                 f"expected does not (expected keys: {sorted(map(str, e.keys()))})", a=a[key]))
 
 
-def _walk_sequences(a: Any, e: Any, path: str, out: list, tol: ToleranceSpec, equal_nan: bool,
-                    full_stats: bool) -> None:
+def _walk_sequences(a: Any, e: Any, path: str, out: list, how: _Settings) -> None:
     for i in range(min(len(a), len(e))):
-        _walk(a[i], e[i], tree.child_path(path, i), out, tol, equal_nan, full_stats)
+        _walk(a[i], e[i], tree.child_path(path, i), out, how)
     for i in range(len(e), len(a)):
         out.append(_structure_problem(
             tree.child_path(path, i), f"unexpected output: actual has {len(a)} outputs, "
@@ -334,8 +362,7 @@ def _resolve(tol: ToleranceSpec, dt: np.dtype, path: str) -> Tolerance:
     return result
 
 
-def _compare_leaf(a_in: Any, e_in: Any, path: str, tol: ToleranceSpec, equal_nan: bool,
-                  full_stats: bool) -> OutputComparison:
+def _compare_leaf(a_in: Any, e_in: Any, path: str, how: _Settings) -> OutputComparison:
     a = _as_array(a_in, e_in)
     e = _as_array(e_in, a_in if not isinstance(a_in, np.ndarray) else a)
     oc = OutputComparison(path=path, passed=False, actual_shape=tuple(a.shape),
@@ -353,18 +380,18 @@ def _compare_leaf(a_in: Any, e_in: Any, path: str, tol: ToleranceSpec, equal_nan
         if a.dtype != e.dtype:
             oc.notes.append(f"{a.dtype} compared against {e.dtype} values "
                             f"(tolerance of {less})")
-        oc.tolerance = _resolve(tol, less, path)
-        _compare_floats(a, e, oc, oc.tolerance, equal_nan, full_stats, _float_format(less))
+        oc.tolerance = _resolve(how.tol, less, path)
+        _compare_floats(a, e, oc, oc.tolerance, how, _float_format(less))
         return oc
     if ka in "iu" and ke in "iu" or ka == ke == "b":
         if a.dtype != e.dtype:
             oc.notes.append(f"{a.dtype} compared against {e.dtype} values (exactly)")
         oc.tolerance = Tolerance(0.0, 0.0, source=f"{e.dtype} values compare exactly")
-        _compare_exact_numbers(a, e, oc, full_stats)
+        _compare_exact_numbers(a, e, oc, how.full_stats)
         return oc
     if ka == "c" and ke in "cf" or ke == "c" and ka in "cf":
-        oc.tolerance = _resolve(tol, e.dtype, path)
-        _compare_complex(a, e, oc, oc.tolerance, equal_nan)
+        oc.tolerance = _resolve(how.tol, e.dtype, path)
+        _compare_complex(a, e, oc, oc.tolerance, how.equal_nan)
         return oc
     if ka == ke and ka in "USO":
         oc.tolerance = None
@@ -448,12 +475,13 @@ def _compare_complex(a: np.ndarray, e: np.ndarray, oc: OutputComparison, tol: To
 
 
 def elementwise_close(actual: Any, expected: Any, tolerance: Tolerance, *,
-                      equal_nan: bool = False) -> np.ndarray:
+                      equal_nan: bool = False, blocking: Blocking = Blocking()) -> np.ndarray:
     """Per-element verdict of the value rule (same chunks and kernel as ``compare``).
 
     For floating arrays of one shape; the rule is ``numpy.isclose``'s with the ``scale``
-    term added (and float16/bfloat16 judged in float32). Tests and diagnosis use it to see
-    *which* elements are out; ``compare`` only counts them.
+    term added (and float16/bfloat16 judged in float32). ``compare`` only counts the
+    elements out; this says *which* are, for callers who want the mask (the tests check
+    ``compare``'s counts against it).
     """
     a, e = np.asarray(actual), np.asarray(expected)
     if a.shape != e.shape:
@@ -464,7 +492,7 @@ def elementwise_close(actual: Any, expected: Any, tolerance: Tolerance, *,
     work = np.dtype(np.float64) if np.float64 in (a.dtype.type, e.dtype.type) or \
         a.dtype.itemsize > 8 or e.dtype.itemsize > 8 else np.dtype(np.float32)
     native = all(x.dtype.kind == "f" and x.dtype.itemsize <= 8 for x in (af, ef))
-    scan = _Scanner(af, ef, work, native)
+    scan = _Scanner(af, ef, work, native, blocking)
     scale = 0.0
     for _, _, ec, _ in scan.chunks():
         scale = max(scale, scan._finite_absmax(ec))
@@ -478,14 +506,15 @@ def elementwise_close(actual: Any, expected: Any, tolerance: Tolerance, *,
 
 
 def _compare_floats(a: np.ndarray, e: np.ndarray, oc: OutputComparison, tol: Tolerance,
-                    equal_nan: bool, full_stats: bool, fmt: tuple[int, int] | None) -> None:
+                    how: _Settings, fmt: tuple[int, int] | None) -> None:
+    equal_nan, full_stats = how.equal_nan, how.full_stats
     work = np.dtype(np.float64) if np.float64 in (a.dtype.type, e.dtype.type) or \
         a.dtype.itemsize > 8 or e.dtype.itemsize > 8 else np.dtype(np.float32)
     if a.dtype.itemsize > 8 or e.dtype.itemsize > 8:
         oc.notes.append("extended precision judged in float64")
     af, ef = np.ravel(a), np.ravel(e)
     native = all(x.dtype.kind == "f" and x.dtype.itemsize <= 8 for x in (af, ef))
-    scan = _Scanner(af, ef, work, native)
+    scan = _Scanner(af, ef, work, native, how.blocking)
     n = oc.size
 
     # pass 1: verdict, cheapest test first -------------------------------------------
@@ -626,18 +655,21 @@ class _Stats:
 class _Scanner:
     """Streams two flat arrays in chunks through preallocated work buffers."""
 
-    def __init__(self, a: np.ndarray, e: np.ndarray, work: np.dtype, native: bool) -> None:
+    def __init__(self, a: np.ndarray, e: np.ndarray, work: np.dtype, native: bool,
+                 blocking: Blocking) -> None:
         self.a, self.e, self.work, self.native = a, e, work, native
+        self.blocking = blocking
+        self.chunk = chunk = blocking.chunk
         self.n = e.size
-        size = min(CHUNK, max(self.n, 1))
+        size = min(chunk, max(self.n, 1))
         self.d = np.empty(size, work)      # |a - e|
         self.b = np.empty(size, work)      # bound, or scratch
         self.t = np.empty(size, work)      # scratch
         self.mask = np.empty(size, bool)   # scratch
 
     def chunks(self):
-        for start in range(0, self.n, CHUNK):
-            stop = min(start + CHUNK, self.n)
+        for start in range(0, self.n, self.chunk):
+            stop = min(start + self.chunk, self.n)
             ac, ec = self.a[start:stop], self.e[start:stop]
             if not self.native:            # bfloat16 and friends: widen first
                 ac, ec = ac.astype(self.work), ec.astype(self.work)
@@ -703,7 +735,7 @@ class _Scanner:
 
     def _argmax_finite(self, start: int) -> int:
         """Flat index of the greatest finite |a - e| in the chunk starting at ``start``."""
-        stop = min(start + CHUNK, self.n)
+        stop = min(start + self.chunk, self.n)
         ac, ec = self.a[start:stop], self.e[start:stop]
         if not self.native:
             ac, ec = ac.astype(self.work), ec.astype(self.work)
@@ -762,7 +794,7 @@ class _Scanner:
             return _Verdict(suspect_bad, nonfinite, scale, None, None, complete=False)
         # the scale may have grown after a suspect chunk was seen: judge those with the final one
         for start in suspects:
-            stop = min(start + CHUNK, self.n)
+            stop = min(start + self.chunk, self.n)
             ac, ec = self.a[start:stop], self.e[start:stop]
             if not self.native:
                 ac, ec = ac.astype(self.work), ec.astype(self.work)
@@ -779,191 +811,244 @@ class _Scanner:
     def statistics(self, tol: Tolerance, equal_nan: bool, scale: float | None,
                    fmt: tuple[int, int] | None, need_order: bool,
                    want_histogram: bool, expect_failures: bool = False) -> _Stats:
-        """Every statistic in one pass. ``scale=None`` (only for ``tol.scale == 0``, where the
-        bound does not need it): measure max|e| on the way.
+        """Every statistic in one pass (``_StatsPass``). ``scale=None`` (only for
+        ``tol.scale == 0``, where the bound does not need it): measure max|e| on the way."""
+        return _StatsPass(self, tol, equal_nan, scale, fmt, need_order, want_histogram,
+                          expect_failures).run()
 
-        With ``expect_failures`` (the verdict saw mismatches) most chunks take a short path:
-        every statistic except max|a - e| and the mean is a maximum (or a top-5) that only a
-        few elements can reach once the first chunks set a level, so one mask
-        ``d > min(k|e| + c, kr|e|)`` (margins proven in ``_SubsetLevels``) picks a superset of
-        those elements and of the mismatches; their exact values are computed in batches.
-        Chunks with non-finite values or too many candidates take the full path."""
-        rtol, atol, sc = float(tol.rtol), float(tol.atol), float(tol.scale)
-        measure_scale = scale is None
+
+class _StatsPass:
+    """One statistics pass over a ``_Scanner``'s chunks: its running state, one method per
+    kind of chunk, and the summary.
+
+    With ``expect_failures`` (the verdict saw mismatches) most chunks take a short path:
+    every statistic except max|a - e| and the mean is a maximum (or a top-5) that only a few
+    elements can reach once the first chunks set a level, so one mask
+    ``d > min(k|e| + c, kr|e|)`` (margins proven in ``_StatsAcc``) picks a superset of those
+    elements and of the mismatches; their exact values are computed in batches. Chunks with
+    non-finite values or too many candidates take the full path."""
+
+    def __init__(self, scan: _Scanner, tol: Tolerance, equal_nan: bool, scale: float | None,
+                 fmt: tuple[int, int] | None, need_order: bool, want_histogram: bool,
+                 expect_failures: bool) -> None:
+        self.scan, self.tol, self.equal_nan = scan, tol, equal_nan
+        self.need_order, self.want_histogram = need_order, want_histogram
+        self.rtol, self.sc = float(tol.rtol), float(tol.scale)
+        self.measure_scale = scale is None
         if scale is None:
-            assert sc == 0.0
+            assert self.sc == 0.0
             scale = 0.0
-        const = atol + sc * scale
+        self.scale = scale
+        self.const = const = float(tol.atol) + self.sc * scale
         nmant, minexp = fmt if fmt is not None else (52, -1022)
-        acc = _StatsAcc(self.work, rtol, const, nmant, minexp, self.d.size)
-        best, best_at = -1.0, None
-        total, finite_count = 0.0, 0
-        hist = np.zeros(2100, np.int64)      # binary exponents of |a-e|, offset by 1100
-        ones = np.ones(self.d.size, self.work)
-        fast = (_SUBSET_STATS and expect_failures and not need_order and not want_histogram
-                and acc.ulp_floor > 0 and nmant <= np.finfo(self.work).nmant
-                and rtol >= 0 and math.isfinite(const) and const >= 0)
-        xb = np.empty(self.d.size, self.work) if fast else None
-        mk = np.empty(self.d.size, bool) if fast else None
-        cheap = True                         # candidate mask without the rtol slope, while small
-        thb, theta_at = (np.empty(self.d.size, self.work) if fast else None), None
-        with np.errstate(all="ignore"):   # every case below is handled explicitly
-            for start, ac, ec, m in self.chunks():
-                d = self.d[:m]
-                np.subtract(ac, ec, out=d, dtype=self.work)
+        size, work, blocking = scan.d.size, scan.work, scan.blocking
+        self.acc = _StatsAcc(work, self.rtol, const, nmant, minexp, size, blocking.subset_batch)
+        self.best = -1.0                         # greatest finite |a - e|...
+        self.best_at: int | None = None          # ...and its chunk
+        self.total, self.finite_count = 0.0, 0
+        self.hist = np.zeros(2100, np.int64)     # binary exponents of |a-e|, offset by 1100
+        self.ones = np.ones(size, work)
+        self.fast = (blocking.short_stats and expect_failures and not need_order
+                     and not want_histogram and self.acc.ulp_floor > 0
+                     and nmant <= np.finfo(work).nmant
+                     and self.rtol >= 0 and math.isfinite(const) and const >= 0)
+        # buffers of the candidate mask (empty when the short path is off)
+        fast_size = size if self.fast else 0
+        self.xb, self.mk = np.empty(fast_size, work), np.empty(fast_size, bool)
+        self.thb = np.empty(fast_size, work)
+        self.theta_at: float | None = None
+        self.cheap = True                        # candidate mask without the rtol slope, while small
+
+    def run(self) -> _Stats:
+        scan = self.scan
+        with np.errstate(all="ignore"):          # every case below is handled explicitly
+            for start, ac, ec, m in scan.chunks():
+                d = scan.d[:m]
+                np.subtract(ac, ec, out=d, dtype=scan.work)
                 np.abs(d, out=d)
-                part = float(np.dot(d, ones[:m]))   # BLAS dot: a fast sum of |a - e|
-                levels = acc.levels() if fast else None
+                part = float(np.dot(d, self.ones[:m]))   # BLAS dot: a fast sum of |a - e|
+                levels = self.acc.levels() if self.fast else None
                 # a finite sum means finite pairs; then, with the slope-free mask, every
                 # element above the best |a - e| so far is a candidate: no max pass needed
-                skip_max = (math.isfinite(part) and cheap and levels is not None
-                            and best > levels[1] * _ABOVE_MASK)
+                skip_max = (math.isfinite(part) and self.cheap and levels is not None
+                            and self.best > levels[1] * _ABOVE_MASK)
                 dmax = part if skip_max else float(d.max())
                 if math.isfinite(dmax):
-                    if not math.isfinite(part):
-                        part = float(np.sum(d, dtype=np.float64))
-                    total += part
-                    finite_count += m
-                    if dmax > best and not skip_max:
-                        best, best_at = dmax, start
-                    if levels is not None:
-                        ae = self.b[:m]
-                        np.abs(ec, out=ae, dtype=self.work)
-                        if measure_scale:
-                            scale = max(scale, float(ae.max()))
-                        k, c_low, kr = levels
-                        # levels is None unless fast, and fast allocated these buffers
-                        assert xb is not None and mk is not None and thb is not None
-                        x, mask = xb[:m], mk[:m]
-                        idx = None
-                        if cheap:                # drop the rtol slope: 2 passes fewer
-                            if kr == math.inf or kr == 0:
-                                np.greater(d, c_low if kr else 0.0, out=mask)
-                            else:
-                                theta = c_low / kr
-                                if theta != theta_at:   # np.minimum with a scalar is slow
-                                    thb.fill(theta)
-                                    theta_at = theta
-                                np.minimum(ae, thb[:m], out=x)
-                                np.multiply(x, kr, out=x)
-                                np.greater(d, x, out=mask)
-                            idx = mask.nonzero()[0]
-                            if idx.size > m // _CHEAP_MAX_SHARE:
-                                cheap, idx = False, None   # the slope matters here
-                        if idx is None:
-                            np.multiply(ae, k, out=x)
-                            np.add(x, c_low, out=x)
-                            if kr != math.inf:
-                                y = self.t[:m]
-                                np.multiply(ae, kr, out=y)
-                                np.minimum(x, y, out=x)
-                            np.greater(d, x, out=mask)
-                            idx = mask.nonzero()[0]
-                        if idx.size <= m // _SUBSET_MAX_SHARE:
-                            ds = d[idx]
-                            if skip_max:
-                                if not cheap:    # the mask just used had the slope
-                                    dmax = float(d.max())
-                                else:
-                                    dmax = float(ds.max()) if idx.size else -1.0
-                                if dmax > best:
-                                    best, best_at = dmax, start
-                            acc.add_subset(idx + start, ds, ae[idx])
-                            continue
-                        if skip_max:
-                            dmax = float(d.max())
-                            if dmax > best:
-                                best, best_at = dmax, start
-                        # too many candidates: this chunk is cheaper done in full
-                    elif measure_scale:
-                        scale = max(scale, self._finite_absmax(ec))
-                    acc.full_chunk(start, ec, d, None, self.b[:m], self.t[:m])
-                    if need_order:
-                        acc.excess_all.append(self.t[:m].copy())
-                    if want_histogram:
-                        self._histogram_add(hist, d)
-                    continue
-                if measure_scale:
-                    scale = max(scale, self._finite_absmax(ec))
-                fin = np.isfinite(d)
-                b = self._bound(ec, m, rtol, const)
-                ok = self._ok(ac, ec, d, b, equal_nan)
-                acc.mismatched += int(m - np.count_nonzero(ok))
-                bad_nf = np.flatnonzero(~ok & ~fin)
-                acc.nonfinite += int(bad_nf.size)
-                if bad_nf.size:
-                    acc.impossible = True
-                    acc.nonfinite_worst.extend(int(start + i) for i in bad_nf[:WORST_COUNT])
-                d[~fin] = 0.0                    # statistics below are over finite pairs
-                nfin = int(np.count_nonzero(fin))
-                finite_count += nfin
-                dmax = float(d.max()) if nfin else -1.0
-                if dmax > best:
-                    best, best_at = dmax, start
-                with np.errstate(over="ignore", invalid="ignore"):
-                    part = float(np.sum(d, dtype=np.float64))
-                total += part
-                acc.full_chunk(start, ec, d, fin, self.b[:m], self.t[:m], counted=True)
-                if need_order:
-                    acc.excess_all.append(self.t[:m].copy())
-                if want_histogram:
-                    self._histogram_add(hist, d)
-        acc.flush()
-        # ------------------------------------------------------------------ summarise
-        mean_abs = (total / finite_count if math.isfinite(total)
+                    self._finite_chunk(start, ec, d, m, part, dmax, levels, skip_max)
+                else:
+                    self._nonfinite_chunk(start, ac, ec, d, m)
+        self.acc.flush()
+        return self._summary()
+
+    def _take_best(self, dmax: float, start: int) -> None:
+        if dmax > self.best:
+            self.best, self.best_at = dmax, start
+
+    def _finite_chunk(self, start: int, ec: np.ndarray, d: np.ndarray, m: int, part: float,
+                      dmax: float, levels: tuple[float, float, float] | None,
+                      skip_max: bool) -> None:
+        """A chunk of finite pairs: the short path when few candidates, else in full."""
+        if not math.isfinite(part):
+            part = float(np.sum(d, dtype=np.float64))
+        self.total += part
+        self.finite_count += m
+        if not skip_max:
+            self._take_best(dmax, start)
+        if levels is not None:
+            if self._short_chunk(start, ec, d, m, levels, skip_max):
+                return
+            # too many candidates: this chunk is cheaper done in full
+        elif self.measure_scale:
+            self.scale = max(self.scale, self.scan._finite_absmax(ec))
+        self.acc.full_chunk(start, ec, d, None, self.scan.b[:m], self.scan.t[:m])
+        self._keep_for_summary(d, m)
+
+    def _short_chunk(self, start: int, ec: np.ndarray, d: np.ndarray, m: int,
+                     levels: tuple[float, float, float], skip_max: bool) -> bool:
+        """Feed the chunk's candidates to the accumulator; False (nothing fed) when they are
+        too many and the chunk is cheaper done in full. ``|e|`` is left in ``scan.b``."""
+        ae = self.scan.b[:m]
+        np.abs(ec, out=ae, dtype=self.scan.work)
+        if self.measure_scale:
+            self.scale = max(self.scale, float(ae.max()))
+        idx = self._candidates(d, ae, m, levels)
+        if idx.size <= m // self.scan.blocking.subset_max_share:
+            ds = d[idx]
+            if skip_max:
+                if not self.cheap:               # the mask just used had the slope
+                    self._take_best(float(d.max()), start)
+                else:
+                    self._take_best(float(ds.max()) if idx.size else -1.0, start)
+            self.acc.add_subset(idx + start, ds, ae[idx])
+            return True
+        if skip_max:
+            self._take_best(float(d.max()), start)
+        return False
+
+    def _candidates(self, d: np.ndarray, ae: np.ndarray, m: int,
+                    levels: tuple[float, float, float]) -> np.ndarray:
+        """Flat chunk indices of the elements that can still change a statistic
+        (``_StatsAcc`` proves the mask). Tries the cheaper slope-free mask first, and stops
+        trying it for good once it picks too many."""
+        k, c_low, kr = levels
+        x, mask = self.xb[:m], self.mk[:m]
+        if self.cheap:                           # drop the rtol slope: 2 passes fewer
+            if kr == math.inf or kr == 0:
+                np.greater(d, c_low if kr else 0.0, out=mask)
+            else:
+                theta = c_low / kr
+                if theta != self.theta_at:       # np.minimum with a scalar is slow
+                    self.thb.fill(theta)
+                    self.theta_at = theta
+                np.minimum(ae, self.thb[:m], out=x)
+                np.multiply(x, kr, out=x)
+                np.greater(d, x, out=mask)
+            idx = mask.nonzero()[0]
+            if idx.size <= m // self.scan.blocking.cheap_max_share:
+                return idx
+            self.cheap = False                   # the slope matters here
+        np.multiply(ae, k, out=x)
+        np.add(x, c_low, out=x)
+        if kr != math.inf:
+            y = self.scan.t[:m]
+            np.multiply(ae, kr, out=y)
+            np.minimum(x, y, out=x)
+        np.greater(d, x, out=mask)
+        return mask.nonzero()[0]
+
+    def _nonfinite_chunk(self, start: int, ac: np.ndarray, ec: np.ndarray, d: np.ndarray,
+                         m: int) -> None:
+        """A chunk with NaN or infinity: judged element by element, statistics over its
+        finite pairs."""
+        scan, acc = self.scan, self.acc
+        if self.measure_scale:
+            self.scale = max(self.scale, scan._finite_absmax(ec))
+        fin = np.isfinite(d)
+        b = scan._bound(ec, m, self.rtol, self.const)
+        ok = scan._ok(ac, ec, d, b, self.equal_nan)
+        acc.mismatched += int(m - np.count_nonzero(ok))
+        bad_nf = np.flatnonzero(~ok & ~fin)
+        acc.nonfinite += int(bad_nf.size)
+        if bad_nf.size:
+            acc.impossible = True
+            acc.nonfinite_worst.extend(int(start + i) for i in bad_nf[:WORST_COUNT])
+        d[~fin] = 0.0                            # statistics below are over finite pairs
+        nfin = int(np.count_nonzero(fin))
+        self.finite_count += nfin
+        self._take_best(float(d.max()) if nfin else -1.0, start)
+        with np.errstate(over="ignore", invalid="ignore"):
+            self.total += float(np.sum(d, dtype=np.float64))
+        acc.full_chunk(start, ec, d, fin, scan.b[:m], scan.t[:m], counted=True)
+        self._keep_for_summary(d, m)
+
+    def _keep_for_summary(self, d: np.ndarray, m: int) -> None:
+        """What only a fully computed chunk gives: its excesses (for the smallest atol when
+        some mismatches are allowed) and its error histogram."""
+        if self.need_order:
+            self.acc.excess_all.append(self.scan.t[:m].copy())
+        if self.want_histogram:
+            _histogram_add(self.hist, d)
+
+    # ---------------------------------------------------------------- summary
+    def _summary(self) -> _Stats:
+        acc, scan, finite_count = self.acc, self.scan, self.finite_count
+        mean_abs = (self.total / finite_count if math.isfinite(self.total)
                     else float(np.finfo(np.float64).max)) if finite_count else None
-        max_rel: float | None = acc.max_rel
-        max_rel_index = acc.max_rel_index
-        if finite_count == 0:
-            max_rel = None
-        need_atol = acc.need_atol
-        if acc.impossible:
-            min_atol = min_rtol = math.inf
-        else:
-            if need_order and acc.excess_all:
-                allowed = int(math.floor(tol.max_mismatch_fraction * self.n))
-                ex = np.concatenate(acc.excess_all)
-                k = ex.size - 1 - allowed
-                need_atol = float(np.partition(ex, k)[k]) if k >= 0 else 0.0
-            min_atol = max(0.0, need_atol - sc * scale) if math.isfinite(need_atol) else 0.0
-            min_rtol = max(0.0, acc.need_rtol) if acc.need_rtol != -math.inf else 0.0
-        worst = acc.worst
-        if any(x > const for x, _ in worst) or acc.nonfinite_worst:
-            worst = [(x, i) for x, i in worst if x > const]   # failing: show mismatches only
-        picks = acc.nonfinite_worst[:WORST_COUNT] + [i for _, i in worst]
-        picks = list(dict.fromkeys(picks))[:WORST_COUNT]
-        worst_rows = [(i, _py(self.a[i]), _py(self.e[i])) for i in picks]
-        histogram = None
-        if hist.any():
-            nzb = np.flatnonzero(hist)
-            lo, hi = int(nzb[0]), int(nzb[-1]) + 1
-            counts = [int(c) for c in hist[lo:hi]]
-            # frexp exponent x means |d| in [2**(x-1), 2**x)
-            edges = [round((k - 1100 - 1) * math.log10(2), 4) for k in range(lo, hi + 1)]
-            histogram = (counts, edges)
+        max_rel: float | None = acc.max_rel if finite_count else None
+        min_atol, min_rtol = self._smallest_tolerance()
+        worst_rows = [(i, _py(scan.a[i]), _py(scan.e[i])) for i in self._worst_picks()]
+        found = self.best_at is not None
         return _Stats(mean_abs, max_rel if max_rel is None or max_rel >= 0 else None,
-                      max_rel_index, acc.max_ulp if finite_count else None, min_atol, min_rtol,
-                      worst_rows, histogram, acc.mismatched, acc.nonfinite, scale,
-                      None if best_at is None else best,
-                      None if best_at is None else self._argmax_finite(best_at))
+                      acc.max_rel_index, acc.max_ulp if finite_count else None, min_atol,
+                      min_rtol, worst_rows, _histogram_of(self.hist), acc.mismatched,
+                      acc.nonfinite, self.scale, self.best if found else None,
+                      scan._argmax_finite(self.best_at) if self.best_at is not None else None)
 
-    @staticmethod
-    def _histogram_add(hist: np.ndarray, d: np.ndarray) -> None:
-        """log2|a-e| over nonzero finite differences (non-finite ones are zeroed before)."""
-        nz = d[d > 0]
-        if nz.size:
-            _, ex = np.frexp(nz)
-            hist += np.bincount(ex.astype(np.int64) + 1100, minlength=hist.size)[:hist.size]
+    def _smallest_tolerance(self) -> tuple[float, float]:
+        """(min_atol, min_rtol): the smallest of each that would pass alone (inf when a
+        non-finite mismatch makes every tolerance fail)."""
+        acc = self.acc
+        if acc.impossible:
+            return math.inf, math.inf
+        need_atol = acc.need_atol
+        if self.need_order and acc.excess_all:
+            allowed = int(math.floor(self.tol.max_mismatch_fraction * self.scan.n))
+            ex = np.concatenate(acc.excess_all)
+            k = ex.size - 1 - allowed
+            need_atol = float(np.partition(ex, k)[k]) if k >= 0 else 0.0
+        min_atol = max(0.0, need_atol - self.sc * self.scale) if math.isfinite(need_atol) else 0.0
+        min_rtol = max(0.0, acc.need_rtol) if acc.need_rtol != -math.inf else 0.0
+        return min_atol, min_rtol
+
+    def _worst_picks(self) -> list[int]:
+        """Flat indices of the worst elements: non-finite mismatches first, then the largest
+        excesses (mismatches only, when the output fails)."""
+        acc = self.acc
+        worst = acc.worst
+        if any(x > self.const for x, _ in worst) or acc.nonfinite_worst:
+            worst = [(x, i) for x, i in worst if x > self.const]   # failing: mismatches only
+        picks = acc.nonfinite_worst[:WORST_COUNT] + [i for _, i in worst]
+        return list(dict.fromkeys(picks))[:WORST_COUNT]
 
 
-_FEW_SHARE = 16           # verdict: judge only the elements above atol when at most 1/16
+def _histogram_add(hist: np.ndarray, d: np.ndarray) -> None:
+    """log2|a-e| over nonzero finite differences (non-finite ones are zeroed before)."""
+    nz = d[d > 0]
+    if nz.size:
+        _, ex = np.frexp(nz)
+        hist += np.bincount(ex.astype(np.int64) + 1100, minlength=hist.size)[:hist.size]
 
-_SUBSET_STATS = True      # tests switch it off to check the short path against the full one
-_SUBSET_MAX_SHARE = 8     # a chunk with more than 1/8 candidates is computed in full
-_CHEAP_MAX_SHARE = 32     # the slope-free mask is dropped once it picks more than 1/32
-_SUBSET_BATCH = 1 << 15
-_ABOVE_MASK = 1.0 + 2.0 ** -16   # the slope-free mask is below c_low (1+u)**3: this is above   # candidates gathered before their statistics are computed at once
-_MARGIN = 2.0 ** -20      # relative slack of the candidate mask, far above rounding (2**-24)
+
+def _histogram_of(hist: np.ndarray) -> tuple[list[int], list[float]] | None:
+    """(counts, log10 edges) of the occupied bins of ``_histogram_add``'s counts."""
+    if not hist.any():
+        return None
+    nzb = np.flatnonzero(hist)
+    lo, hi = int(nzb[0]), int(nzb[-1]) + 1
+    counts = [int(c) for c in hist[lo:hi]]
+    # frexp exponent x means |d| in [2**(x-1), 2**x)
+    edges = [round((k - 1100 - 1) * math.log10(2), 4) for k in range(lo, hi + 1)]
+    return counts, edges
 
 
 class _StatsAcc:
@@ -986,7 +1071,7 @@ class _StatsAcc:
     """
 
     def __init__(self, work: np.dtype, rtol: float, const: float, nmant: int, minexp: int,
-                 chunk: int) -> None:
+                 chunk: int, batch: int) -> None:
         self.work, self.rtol, self.const, self.nmant = work, rtol, const, nmant
         self.mismatched = self.nonfinite = 0
         self.max_rel = -1.0
@@ -1003,6 +1088,7 @@ class _StatsAcc:
         self.u = np.empty(chunk, work)
         self.pending: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self.pending_size = 0
+        self.batch = batch                    # candidates gathered before flush() computes them
         self._levels: tuple[float, float, float] | None = None
         self._levels_stale = True             # the levels move only when results do
 
@@ -1031,7 +1117,7 @@ class _StatsAcc:
         if idx.size:
             self.pending.append((idx, d, ae))
             self.pending_size += idx.size
-            if self.pending_size >= _SUBSET_BATCH:
+            if self.pending_size >= self.batch:
                 self.flush()
 
     def flush(self) -> None:

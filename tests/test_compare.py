@@ -11,7 +11,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from pytest_modelparity.compare import ComparisonReport, compare, elementwise_close
+from pytest_modelparity.compare import Blocking, ComparisonReport, compare, elementwise_close
 from pytest_modelparity.tolerances import Tolerance
 
 compare_mod = importlib.import_module("pytest_modelparity.compare")
@@ -156,16 +156,16 @@ def test_scaled_rule_judges_against_the_output_magnitude():
     assert not compare(a2, e, tolerance=PLAIN).passed
 
 
-def test_scale_that_grows_after_a_suspect_chunk(monkeypatch):
+def test_scale_that_grows_after_a_suspect_chunk():
     """A chunk that looks bad under the running maximum is re-judged with the final one."""
-    monkeypatch.setattr(compare_mod, "CHUNK", 4)
+    blocking = Blocking(chunk=4)
     e = np.array([1, 1, 1, 1, 1, 1, 1, 1000], np.float32)
     a = e.copy()
     a[0] += 0.5                                   # 0.5 <= 1e-3 * 1000 only with the final scale
     tol = Tolerance(0.0, 0.0, scale=1e-3, source="s")
-    assert compare(a, e, tolerance=tol).passed
+    assert compare(a, e, tolerance=tol, blocking=blocking).passed
     a[0] += 0.6
-    oc = only(compare(a, e, tolerance=tol))
+    oc = only(compare(a, e, tolerance=tol, blocking=blocking))
     assert oc.mismatched == 1 and oc.max_abs_index == (0,)
 
 
@@ -291,13 +291,12 @@ def test_passing_output_gets_cheap_stats_unless_full_stats(known_pair):
     assert 0 < oc.min_atol <= PLAIN.atol and oc.min_rtol == 0.0   # passing: within bounds
 
 
-def test_statistics_identical_across_chunk_sizes(known_pair, monkeypatch):
+def test_statistics_identical_across_chunk_sizes(known_pair):
     a, e = known_pair
     a = a.copy()
     a[60, 9] = np.nan
     ref = only(compare(a, e, tolerance=PLAIN)).to_dict()
-    monkeypatch.setattr(compare_mod, "CHUNK", 13)
-    assert only(compare(a, e, tolerance=PLAIN)).to_dict() == ref
+    assert only(compare(a, e, tolerance=PLAIN, blocking=Blocking(chunk=13))).to_dict() == ref
 
 
 def test_large_array_crosses_real_chunks():
@@ -408,14 +407,11 @@ def _failing_pairs():
 
 
 @pytest.mark.parametrize("chunk,batch", [(64, 1 << 15), (257, 40), (1 << 16, 1 << 15)])
-def test_short_path_statistics_equal_the_full_computation(monkeypatch, chunk, batch):
-    monkeypatch.setattr(compare_mod, "CHUNK", chunk)
-    monkeypatch.setattr(compare_mod, "_SUBSET_BATCH", batch)
+def test_short_path_statistics_equal_the_full_computation(chunk, batch):
+    short = Blocking(chunk=chunk, subset_batch=batch)
     for name, a, e, tol in _failing_pairs():
-        monkeypatch.setattr(compare_mod, "_SUBSET_STATS", True)
-        fast = only(compare(a, e, tolerance=tol)).to_dict()
-        monkeypatch.setattr(compare_mod, "_SUBSET_STATS", False)
-        full = only(compare(a, e, tolerance=tol)).to_dict()
+        fast = only(compare(a, e, tolerance=tol, blocking=short)).to_dict()
+        full = only(compare(a, e, tolerance=tol, blocking=replace(short, short_stats=False))).to_dict()
         assert not full["passed"], name
         assert fast == full, name
         assert fast["mismatched"] == np.count_nonzero(~elementwise_close(a, e, tol)), name
@@ -423,7 +419,6 @@ def test_short_path_statistics_equal_the_full_computation(monkeypatch, chunk, ba
 
 def test_short_path_is_taken(monkeypatch):
     """The equality test above proves nothing if every chunk took the full path."""
-    monkeypatch.setattr(compare_mod, "CHUNK", 64)
     calls = {"subset": 0, "full": 0}
     orig_sub, orig_full = compare_mod._StatsAcc.add_subset, compare_mod._StatsAcc.full_chunk
 
@@ -438,15 +433,14 @@ def test_short_path_is_taken(monkeypatch):
     monkeypatch.setattr(compare_mod._StatsAcc, "add_subset", add_subset)
     monkeypatch.setattr(compare_mod._StatsAcc, "full_chunk", full_chunk)
     name, a, e, tol = next(iter(_failing_pairs()))
-    only(compare(a, e, tolerance=tol))
+    only(compare(a, e, tolerance=tol, blocking=Blocking(chunk=64)))
     assert calls["subset"] > 2 * calls["full"] > 0
 
 
-def test_worst_ties_go_to_the_lowest_index(monkeypatch):
-    monkeypatch.setattr(compare_mod, "CHUNK", 16)
+def test_worst_ties_go_to_the_lowest_index():
     e = np.zeros(200, np.float32)
     a = e.copy()
     a[[190, 3, 150, 40, 77, 120, 9]] = 1.0          # seven equal errors, five shown
-    oc = only(compare(a, e, tolerance=PLAIN))
+    oc = only(compare(a, e, tolerance=PLAIN, blocking=Blocking(chunk=16)))
     assert [w[0] for w in oc.worst] == [(3,), (9,), (40,), (77,), (120,)]
     assert oc.max_abs_index == (3,) and oc.max_rel_index == (3,)

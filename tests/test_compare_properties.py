@@ -24,7 +24,7 @@ from hypothesis.extra import numpy as hnp
 import importlib
 
 compare_mod = importlib.import_module("pytest_modelparity.compare")
-from pytest_modelparity.compare import compare, elementwise_close
+from pytest_modelparity.compare import Blocking, compare, elementwise_close
 from pytest_modelparity.tolerances import Tolerance
 
 FLOATS = [np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)]
@@ -67,14 +67,9 @@ def float_pairs(draw):
 
 
 @pytest.fixture
-def small_chunks():
+def small_chunks() -> Blocking:
     """Chunks of 7 elements so every chunk boundary path runs on tiny arrays."""
-    old = compare_mod.CHUNK
-    compare_mod.CHUNK = 7
-    try:
-        yield
-    finally:
-        compare_mod.CHUNK = old
+    return Blocking(chunk=7)
 
 
 def _reference(a: np.ndarray, e: np.ndarray, tol: Tolerance, equal_nan: bool) -> np.ndarray:
@@ -84,20 +79,21 @@ def _reference(a: np.ndarray, e: np.ndarray, tol: Tolerance, equal_nan: bool) ->
         return np.isclose(a, e, rtol=tol.rtol, atol=tol.atol, equal_nan=equal_nan)
 
 
-def _check_same_verdict(a, e, tol, equal_nan):
+def _check_same_verdict(a, e, tol, equal_nan, blocking=Blocking()):
     ref = np.asarray(_reference(a, e, tol, equal_nan), dtype=bool).reshape(a.shape)
-    mask = elementwise_close(a, e, tol, equal_nan=equal_nan)
+    mask = elementwise_close(a, e, tol, equal_nan=equal_nan, blocking=blocking)
     np.testing.assert_array_equal(mask, ref)
     # the engine against numpy.isclose: a vacuous rule is judged like any other here
     tol = replace(tol, allow_vacuous=True)
-    report = compare(a, e, tolerance=tol, equal_nan=equal_nan)
+    report = compare(a, e, tolerance=tol, equal_nan=equal_nan, blocking=blocking)
     (oc,) = report.outputs
     assert oc.problem is None
     assert oc.size == a.size
     assert oc.mismatched == int(np.count_nonzero(~ref))
     assert oc.passed == bool(ref.all())
     # the statistics pass (failing outputs, full_stats) counts the same elements
-    (full,) = compare(a, e, tolerance=tol, equal_nan=equal_nan, full_stats=True).outputs
+    (full,) = compare(a, e, tolerance=tol, equal_nan=equal_nan, full_stats=True,
+                      blocking=blocking).outputs
     assert (full.mismatched, full.passed, full.max_abs_index) == \
         (oc.mismatched, oc.passed, oc.max_abs_index)
     assert full.max_abs == oc.max_abs or (full.max_abs is None) == (oc.max_abs is None)
@@ -117,7 +113,7 @@ def test_float_verdict_matches_numpy_isclose(pair, tol, equal_nan):
 @given(pair=float_pairs(), tol=tolerances, equal_nan=st.booleans())
 def test_float_verdict_matches_numpy_isclose_across_chunks(small_chunks, pair, tol, equal_nan):
     a, e = pair
-    _check_same_verdict(a, e, tol, equal_nan)
+    _check_same_verdict(a, e, tol, equal_nan, small_chunks)
 
 
 @settings(max_examples=150, deadline=None)
@@ -146,8 +142,9 @@ def test_scaled_rule_matches_isclose_with_atol_grown_by_scale(small_chunks, pair
     top = float(np.max(np.abs(fin))) if fin.size else 0.0
     plain = Tolerance(tol.rtol, tol.atol + scale * top, source="reference")
     ref = np.asarray(_reference(a, e, plain, equal_nan), dtype=bool).reshape(a.shape)
-    (oc,) = compare(a, e, tolerance=tol, equal_nan=equal_nan).outputs
-    np.testing.assert_array_equal(elementwise_close(a, e, tol, equal_nan=equal_nan), ref)
+    (oc,) = compare(a, e, tolerance=tol, equal_nan=equal_nan, blocking=small_chunks).outputs
+    np.testing.assert_array_equal(
+        elementwise_close(a, e, tol, equal_nan=equal_nan, blocking=small_chunks), ref)
     assert oc.mismatched == int(np.count_nonzero(~ref))
     assert oc.scale == pytest.approx(top)
 
@@ -158,38 +155,31 @@ def test_scaled_rule_matches_isclose_with_atol_grown_by_scale(small_chunks, pair
 def test_smallest_passing_tolerances_really_pass(small_chunks, pair, tol):
     """min_atol / min_rtol are the edge: a hair above passes, clearly below fails."""
     a, e = pair
-    (oc,) = compare(a, e, tolerance=tol, full_stats=True).outputs
+    (oc,) = compare(a, e, tolerance=tol, full_stats=True, blocking=small_chunks).outputs
     if a.size == 0:
         return
     assert oc.min_atol is not None and oc.min_rtol is not None
     if math.isfinite(oc.min_atol):
         up = Tolerance(tol.rtol, oc.min_atol * (1 + 1e-5) + 1e-300, source="t", allow_vacuous=True)
-        assert compare(a, e, tolerance=up).passed
+        assert compare(a, e, tolerance=up, blocking=small_chunks).passed
         if oc.min_atol > 1e-30 and tol.rtol == 0 and a.dtype != np.float16:
             down = Tolerance(tol.rtol, oc.min_atol * 0.5, source="t")
-            assert not compare(a, e, tolerance=down).passed
+            assert not compare(a, e, tolerance=down, blocking=small_chunks).passed
     else:
         # a NaN/inf mismatch: no finite atol (of the dtype judged in) makes it pass
         huge = 1e300 if a.dtype == np.float64 else float(np.finfo(np.float32).max) / 2
-        assert not compare(a, e, tolerance=Tolerance(tol.rtol, huge, source="t")).passed
+        assert not compare(a, e, tolerance=Tolerance(tol.rtol, huge, source="t"),
+                           blocking=small_chunks).passed
     if math.isfinite(oc.min_rtol) and oc.min_rtol < 1:
         up = Tolerance(oc.min_rtol * (1 + 1e-5) + 1e-12, tol.atol, source="t", allow_vacuous=True)
-        assert compare(a, e, tolerance=up).passed
+        assert compare(a, e, tolerance=up, blocking=small_chunks).passed
 
 
 @pytest.fixture
-def short_path_everywhere():
+def short_path_everywhere() -> Blocking:
     """Chunks of 16 where up to half the elements may be candidates, so the statistics'
-    short path (compare._StatsAcc) runs on tiny arrays; restored afterwards."""
-    names = {"CHUNK": 16, "_SUBSET_MAX_SHARE": 2, "_CHEAP_MAX_SHARE": 4, "_SUBSET_BATCH": 24}
-    old = {k: getattr(compare_mod, k) for k in names}
-    for k, v in names.items():
-        setattr(compare_mod, k, v)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            setattr(compare_mod, k, v)
+    short path (compare._StatsAcc) runs on tiny arrays."""
+    return Blocking(chunk=16, subset_max_share=2, cheap_max_share=4, subset_batch=24)
 
 
 @st.composite
@@ -218,11 +208,7 @@ def test_short_path_statistics_are_the_full_ones(short_path_everywhere, pair, to
     values, indices (ties to the lowest index), worst elements."""
     a, e = pair
     tol = Tolerance(tol.rtol, tol.atol, scale=scale, source="hypothesis")
-    compare_mod._SUBSET_STATS = True
-    try:
-        fast = compare(a, e, tolerance=tol).outputs[0].to_dict()
-        compare_mod._SUBSET_STATS = False
-        full = compare(a, e, tolerance=tol).outputs[0].to_dict()
-    finally:
-        compare_mod._SUBSET_STATS = True
+    fast = compare(a, e, tolerance=tol, blocking=short_path_everywhere).outputs[0].to_dict()
+    full_path = replace(short_path_everywhere, short_stats=False)
+    full = compare(a, e, tolerance=tol, blocking=full_path).outputs[0].to_dict()
     assert fast == full
