@@ -16,7 +16,7 @@ from .errors import DeviceUnavailable, RuntimeMissing
 
 __all__ = ["DeviceSpec", "parse_device", "tf_available", "require_tf_device", "tf_device_scope",
            "tf_device_name", "onnx_providers", "require_cpu_only", "available_devices", "set_tf32",
-           "tf32_enabled", "CPU_ONLY_FORMATS", "runs_on"]
+           "tf32_enabled", "CPU_ONLY_FORMATS", "runs_on", "missing_gpu"]
 
 # Formats whose runtime runs on the CPU only here (LiteRT has no desktop GPU delegate; tfjs runs
 # in Node.js with the cpu/wasm backends): a GPU device is not a configuration of theirs.
@@ -149,6 +149,34 @@ def available_devices() -> tuple[str, ...]:
     """``("cpu",)`` plus ``"gpu"``, ``"gpu:1"``... for each GPU TensorFlow sees (imports TF)."""
     gpus = _tf_devices("gpu")
     return ("cpu",) + tuple("gpu" if i == 0 else f"gpu:{i}" for i in range(len(gpus)))
+
+
+def missing_gpu(device: str | DeviceSpec = "gpu") -> str | None:
+    """Why GPU ``device`` is missing on this machine for every runtime, or None when
+    TensorFlow sees it or onnxruntime has a CUDA provider (imports both when installed)."""
+    spec = parse_device(device)
+    if spec.kind != "gpu":
+        return None
+    try:
+        seen = len(_tf_devices("gpu"))
+        tf_why = (f"TensorFlow sees {seen} GPU(s) (indices 0..{seen - 1})" if seen else
+                  "TensorFlow sees no GPU (tf.config.list_physical_devices('GPU') is empty)")
+    except RuntimeMissing:
+        seen, tf_why = 0, "TensorFlow is not installed"
+    if spec.ordinal < seen:
+        return None
+    try:
+        import onnxruntime
+
+        providers = list(onnxruntime.get_available_providers())
+    except ImportError:
+        providers = []
+    if "CUDAExecutionProvider" in providers:
+        return None
+    ort_why = ("onnxruntime has no CUDAExecutionProvider" if providers else "onnxruntime is not installed")
+    return (f"device {str(spec)!r} is not on this machine: {tf_why}, and {ort_why}. Run on a machine "
+            "with a CUDA GPU, a GPU build of TensorFlow (pip install 'tensorflow[and-cuda]') and "
+            "onnxruntime-gpu")
 
 
 def runs_on(format: str, device: str | DeviceSpec) -> bool:

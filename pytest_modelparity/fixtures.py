@@ -91,10 +91,22 @@ class ParitySession:
     logs: Any = None  # a quiet.LogSink: TensorFlow and converter output while building
     _tmp: Path | None = None
     _cache: Any = None
+    left_out: list[list[str]] = field(default_factory=list)  # [format, device] pairs a format cannot run on
     _precision_set: bool = False
     _tf32_before: bool | None = None  # TF's TF32 setting before --modelparity-tf32=off changed it
 
-    # -- precision ------------------------------------------------------------------
+    # -- devices and precision ------------------------------------------------------
+    def reference_device(self, device: str) -> str:
+        """Where the reference runs when the candidate runs on ``device``: the
+        ``--modelparity-reference-device`` if given, else the same device."""
+        return self.options.reference_device or device
+
+    def matrix_id(self, device: str) -> str:
+        """The test-id part for ``device``: ``gpu``, or ``gpu-refcpu`` when the reference
+        device is chosen (then both devices are named, even when they are the same)."""
+        ref = self.options.reference_device
+        return f"{device}-ref{ref}" if ref else device
+
     def _set_precision(self) -> None:
         """Apply ``--modelparity-tf32=off`` before the first model is loaded (imports TF)."""
         if self._precision_set:
@@ -472,11 +484,19 @@ def modelparity_format(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
+@pytest.fixture(scope="session")
+def modelparity_reference_device(request: pytest.FixtureRequest, modelparity_device: str) -> str:
+    """The device ``parity_reference`` runs on: ``--modelparity-reference-device`` when given
+    (e.g. ``cpu`` while the candidates run on ``gpu``), else ``modelparity_device``."""
+    return get_state(request.config).reference_device(modelparity_device)
+
+
 @pytest.fixture(scope="module")
-def parity_reference(request: pytest.FixtureRequest, modelparity_source: Any, modelparity_device: str,
+def parity_reference(request: pytest.FixtureRequest, modelparity_source: Any, modelparity_reference_device: str,
                      modelparity_load_options: dict) -> Any:
-    """The source as a ``LoadedModel`` on ``modelparity_device`` (built once per session)."""
-    return get_state(request.config).reference_or_skip(modelparity_source, modelparity_device,
+    """The source as a ``LoadedModel`` on ``modelparity_reference_device`` (built once per
+    session): the candidate's device unless ``--modelparity-reference-device`` says otherwise."""
+    return get_state(request.config).reference_or_skip(modelparity_source, modelparity_reference_device,
                                                        modelparity_load_options)
 
 

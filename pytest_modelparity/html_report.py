@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 from typing import Any, Sequence
 
-from .summary import format_number, write_text_atomic
+from .summary import device_label, format_number, write_text_atomic
 
 _CSS = """
 body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px;color:#1b1f24;background:#fff}
@@ -94,7 +94,7 @@ def _row_html(row: dict) -> str:
         f'<div class="small">{_e(row.get("title"))}</div>{runs_txt}'
         f'{f"<ul class=hints>{hints}</ul>" if hints else ""}</td>',
         f"<td>{_e(row.get('format') or '-')}</td>",
-        f"<td>{_e(row.get('device') or '-')}</td>",
+        f"<td>{_e(device_label(row))}</td>",
         f"<td>{_e(row.get('check'))}</td>",
         f"<td><code>{_e(row.get('output') or '-')}</code>{problem}{notes}{calibration}</td>",
         f'<td class="{_VERDICT_CLASS.get(verdict, "pass")}"><b>{_e(verdict.upper())}</b>{because}</td>',

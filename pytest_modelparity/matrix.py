@@ -18,7 +18,7 @@ from .options import expand_devices
 if TYPE_CHECKING:
     from .fixtures import ParitySession
 
-__all__ = ["exportable", "select_matrix", "item_matrix"]
+__all__ = ["exportable", "select_matrix", "matrix_pairs", "left_out_line", "item_matrix"]
 
 
 def _marker_list(marker: Any, key: str) -> list[str] | None:
@@ -61,6 +61,32 @@ def select_matrix(state: "ParitySession", marker: Any, where: str) -> tuple[list
         wanted_norm = expand_devices(wanted_norm)
         devices = [d for d in devices if d in wanted_norm]
     return formats, devices
+
+
+def matrix_pairs(state: "ParitySession", formats: list[str], devices: list[str]) -> list[tuple[str, str]]:
+    """The (format, device) pairs to run, formats first: a CPU-only format (TFLite, TFJS) on
+    a GPU is not a configuration at all, so it is left out (and remembered on the session for
+    one summary line) rather than skipped or failed test by test."""
+    from .devices import runs_on
+
+    pairs = []
+    for fmt in formats:
+        for device in devices:
+            if runs_on(fmt, device):
+                pairs.append((fmt, device))
+            elif [fmt, device] not in state.left_out:
+                state.left_out.append([fmt, device])
+    return pairs
+
+
+def left_out_line(left_out: list[list[str]]) -> str | None:
+    """``modelparity: left out of the matrix: tflite, tfjs on gpu (they run on the CPU only)``."""
+    if not left_out:
+        return None
+    formats = list(dict.fromkeys(f for f, _ in left_out))
+    devices = list(dict.fromkeys(d for _, d in left_out))
+    return (f"modelparity: left out of the matrix: {', '.join(formats)} on {', '.join(devices)} "
+            "(they run on the CPU only; their cpu tests still run)")
 
 
 def item_matrix(item: pytest.Item) -> tuple[str | None, str | None]:

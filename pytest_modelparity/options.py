@@ -43,6 +43,9 @@ _OPTIONS: tuple[tuple[str, Literal["string", "bool"], str], ...] = (
      "where exported models are cached (default: $MODELPARITY_CACHE_DIR, else <rootdir>/.modelparity-cache)"),
     ("no-cache", "bool", "export every model afresh into a temporary directory"),
     ("strict", "bool", "a missing runtime (LiteRT, onnxruntime, Node.js...) or device fails instead of skipping"),
+    ("reference-device", "string",
+     "run the reference (the source model) on this device (cpu, gpu, gpu:N) and the candidates on "
+     "--modelparity-device, e.g. cpu to check a GPU serving path against the CPU (default: same as the candidate)"),
     ("tf32", "string",
      "on|off: TensorFloat-32 for float32 matmul/conv on Ampere+ GPUs (default: on, TensorFlow's default); "
      "off runs full float32 and judges GPU float32 by the tighter measured rule"),
@@ -68,6 +71,7 @@ class ParityOptions:
     cache_dir: Path = Path(".modelparity-cache")
     cache: bool = True
     strict: bool = False
+    reference_device: str | None = None   # None: the reference runs on the candidate's device
     tf32: bool = True
     model: str | None = None
     rtol: float | None = None
@@ -123,6 +127,19 @@ def parse_devices(text: str | None) -> tuple[str, ...]:
                 f"--modelparity-device: unknown device {part!r}{_did_you_mean(part, DEVICE_CHOICES)}; valid: "
                 f"{', '.join(DEVICE_CHOICES)} (or gpu:N, or a comma-separated list such as cpu,gpu)") from None
     return tuple(dict.fromkeys(names))
+
+
+def parse_reference_device(text: str | None) -> str | None:
+    """``--modelparity-reference-device``: one device (``cpu``, ``gpu``, ``gpu:N``), or
+    ``same`` / unset for "the candidate's device"."""
+    if not text or str(text).strip().lower() == "same":
+        return None
+    try:
+        return str(parse_device(str(text)))
+    except ValueError:
+        raise pytest.UsageError(
+            f"--modelparity-reference-device: unknown device {text!r}; valid: cpu, gpu, gpu:N, or same "
+            "(one device: the reference runs there, the candidates on --modelparity-device)") from None
 
 
 _ON = {"on": True, "true": True, "1": True, "yes": True, "off": False, "false": False, "0": False, "no": False}
@@ -257,11 +274,33 @@ def parse_options(config: pytest.Config) -> ParityOptions:
         cache_dir=cache_dir,
         cache=cache,
         strict=bool(_value(config, "modelparity_strict")),
+        reference_device=parse_reference_device(_value(config, "modelparity_reference_device")),
         tf32=parse_tf32(_value(config, "modelparity_tf32")),
         model=str(model) if model else None,
         rtol=_float(config, "modelparity_rtol"),
         atol=_float(config, "modelparity_atol"),
     )
+
+
+def strict_gpu_problem(options: ParityOptions) -> str | None:
+    """Under ``--modelparity-strict`` (a machine that is supposed to have everything), why a GPU
+    asked for is missing: by ``--modelparity-device`` (``all`` asks for a GPU too) or by
+    ``--modelparity-reference-device``. None when not strict, no GPU is asked, or it is there.
+    Imports TensorFlow and onnxruntime only in that case."""
+    if not options.strict:
+        return None
+    asked = [d for d in options.devices if d.startswith("gpu")]
+    if "all" in options.devices and not asked:
+        asked.append("gpu")
+    if options.reference_device and options.reference_device.startswith("gpu"):
+        asked.append(options.reference_device)
+    from . import devices
+
+    for device in dict.fromkeys(asked):
+        problem = devices.missing_gpu(device)
+        if problem:
+            return problem
+    return None
 
 
 def expand_devices(devices: tuple[str, ...]) -> tuple[str, ...]:

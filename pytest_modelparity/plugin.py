@@ -18,10 +18,10 @@ from . import recording
 from .errors import ParityError
 from .fixtures import (STATE_KEY, ParitySession, get_state, modelparity_device,  # noqa: F401 - fixtures
                        modelparity_export_options, modelparity_format, modelparity_load_options,
-                       modelparity_source, parity_batch,
-                       parity_candidate, parity_reference)
-from .matrix import item_matrix, select_matrix
-from .options import add_options, parse_options
+                       modelparity_reference_device, modelparity_source, parity_batch, parity_candidate,
+                       parity_reference)
+from .matrix import item_matrix, left_out_line, matrix_pairs, select_matrix
+from .options import add_options, parse_options, strict_gpu_problem
 
 MARKER = ("modelparity(formats=None, devices=None, rtol=None, atol=None): narrow the format x device "
           "matrix of this test and set its tolerance (above the ini value, below explicit arguments)")
@@ -43,6 +43,11 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.option.help:
         return  # never refuse to show help because of a bad ini value
     options = parse_options(config)
+    if getattr(config, "workerinput", None) is None:  # the xdist controller (or a plain run) checks once
+        problem = strict_gpu_problem(options)
+        if problem:
+            raise pytest.UsageError(f"modelparity: {problem}. --modelparity-strict makes a missing device a "
+                                    "failure; without it the tests that need the GPU skip with this reason.")
     state = config.stash[STATE_KEY] = ParitySession(options, logs=_log_sink(config, options))
     config.pluginmanager.register(OutcomeRecorder(state), "modelparity-outcomes")
 
@@ -103,12 +108,25 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     state = get_state(metafunc.config)
     marker = metafunc.definition.get_closest_marker("modelparity")
     formats, devices = select_matrix(state, marker, metafunc.definition.nodeid)
+    if len(wants) == 2 and formats and devices:
+        # Both axes: parametrized as pairs, so a CPU-only format never meets a GPU.
+        pairs = matrix_pairs(state, formats, devices)
+        if pairs:
+            metafunc.parametrize(",".join(wants), pairs, indirect=True, scope="session",
+                                 ids=[f"{f}-{state.matrix_id(d)}" for f, d in pairs])
+        else:
+            reason = (f"modelparity: {', '.join(formats)} run on the CPU only; none of this test's formats "
+                      f"runs on {', '.join(devices)}")
+            metafunc.parametrize(",".join(wants), [pytest.param(None, None, marks=pytest.mark.skip(reason=reason),
+                                                                id="none")], indirect=True, scope="session")
+        return
     for name, values, what in (("modelparity_format", formats, "--modelparity-formats"),
                                ("modelparity_device", devices, "--modelparity-device")):
         if name not in wants:
             continue
         if values:
-            metafunc.parametrize(name, values, indirect=True, scope="session", ids=[str(v) for v in values])
+            ids = [state.matrix_id(v) if name == "modelparity_device" else str(v) for v in values]
+            metafunc.parametrize(name, values, indirect=True, scope="session", ids=ids)
         else:
             reason = (f"modelparity: the marker's {name.split('_')[1]}s are not among those selected by "
                       f"{what} ({', '.join(state.options.formats if 'format' in name else state.options.devices)})")
@@ -167,6 +185,8 @@ def collecting(item: pytest.Item) -> Iterator[None]:
             final = any(report is r for r in raised)
             rows.extend(rows_from_report(report, nodeid=item.nodeid, format=fmt, device=dev, kind=kind, seq=seq,
                                          diagnose=final))
+            for row in rows:  # the device the reference ran on (the plugin's fixtures put it there)
+                row.setdefault("reference_device", state.reference_device(dev) if dev else None)
             discard = getattr(getattr(report, "hints", None), "discard", None)
             if not final and discard is not None:
                 discard()  # nobody reads it now: let its arrays and models go
@@ -282,6 +302,7 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
         return
     state.rows.extend(payload.get("rows", []))
     state.artifacts.extend(payload.get("artifacts", []))
+    state.left_out.extend(p for p in payload.get("left_out", []) if p not in state.left_out)
     state.workers += 1
 
 
@@ -301,7 +322,8 @@ def _options_doc(state: ParitySession) -> dict:
             "strict": o.strict, "model": o.model,
             "logs": str(state.logs.path.parent) if state.logs is not None and state.logs.path is not None else None,
             "cache": o.cache, "cache_dir": str(o.cache_dir), "ini_rtol": o.rtol, "ini_atol": o.atol,
-            "tf32": "on" if o.tf32 else "off"}
+            "reference_device": o.reference_device, "tf32": "on" if o.tf32 else "off",
+            "left_out": [list(p) for p in state.left_out]}
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -320,7 +342,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     workeroutput = getattr(config, "workeroutput", None)
     if workeroutput is not None:  # an xdist worker: the controller writes the reports
-        workeroutput[_ROWS_KEY] = {"rows": state.rows, "artifacts": state.artifacts}
+        workeroutput[_ROWS_KEY] = {"rows": state.rows, "artifacts": state.artifacts, "left_out": state.left_out}
         return
     if not state.rows and not (state.options.report or state.options.html):
         return
@@ -368,6 +390,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if logs is not None and logs.path is not None and (logs.written or state.workers):
         terminalreporter.write_line(f"modelparity: TensorFlow and converter output kept in "
                                     f"{logs.path.parent}{os.sep} (-v shows it instead)")
+    left_out = left_out_line(state.left_out)
+    if left_out:
+        terminalreporter.write_line(left_out)
     # Once per damaged entry, even when several xdist workers found and repaired it.
     notes = {a["cache_note"].split(" was damaged")[0]: a["cache_note"] for a in reversed(state.artifacts)
              if a.get("cache_note")}

@@ -122,6 +122,7 @@ def rows_from_report(report: Any, *, nodeid: str, format: str | None, device: st
             "verdict": "pass" if g("passed") else "fail",
             "max_abs": _num(g("max_abs")),
             "max_abs_index": _plain(g("max_abs_index")),
+            "output_scale": _num(g("scale")),
             "max_rel": _num(g("max_rel")),
             "max_ulp": _num(g("max_ulp")),
             "mean_abs": _num(g("mean_abs")),
@@ -187,13 +188,20 @@ def _short_tolerance(row: dict) -> str:
     return f"{text} ({row.get('tolerance_source') or '?'})"
 
 
+def device_label(row: dict) -> str:
+    """``gpu``, or ``gpu (ref cpu)`` when the reference ran on another device
+    (``--modelparity-reference-device``; the test id names both devices either way)."""
+    device, ref = row.get("device") or "-", row.get("reference_device")
+    return f"{device} (ref {ref})" if ref and ref != device else device
+
+
 def format_table(rows: Sequence[dict]) -> list[str]:
     """The terminal summary: one line per (test, format, device, check, output)."""
     header = ("test", "format", "device", "check", "output", "verdict", "max abs", "max rel", "max ULP", "tolerance")
     body = []
     for r in rows:
         test = r["nodeid"].rsplit("::", 1)[-1]
-        body.append((test, r.get("format") or "-", r.get("device") or "-", r.get("check") or "-",
+        body.append((test, r.get("format") or "-", device_label(r), r.get("check") or "-",
                      r.get("output") or "-", r["verdict"].upper(), format_number(r.get("max_abs")),
                      format_number(r.get("max_rel")), format_number(r.get("max_ulp"), ".4g"), _short_tolerance(r)))
     widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(header)]

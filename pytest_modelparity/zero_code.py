@@ -14,7 +14,7 @@ import pytest
 
 from .errors import ModelLoadError, ParityError
 from .fixtures import BATCH_SEED, ExportFailed, NotExportable, ParitySession, get_state
-from .matrix import select_matrix
+from .matrix import matrix_pairs, select_matrix
 
 CHECKS = ("outputs_close", "deterministic", "batch_invariant")
 SUITE_NODEID = "modelparity"
@@ -45,7 +45,7 @@ class ParityCheck(pytest.Item):
         explain = lambda exc: str(zero_code_error(exc))  # noqa: E731
         candidate = state.candidate_or_skip(source, fmt, device, named=state.options.formats_explicit,
                                             explain=explain)
-        reference = state.reference_or_skip(source, device, explain=explain)
+        reference = state.reference_or_skip(source, state.reference_device(device), explain=explain)
         getattr(self, f"_{self.check}")(reference, candidate)
 
     def _outputs_close(self, reference: Any, candidate: Any) -> None:
@@ -84,7 +84,8 @@ class ParityCheck(pytest.Item):
 
     def reportinfo(self) -> tuple[Any, int | None, str]:
         fmt, device = self.modelparity_matrix
-        return self.path, None, f"modelparity {self.check} [{fmt}-{device}]"
+        state = get_state(self.config)
+        return self.path, None, f"modelparity {self.check} [{fmt}-{state.matrix_id(device)}]"
 
 
 def zero_code_error(exc: BaseException) -> BaseException:
@@ -102,11 +103,11 @@ def zero_code_error(exc: BaseException) -> BaseException:
 def suite_items(session: pytest.Session, state: ParitySession) -> list[ParityCheck]:
     """The built-in checks for every selected format x device, in a stable order (xdist)."""
     formats, devices = select_matrix(state, None, "--modelparity-model")
+    pairs = matrix_pairs(state, formats, devices)
     suite = ParitySuite.from_parent(session, name=SUITE_NODEID, path=session.path, nodeid=SUITE_NODEID)
     items = []
     for check in CHECKS:
-        for fmt in formats:
-            for device in devices:
-                items.append(ParityCheck.from_parent(suite, name=f"test_{check}[{fmt}-{device}]",
-                                                     check=check, format=fmt, device=device))
+        for fmt, device in pairs:
+            items.append(ParityCheck.from_parent(suite, name=f"test_{check}[{fmt}-{state.matrix_id(device)}]",
+                                                 check=check, format=fmt, device=device))
     return items

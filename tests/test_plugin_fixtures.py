@@ -163,8 +163,10 @@ def test_missing_gpu_skips_with_reason_or_fails_when_strict(suite: pytest.Pytest
     result = suite.runpytest("-rs", "--modelparity-device=cpu,gpu", "--modelparity-formats=saved_model")
     result.assert_outcomes(passed=1, skipped=1)
     result.stdout.fnmatch_lines(["SKIPPED*modelparity: * on gpu: *TensorFlow sees no GPU*"])
+    # Strict: one message before collection, not one error per test (tests/test_gpu_matrix.py).
     strict = suite.runpytest("--modelparity-device=gpu", "--modelparity-formats=saved_model", "--modelparity-strict")
-    strict.assert_outcomes(errors=1)
+    assert strict.ret == pytest.ExitCode.USAGE_ERROR
+    strict.stderr.fnmatch_lines(["*device 'gpu' is not on this machine*--modelparity-strict*"])
 
 
 def test_without_a_source_the_error_says_what_to_define(pytester: pytest.Pytester) -> None:
