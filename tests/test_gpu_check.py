@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from models import TINY_SOURCE_CONFTEST
 from pytest_modelparity import devices
 
 REPO = Path(__file__).resolve().parent.parent
@@ -42,16 +43,7 @@ def test_without_a_gpu_it_lists_the_devices_and_says_so(no_gpu) -> None:
 
 
 def test_the_suite_path_on_the_cpu_prints_each_forms_error(no_gpu, tmp_path: Path) -> None:
-    (tmp_path / "conftest.py").write_text(textwrap.dedent('''
-        import pytest
-
-        @pytest.fixture(scope="session")
-        def modelparity_source():
-            import keras
-            x = keras.Input((6,), name="x")
-            y = keras.layers.Dense(3, name="out", kernel_initializer=keras.initializers.GlorotUniform(seed=2))(x)
-            return keras.Model(x, y, name="tiny")
-    '''))
+    (tmp_path / "conftest.py").write_text(TINY_SOURCE_CONFTEST)
     (tmp_path / "test_tiny.py").write_text(textwrap.dedent('''
         from pytest_modelparity import assert_outputs_close
 

@@ -15,22 +15,14 @@ import textwrap
 import numpy as np
 import pytest
 
+from models import TINY_SOURCE_CONFTEST
 from pytest_modelparity import assert_outputs_close
 from pytest_modelparity.formats.base import LoadedModel, TensorSpec
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
               pytest.mark.usefixtures("_heavy_modules_stay_loaded")]
 
-CONFTEST = textwrap.dedent('''
-    import pytest
-
-    @pytest.fixture(scope="session")
-    def modelparity_source():
-        import keras
-        x = keras.Input((6,), name="x")
-        y = keras.layers.Dense(3, name="out", kernel_initializer=keras.initializers.GlorotUniform(seed=2))(x)
-        return keras.Model(x, y, name="tiny")
-''')
+CONFTEST = TINY_SOURCE_CONFTEST
 
 SUITE = textwrap.dedent('''
     from pytest_modelparity import assert_outputs_close
