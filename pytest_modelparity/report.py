@@ -117,7 +117,7 @@ def format_output_block(oc: Any, *, worst: int = 3) -> list[str]:
         lines.append(f"  Greatest absolute difference: {_g(oc.max_abs)} at index "
                      f"{_idx(oc.max_abs_index)}{allowed}")
     if oc.max_rel is not None:
-        allowed = f" (allowed {_g(oc.max_rel_allowed)})" if oc.max_rel_allowed is not None else ""
+        allowed = _rel_allowed(oc.max_rel_allowed)
         lines.append(f"  Greatest relative difference: {_g(oc.max_rel)} at index "
                      f"{_idx(oc.max_rel_index)}{allowed}")
     extra = []
@@ -130,7 +130,9 @@ def format_output_block(oc: Any, *, worst: int = 3) -> list[str]:
     if extra:
         lines.append("  " + extra[0][0].upper() + "; ".join(extra)[1:])
     tol = oc.tolerance
-    if tol is not None and (oc.min_atol is not None or oc.min_rtol is not None):
+    # Only where elements are out of tolerance: a failure judged by top-1 agreement alone
+    # (every element within bounds) has no "smallest passing" atol/rtol to offer.
+    if tol is not None and oc.mismatched and (oc.min_atol is not None or oc.min_rtol is not None):
         if (oc.min_atol is not None and math.isinf(oc.min_atol)) and \
                 (oc.min_rtol is None or math.isinf(oc.min_rtol)):
             lines.append("  Smallest passing tolerance: none (NaN or infinity mismatches)")
@@ -150,6 +152,19 @@ def format_output_block(oc: Any, *, worst: int = 3) -> list[str]:
         lines.append("  Worst (index actual vs expected): " + "; ".join(cells))
     lines += [f"  note: {n}" for n in oc.notes]
     return lines
+
+
+# A relative bound above this is no bound: |expected| is so small there that the absolute
+# part (atol, scale) decides, and "allowed 5.50e+25" would only confuse.
+MAX_SHOWN_REL_ALLOWED = 1e3
+
+
+def _rel_allowed(value: float | None) -> str:
+    if value is None:
+        return ""
+    if not math.isfinite(value) or value > MAX_SHOWN_REL_ALLOWED:
+        return " (expected is ~0 there: only the absolute bound applies)"
+    return f" (allowed {_g(value)})"
 
 
 def _hint_lines(hints: list) -> list[str]:

@@ -115,3 +115,22 @@ def test_passing_report_is_short():
     text = str(compare(e, e.copy(), tolerance=MARKER))
     assert text.splitlines()[0] == "outputs: all 1 output agree"
     assert len(text.splitlines()) == 2
+
+
+def test_no_allowed_inf_or_absurd_relative_bound_where_expected_is_zero():
+    e = np.array([0.0, 1e-30, 1.0], dtype=np.float32)
+    a = np.array([0.5, 0.5, 1.0], dtype=np.float32)
+    text = str(compare(a, e, tolerance=Tolerance(1e-5, 1e-5, source="argument")))
+    assert "allowed inf" not in text and "e+2" not in text, text
+    assert "only the absolute bound applies" in text
+
+
+def test_smallest_passing_tolerance_only_where_elements_are_out_of_tolerance():
+    """A failure judged by top-1 agreement alone (every element within bounds, as an int8
+    row can be) offers no "Smallest passing tolerance: atol=0"."""
+    a, e = known_pair()
+    report = compare(a, e, tolerance=MARKER)
+    assert "Smallest passing tolerance" in str(report)
+    out = report.outputs[0]
+    out.mismatched, out.top1_agreement = 0, 0.5  # the shape of a top-1-only failure
+    assert "Smallest passing tolerance" not in str(report) and "Top-1 agreement: 50.0%" in str(report)
