@@ -322,6 +322,16 @@ def get_state(config: pytest.Config) -> ParitySession:
 
 # -- resolving a source -----------------------------------------------------------------
 
+# How a ``module:factory`` source is imported, for the fix of an import that failed: the
+# module is found on sys.path of the pytest process, which plain ``pytest`` does not start
+# with the current directory on.
+IMPORT_FIX = ("pass module:factory where `import module` works in the pytest process and factory is a "
+              "zero-argument function returning a Keras model. Imports resolve on sys.path: "
+              "`python -m pytest` puts the current directory on it (plain `pytest` does not); otherwise "
+              "add the module's folder to PYTHONPATH, or set `pythonpath = .` in the pytest ini "
+              "(paths relative to the rootdir)")
+
+
 def resolve_source(obj: Any, *, _depth: int = 0) -> Source:
     """A Keras model, a factory returning one, a path, ``module:factory`` or ``demo``."""
     from .formats import is_keras_model
@@ -340,9 +350,7 @@ def resolve_source(obj: Any, *, _depth: int = 0) -> Source:
             try:
                 factory = getattr(importlib.import_module(module_name), attr)
             except (ImportError, AttributeError) as exc:
-                raise ModelLoadError(None, None, f"cannot import {text!r} ({exc})",
-                                     "pass module:factory where `import module` works and factory is a "
-                                     "zero-argument function returning a Keras model") from exc
+                raise ModelLoadError(None, None, f"cannot import {text!r} ({exc})", IMPORT_FIX) from exc
             src = resolve_source(factory, _depth=_depth + 1)
             src.label = text
             return src

@@ -43,6 +43,10 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.option.help:
         return  # never refuse to show help because of a bad ini value
     options = parse_options(config)
+    if options.model:
+        from .zero_code import check_source
+
+        check_source(options.model, Path(config.invocation_params.dir))
     if getattr(config, "workerinput", None) is None:  # the xdist controller (or a plain run) checks once
         problem = strict_gpu_problem(options)
         if problem:

@@ -8,12 +8,18 @@ Hypothesis-drawn batches, it is not deterministic, or it depends on the batch si
 
 from __future__ import annotations
 
+import contextlib
+import difflib
+import importlib.util
+import os
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from .errors import ModelLoadError, ParityError
-from .fixtures import BATCH_SEED, ExportFailed, NotExportable, ParitySession, get_state
+from .fixtures import BATCH_SEED, IMPORT_FIX, ExportFailed, NotExportable, ParitySession, get_state
 from .matrix import matrix_pairs, select_matrix
 
 CHECKS = ("outputs_close", "deterministic", "batch_invariant")
@@ -98,6 +104,52 @@ def zero_code_error(exc: BaseException) -> BaseException:
            f"parity_candidate fixtures and override the session fixture modelparity_load_options in "
            f"conftest.py to return the option ({what}); see docs/plugin.md")
     return ModelLoadError(exc.path, exc.format, exc.problem, fix, action=exc.action)
+
+
+MODEL_SUFFIXES = (".keras", ".h5", ".hdf5", ".pb", ".tflite", ".onnx", ".json")
+
+
+def check_source(text: str, cwd: Path) -> None:
+    """A ``--modelparity-model`` that cannot be a source is one usage error (exit 4) at
+    start-up, naming the path, the directory relative paths start from and a near miss,
+    instead of the same failure in every one of the suite's items."""
+    if text == "demo":
+        return
+    path = Path(text).expanduser()
+    full = path if path.is_absolute() else cwd / path
+    if full.exists() or Path(str(full) + ".index").exists() or Path(str(full) + ".meta").exists():
+        return  # a path (a TF1 checkpoint prefix too): the format checks follow at load
+    if ":" in text and not text.startswith(("/", ".")) and not re.match(r"^[A-Za-z]:[\\/]", text):
+        module_name = text.partition(":")[0]
+        try:
+            found = importlib.util.find_spec(module_name)
+        except (ImportError, ValueError):
+            found = None
+        except Exception:  # noqa: BLE001 - its package fails to import: the item says how, at run time
+            return
+        if found is None:
+            raise pytest.UsageError(
+                f"--modelparity-model={text}: module {module_name!r} cannot be imported (working directory "
+                f"{cwd}).\n  fix: {IMPORT_FIX}")
+        return
+    near = _near_misses(text, full)
+    raise pytest.UsageError(
+        f"--modelparity-model={text}: {str(full)!r} does not exist (relative paths start from the directory "
+        f"pytest was started in: {cwd}){near}.\n  fix: pass a model file or directory (.keras, .h5, "
+        "SavedModel directory, frozen .pb, .tflite, TFJS model.json, .onnx), module:factory, or 'demo'")
+
+
+def _near_misses(text: str, full: Path) -> str:
+    """`` (did you mean 'demo'?)`` from 'demo' and the names in the folder the path points into."""
+    where = os.path.dirname(text)
+    choices = [] if where else ["demo"]
+    with contextlib.suppress(OSError):
+        choices += [p.name for p in full.parent.iterdir() if p.is_dir() or p.suffix in MODEL_SUFFIXES]
+    close = difflib.get_close_matches(full.name, choices, n=3, cutoff=0.6)
+    if not close:
+        return ""
+    shown = ", ".join(repr(c if c == "demo" and not where else os.path.join(where, c)) for c in close)
+    return f" (did you mean {shown}?)"
 
 
 def suite_items(session: pytest.Session, state: ParitySession) -> list[ParityCheck]:

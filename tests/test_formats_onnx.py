@@ -176,6 +176,6 @@ def test_a_saved_model_cannot_become_a_keras_form(tmp_path):
     saved = tmp_path / "sm"
     mlp(seed=1).export(str(saved), verbose=False)
     for fmt in ("keras", "h5", "graphdef", "saved_model"):
-        with pytest.raises(ModelLoadError, match=rf"cannot convert '.*sm': a file cannot be converted to '{fmt}'"
+        with pytest.raises(ModelLoadError, match=rf"cannot convert '.*sm': a SavedModel directory cannot be converted to '{fmt}'"
                                                  r"(.|\n)*fix: .*tflite, tfjs, onnx"):
             export_model(saved, fmt, tmp_path / f"out-{fmt}")

@@ -160,11 +160,25 @@ def test_zero_code_mode_takes_module_factory_and_reports_failures(pytester: pyte
     result.stdout.fnmatch_lines(["*modelparity::test_deterministic[[]saved_model-cpu[]]*"])
 
 
-def test_zero_code_mode_names_a_bad_source(pytester: pytest.Pytester) -> None:
-    result = pytester.runpytest("--modelparity-model=no_such_module:build", "--modelparity-formats=keras",
-                                "-k", "outputs_close")
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*cannot import 'no_such_module:build'*"])
+def test_zero_code_mode_names_a_bad_source_once_as_a_usage_error(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--modelparity-model=no_such_module:build", "--modelparity-formats=keras")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*module 'no_such_module' cannot be imported (working directory *",
+                                 "*python -m pytest* puts the current directory on it*PYTHONPATH*"])
+
+
+def test_zero_code_mode_with_a_missing_path_or_a_typo_is_one_usage_error(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--modelparity-model=dmeo")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*--modelparity-model=dmeo: '{pytester.path / 'dmeo'}' does not exist "
+                                 f"(relative paths start from the directory pytest was started in: {pytester.path})"
+                                 " (did you mean 'demo'?)*"])
+    (pytester.path / "models").mkdir()
+    (pytester.path / "models" / "classifier.keras").write_bytes(b"")
+    result = pytester.runpytest("--modelparity-model=models/clasifier.keras")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*does not exist*(did you mean 'models/classifier.keras'?)*"])
+    assert "FAILED" not in result.stdout.str()
 
 
 def test_long_summary_keeps_the_failures_and_counts_the_rest(pytester: pytest.Pytester) -> None:

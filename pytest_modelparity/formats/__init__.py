@@ -189,7 +189,8 @@ def export_model(model: Any, format: str, path: str | Path, *, converter_options
         raise ValueError(f"format {format!r} can be loaded but not exported to")
     if isinstance(model, (str, Path)) and not getattr(module, "CONVERTS_SAVED_MODEL", False):
         takers = [n for n in ALL_FORMATS if getattr(format_module(n), "CONVERTS_SAVED_MODEL", False)]
-        raise ModelLoadError(model, None, f"a file cannot be converted to {format!r}: that export needs the "
+        what = "a SavedModel directory" if Path(model).is_dir() else "a model file"
+        raise ModelLoadError(model, None, f"{what} cannot be converted to {format!r}: that export needs the "
                              "Keras model itself",
                              f"pass the Keras model (or a .keras/.h5 file loaded with load_model), or convert "
                              f"a SavedModel directory to one of: {', '.join(takers)}", action="convert")
