@@ -10,6 +10,7 @@ TensorFlow is imported only when a model is actually resolved or loaded.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import re
 import shutil
@@ -89,6 +90,8 @@ class ParitySession:
     document: dict | None = None
     write_errors: list[str] = field(default_factory=list)  # report files that could not be written
     logs: Any = None  # a quiet.LogSink: TensorFlow and converter output while building
+    # format -> {input name: (low, high)} of the rows a quantised export was calibrated on
+    calibration_ranges: dict[str, dict] = field(default_factory=dict)
     _tmp: Path | None = None
     _cache: Any = None
     left_out: list[list[str]] = field(default_factory=list)  # [format, device] pairs a format cannot run on
@@ -170,7 +173,12 @@ class ParitySession:
             path = self.export(obj, format, opts, conv)
             as_is = src.path is not None and path == src.path
             self._set_precision()
-            return _load_source(path, base, device, opts if as_is else {})
+            loaded = _load_source(path, base, device, opts if as_is else {})
+            ranges = self.calibration_ranges.get(format)
+            if ranges:  # diagnosis names inputs outside them (diagnose.calibration)
+                with contextlib.suppress(AttributeError):
+                    loaded.calibration_ranges = ranges
+            return loaded
 
         return self._once(self.candidates, (id(obj), format, device, _options_key(opts), _options_key(conv)),
                           self._quietly(f"exporting to {format} and loading on {device}", build))
@@ -201,6 +209,13 @@ class ParitySession:
             raise missing
         model = src.keras_model if src.keras_model is not None else _keras_from_path(src, load_options)
         options = _variant_options(model, variant)
+        for rows in options.get("representative_data") or []:
+            if isinstance(rows, dict):
+                import numpy as np
+
+                self.calibration_ranges[format] = {
+                    str(k): (float(np.min(v)), float(np.max(v))) for k, v in rows.items()
+                    if np.asarray(v).dtype.kind in "fiu" and np.asarray(v).size}
         if converter_options:
             options["converter_options"] = dict(converter_options)
         start = time.perf_counter()

@@ -114,3 +114,21 @@ def test_unknown_variant_in_the_marker_fails_naming_the_valid_ones(pytester: pyt
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.stdout.fnmatch_lines(["*formats=...) names unknown format(s) 'onnx:int8'*tflite:dynamic_range, tflite:int8*"])
     assert result.ret != 0
+
+
+def test_an_int8_candidate_fed_inputs_outside_its_calibration_range_says_so(pytester: pytest.Pytester) -> None:
+    """Calibrated on parity_batch-like rows ([-1, 1]); a test feeding 0-255 pixels fails, and
+    the failure names the input and both ranges instead of leaving the drift unexplained."""
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_q=textwrap.dedent('''
+        import numpy as np
+        from pytest_modelparity import assert_outputs_close
+
+        def test_pixels(parity_candidate, parity_reference):
+            x = np.random.default_rng(0).uniform(0, 255, (16, 8)).astype("float32")
+            assert_outputs_close(parity_candidate, parity_reference, inputs={"x": x})
+    '''))
+    result = pytester.runpytest("-p", "no:cacheprovider", "--modelparity-no-cache", "--modelparity-formats=tflite:int8")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*leave the range the int8 model was calibrated on*",
+                                 "*input 'x' spans [[]*, 254*], calibration rows spanned [[]-0.99*, 0.99*]*"])

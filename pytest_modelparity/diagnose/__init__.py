@@ -26,6 +26,7 @@ import numpy as np
 
 from .. import tree
 from ._util import batch_size, fits, measuring, flatten, is_keras_model, max_abs_diff, native_of, pick, rows, run_model
+from .calibration import outside_calibration
 from .localize import DIVERGE_REL, LayerDiff, first_divergence, format_rows, localize_divergence
 from .noise import accumulation_noise, noise_hint, reduction_length
 from .random_ops import RandomOp, describe_ops, find_random_ops
@@ -105,6 +106,12 @@ def _diagnose_comparison(report: Any, actual: Any, expected: Any, cand_model: An
     hints: list[Hint] = []
     both = cand_model is not None and ref_model is not None and inputs is not None
 
+    # 0. A quantised candidate fed inputs outside its calibration range (clipped there).
+    if cand_model is not None and inputs is not None:
+        c = _safe(hints, lambda: outside_calibration(cand_model, inputs))
+        if c is not None:
+            hints.append(_hint(c))
+
     # 1. Accumulation noise: when every failure is noise-sized, that is the whole story. Only
     # under a tolerance the user set: a default (built-in or float64-shadow) bound already
     # allows the model's float noise, so a failure beyond it is not noise, and a FAILED
@@ -118,7 +125,7 @@ def _diagnose_comparison(report: Any, actual: Any, expected: Any, cand_model: An
         if h is not None:
             noise.append(_hint(h, _label(o.path, many)))
     if pairs and len(noise) == len(pairs):
-        return noise
+        return hints + noise
 
     # The heavy checks re-run the models: a few rows are enough to see a cause.
     full_inputs = inputs  # batch statistics (training mode) need the batch the outputs came from
