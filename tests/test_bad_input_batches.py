@@ -102,3 +102,21 @@ def test_batches_drawn_for_a_fixed_batch_model_have_its_batch(tmp_path: Path) ->
         assert batch["x"].shape[0] == 4
 
     drawn()
+
+
+@pytest.mark.usefixtures("_heavy_modules_stay_loaded")
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_zero_code_mode_on_a_fixed_batch_model(pytester: pytest.Pytester) -> None:
+    """Outputs and determinism are checked on batches of the model's size; batch invariance,
+    which needs other sizes, is skipped saying why and how to make it checkable."""
+    pytester.makepyfile(fixedmodel='''
+        def build():
+            import keras
+            inp = keras.Input((3,), batch_size=4, name="x")
+            return keras.Model(inp, keras.layers.Dense(2, name="y")(inp))
+    ''')
+    pytester.syspathinsert()
+    result = pytester.runpytest("--modelparity-model=fixedmodel:build", "--modelparity-formats=saved_model",
+                                "-p", "no:cacheprovider", "-rs", "--modelparity-no-cache")
+    result.assert_outcomes(passed=2, skipped=1)
+    result.stdout.fnmatch_lines(["*built for a fixed batch of 4*build it with batch_size=None to check it*"])
