@@ -160,8 +160,11 @@ def test_killed_process_gives_clear_error_then_fresh_load_works(cnn, cnn_tfjs):
 
 
 def test_hung_process_times_out_and_is_killed(cnn_tfjs):
-    model = _load(cnn_tfjs, backend="cpu", timeout_s=1.0)  # cpu: no wasm compile within the 1 s
+    # Start and warm up without the 1 s limit (a loaded machine can take longer to start Node),
+    # then apply it to the call under test.
+    model = _load(cnn_tfjs, backend="cpu")
     model.predict(models.images(1))
+    model.process.timeout_s = 1.0
     pid = model.process.pid
     os.kill(pid, signal.SIGSTOP)  # alive but never answers
     start = time.monotonic()
@@ -360,8 +363,11 @@ def _call_with_guard(fn, pid: int, limit: float):
 def test_timeout_covers_sending_a_large_batch_to_a_stopped_process(cnn_tfjs):
     """A frame bigger than the pipe buffer blocks the writer while node is stopped: timeout_s
     must still fire (stdin is non-blocking and polled), not hang forever."""
-    model = _load(cnn_tfjs, backend="cpu", timeout_s=1.0)  # cpu: no wasm compile within the 1 s
+    # Start and warm up without the 1 s limit (a loaded machine can take longer to start Node),
+    # then apply it to the call under test.
+    model = _load(cnn_tfjs, backend="cpu")
     model.predict(models.images(1))
+    model.process.timeout_s = 1.0
     pid = model.process.pid
     os.kill(pid, signal.SIGSTOP)
     hung, took, box = _call_with_guard(lambda: model.predict(models.images(_BIG)), pid, 15.0)
