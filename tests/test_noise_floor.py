@@ -180,3 +180,26 @@ def test_explicit_tolerance_skips_the_shadow():
     x = np.random.default_rng(0).normal(size=(4, 16)).astype("float32")
     report = assert_outputs_close(ref, ref, inputs=x, rtol=1e-3, atol=1e-6)
     assert "shadow" not in report.meta and report.outputs[0].tolerance.source == "argument"
+
+
+@pytest.mark.parametrize("kind", ["depthwise", "grouped"])
+def test_depthwise_convolutions_run_fast_in_float64_and_compute_the_same(kind):
+    """TF's CPU depthwise convolution has no fast float64 kernel (7x7: ~30x float32; it made
+    ConvNeXtTiny's twin cost 25x a reference call): the twin computes it as shifted
+    products, which must equal the float64 convolution for every stride and padding."""
+    import keras
+
+    rng = np.random.default_rng(0)
+    for k, stride, padding, size in [(3, 1, "same", 9), (7, 1, "same", 10), (5, 2, "same", 9),
+                                     (3, 2, "valid", 10), (7, 2, "valid", 9)]:
+        x_in = keras.Input((size, size, 4), dtype="float64")
+        layer = (keras.layers.DepthwiseConv2D(k, strides=stride, padding=padding, dtype="float64")
+                 if kind == "depthwise" else
+                 keras.layers.Conv2D(4, k, strides=stride, padding=padding, groups=4, dtype="float64"))
+        model = keras.Model(x_in, layer(x_in))
+        twin = shadow.twin_of(model).model
+        assert any(type(lyr).__name__.startswith("ModelparityFloat64") for lyr in twin.layers)
+        x = rng.normal(size=(2, size, size, 4))
+        want, got = np.asarray(model(x)), np.asarray(twin(x))
+        assert got.shape == want.shape and got.dtype == np.float64
+        assert np.abs(got - want).max() <= 1e-13 * np.abs(want).max()

@@ -54,10 +54,13 @@ def _rebuild(model: Any, dtype: str | None, cast: Any) -> Any:
         config = model.get_config()
     except Exception as exc:  # noqa: BLE001 - any failure means: no shadow
         raise ShadowUnavailable(f"get_config() failed ({type(exc).__name__}: {_first(exc)})") from exc
+    custom: dict[str, Any] = {}
     if dtype is not None:
         config = _retype(config, dtype)
+    if dtype == "float64":
+        config, custom = _fast_float64_layers(config, keras)
     try:
-        with quiet():
+        with quiet(), keras.saving.custom_object_scope(custom):
             twin = type(model).from_config(config)
     except Exception as exc:  # noqa: BLE001
         raise ShadowUnavailable(f"the model could not be rebuilt in {dtype or 'float32'} "
@@ -109,6 +112,96 @@ def _retype(node: Any, dtype: str) -> Any:
     if isinstance(node, list):
         return [_retype(v, dtype) for v in node]
     return node
+
+
+def _fast_float64_layers(config: Any, keras: Any) -> tuple[Any, dict[str, Any]]:
+    """The config with depthwise convolutions swapped for a float64-friendly layer.
+
+    TensorFlow's CPU depthwise convolution has no fast float64 kernel: a 7x7 one runs ~30x
+    slower than in float32, which made ConvNeXtTiny's float64 twin cost 25x a reference call.
+    As a sum of shifted products (plain elementwise float64 ops) it costs about what float32
+    does; the arithmetic is the same convolution, in float64.
+    """
+    cls = _float64_depthwise_class(keras)
+    swapped = False
+
+    def walk(node: Any) -> Any:
+        nonlocal swapped
+        if isinstance(node, dict):
+            cfg = node.get("config")
+            kind = node.get("class_name")
+            if kind in ("DepthwiseConv2D", "Conv2D") and isinstance(cfg, dict) and _plain_depthwise(kind, cfg):
+                swapped = True
+                name = cls[kind].__name__
+                return {**node, "class_name": name, "module": None, "registered_name": name, "config": walk(cfg)}
+            return {k: walk(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return node
+
+    config = walk(config)
+    return config, ({c.__name__: c for c in cls.values()} if swapped else {})
+
+
+def _plain_depthwise(kind: str, cfg: dict[str, Any]) -> bool:
+    """A depthwise convolution: ``DepthwiseConv2D`` with multiplier 1, or a grouped
+    ``Conv2D`` with one group per filter (how ConvNeXt writes its 7x7 depthwise layers)."""
+    ones = (1, 1)
+    plain = (tuple(cfg.get("dilation_rate", ones)) == ones
+             and cfg.get("data_format", "channels_last") in ("channels_last", None)
+             and cfg.get("padding") in ("same", "valid"))
+    if kind == "DepthwiseConv2D":
+        return plain and cfg.get("depth_multiplier", 1) == 1
+    groups = cfg.get("groups", 1)
+    return plain and groups > 1 and groups == cfg.get("filters")
+
+
+_FLOAT64_DEPTHWISE: Any = None
+
+
+def _float64_depthwise_class(keras: Any) -> dict[str, Any]:
+    """{"DepthwiseConv2D": subclass, "Conv2D": subclass} computing as shifted products."""
+    global _FLOAT64_DEPTHWISE
+    if _FLOAT64_DEPTHWISE is not None:
+        return _FLOAT64_DEPTHWISE
+    ops = keras.ops
+
+    def shifted_products(layer: Any, inputs: Any, kernel: Any) -> Any:
+        (kh, kw), (sh, sw) = layer.kernel_size, layer.strides
+        height, width = inputs.shape[1], inputs.shape[2]
+        if layer.padding == "same":  # TensorFlow's SAME: the extra row/column goes after
+            out_h, out_w = -(-height // sh), -(-width // sw)
+            pad_h = max((out_h - 1) * sh + kh - height, 0)
+            pad_w = max((out_w - 1) * sw + kw - width, 0)
+            inputs = ops.pad(inputs, [[0, 0], [pad_h // 2, pad_h - pad_h // 2],
+                                      [pad_w // 2, pad_w - pad_w // 2], [0, 0]])
+        else:
+            out_h, out_w = -(-(height - kh + 1) // sh), -(-(width - kw + 1) // sw)
+        out = None
+        for i in range(kh):
+            for j in range(kw):
+                window = inputs[:, i:i + (out_h - 1) * sh + 1:sh, j:j + (out_w - 1) * sw + 1:sw, :]
+                term = window * kernel[i, j]
+                out = term if out is None else out + term
+        if layer.use_bias:
+            out = out + layer.bias
+        return layer.activation(out) if layer.activation is not None else out
+
+    class ModelparityFloat64DepthwiseConv2D(keras.layers.DepthwiseConv2D):
+        """DepthwiseConv2D (channels_last, multiplier 1, no dilation) as shifted products."""
+
+        def call(self, inputs: Any) -> Any:
+            return shifted_products(self, inputs, self.kernel[:, :, :, 0])
+
+    class ModelparityFloat64GroupedConv2D(keras.layers.Conv2D):
+        """Conv2D with one group per filter (depthwise), no dilation, as shifted products."""
+
+        def call(self, inputs: Any) -> Any:
+            return shifted_products(self, inputs, self.kernel[:, :, 0, :])
+
+    _FLOAT64_DEPTHWISE = {"DepthwiseConv2D": ModelparityFloat64DepthwiseConv2D,
+                          "Conv2D": ModelparityFloat64GroupedConv2D}
+    return _FLOAT64_DEPTHWISE
 
 
 def _first(exc: BaseException) -> str:
