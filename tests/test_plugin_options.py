@@ -29,11 +29,11 @@ def test_help_shows_the_group_without_importing_tensorflow(pytester: pytest.Pyte
     assert "model parity (pytest-modelparity)" in result.stdout
     for option in ("--modelparity-device", "--modelparity-formats", "--modelparity-report", "--modelparity-html",
                    "--modelparity-cache-dir", "--modelparity-no-cache", "--modelparity-strict",
-                   "--modelparity-model"):
+                   "--modelparity-model", "--modelparity-tf32", "--modelparity-reference-device"):
         assert option in result.stdout
     for ini in ("modelparity_device", "modelparity_formats", "modelparity_report", "modelparity_html",
                 "modelparity_cache_dir", "modelparity_no_cache", "modelparity_strict", "modelparity_model",
-                "modelparity_rtol", "modelparity_atol"):
+                "modelparity_rtol", "modelparity_atol", "modelparity_tf32", "modelparity_reference_device"):
         assert ini in result.stdout
 
 
