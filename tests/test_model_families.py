@@ -179,3 +179,12 @@ def test_int8_of_a_recurrent_model_is_refused_before_the_calibrator_crashes(tmp_
         export_model(model, "tflite", tmp_path / "lstm", quantization="int8", representative_data=[batch])
     assert "While" in info.value.unsupported_ops and "dynamic_range" in info.value.fix
     assert not list(tmp_path.iterdir())
+
+
+def test_a_lookup_table_model_to_onnx_is_one_export_error(tmp_path):
+    from families import string_input
+
+    model, _ = string_input()
+    with pytest.raises(ExportError, match="lookup table") as info:
+        export_model(model, "onnx", tmp_path / "words")
+    assert "saved_model" in info.value.fix and not list(tmp_path.iterdir())

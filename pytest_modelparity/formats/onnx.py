@@ -247,6 +247,10 @@ def export(model: Any, path: Path, *, opset: int = DEFAULT_OPSET,
                     proto, _ = tf2onnx.convert.from_function(_frozen(serving, concrete, lower),
                                                              input_signature=serving.specs, opset=opset,
                                                              custom_op_handlers=handlers, **options)
+            except _ResourceLeft as exc:
+                raise ExportError(path, NAME, str(exc), "compare this model through saved_model or tflite (both "
+                                  "carry lookup tables), or export the model without its lookup layer",
+                                  route=route) from exc
             except Exception as exc:  # noqa: BLE001 - converter errors are many and untyped
                 raise _export_error(path, f"tf2onnx failed (opset {opset}): {first_line(exc, 200)}", log, route,
                                     exc) from exc
@@ -280,6 +284,10 @@ def _erfc_as_one_minus_erf(ctx: Any, node: Any, name: str, args: Any) -> Any:
     return node
 
 
+class _ResourceLeft(Exception):
+    """Freezing could not fold a resource (a lookup table) into the graph."""
+
+
 def _frozen(serving: Any, concrete: Any, lower_control_flow: bool) -> Any:
     """The serving function with its variables and captures frozen into the graph.
 
@@ -291,6 +299,11 @@ def _frozen(serving: Any, concrete: Any, lower_control_flow: bool) -> Any:
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
     frozen = convert_variables_to_constants_v2(concrete, lower_control_flow=lower_control_flow)
+    left = len(frozen.inputs) - len(serving.specs)
+    if left > 0:
+        raise _ResourceLeft(f"freezing left {left} resource input(s) besides the model's inputs: a lookup table "
+                            "(StringLookup, IntegerLookup, TextVectorization, StaticHashTable) that freezing cannot fold "
+                            "into the graph, so tf2onnx cannot convert it")
 
     def serve(*xs: Any) -> Any:  # the frozen function returns a flat list: give back the dict
         return tf.nest.pack_sequence_as(concrete.structured_outputs, tf.nest.flatten(frozen(*xs)))
