@@ -565,9 +565,14 @@ def _converter_error(path: Path, exc: BaseException, log: ConverterLog, variant:
     text = str(exc)
     log.note(f"modelparity: the TFLite converter failed ({variant}, route {route}):\n{text}")
     ops = sorted(set(re.findall(r"'tf\.(\w+)' op", text)) | set(re.findall(r"\btf\.(\w+)\(", text)))
-    advice = next((ln.strip() for ln in text.splitlines()
-                   if re.search(r"TF Select|Select TF|you can enable|Flex|try ", ln) and len(ln.strip()) < 400), None)
-    if variant == "int8" and ("dims" in text or "representative" in text.lower()):
+    advice = next((ln.strip() for ln in text.replace("\\n", " ").splitlines()
+                   if re.search(r"TF Select|Select TF|you can enable|Flex|consider", ln) and len(ln.strip()) < 600), None)
+    if advice:  # drop the MLIR location prefix ("<unknown>:0: error: ")
+        advice = re.sub(r"^.*?\berror:\s*", "", advice)
+    if any(op.startswith("TensorList") for op in ops) and route != "static_batch":
+        fix = ("a loop over tensor lists (a Keras RNN) converts with a static batch: leave converter_options' "
+               "route at 'auto' (the default) or pass {'route': 'static_batch'}")
+    elif variant == "int8" and ("dims" in text or "representative" in text.lower()):
         fix = ("check the representative data matches the model's inputs (fed by input name), or compare "
                "tflite:dynamic_range instead")
     elif ops:
