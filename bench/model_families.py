@@ -127,7 +127,8 @@ def markdown(results: dict[str, list[dict]], formats: list[str], seconds: float)
                 cells.append(cell(r))
                 continue
             notes.append(f"{len(notes) + 1}. **{family} / {f}** ({r.get('error', r['verdict'])}): "
-                         f"{_problem(r.get('detail', ''))}" + (f" (...) **Fix:** {r['fix']}" if r.get("fix") else ""))
+                         f"{_problem(r.get('detail', ''))}" + (" (...)" if len(r.get("detail", "")) >= 300 else "")
+                         + (f" **Fix:** {r['fix']}" if r.get("fix") else ""))
             cells.append(cell(r, len(notes)))
         head.append(f"| {family} | " + " | ".join(cells) + " |")
     return "\n".join(head + ["", "## Notes", ""] + (notes or ["(every pair passes)"])) + "\n"
