@@ -332,3 +332,25 @@ def test_a_raw_keras_model_is_named_as_one_in_the_title():
     x = np.ones((2, 16), "float32")
     report = assert_outputs_close(load_model(model), model, inputs=x)
     assert report.title == "keras vs keras model 'mlp'"
+
+
+def test_model_running_checks_keep_to_their_budget_and_say_what_was_skipped(monkeypatch):
+    """Each model run costs 0.1 s and the budget is 0.3 s: the reruns run (and measure one
+    run), the checks predicted to overrun are skipped, and a hint names them."""
+    import time as _time
+
+    monkeypatch.setattr(diagnose, "MODEL_CHECKS_BUDGET_S", 0.3)
+
+    def slow(scale):
+        def model(x):
+            _time.sleep(0.1)
+            return np.asarray(x, np.float32)[:, :3] * scale
+        return model
+
+    x = np.random.default_rng(0).normal(size=(4, 6)).astype(np.float32)
+    with pytest.raises(ParityError) as info:
+        assert_outputs_close(slow(1.7), slow(1.0), inputs=x)
+    text = str(info.value)
+    (budget,) = [h for h in info.value.report.hints if h.cause == "diagnosis_budget"]
+    assert "input transforms" in budget.message and "0.3 s" in budget.evidence
+    assert "not run, to keep the failure fast" in text

@@ -17,10 +17,12 @@ Nothing here imports TensorFlow at import time.
 
 from __future__ import annotations
 
+import contextlib
 import re
+import time
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -132,10 +134,12 @@ def _diagnose_comparison(report: Any, actual: Any, expected: Any, cand_model: An
     if both:
         inputs, actual, flat_a, flat_e = _few_rows(inputs, actual, flat_a, flat_e)
 
+    budget = Budget()
     # 2. Nondeterminism of either form (random ops, training mode).
     nondeterministic = False
-    if both:
-        found = _safe(hints, lambda: _nondeterminism_hints(cand_model, ref_model, inputs))
+    if both and budget.allows("reruns for nondeterminism"):
+        with budget.timing_runs(4):  # two runs of each form
+            found = _safe(hints, lambda: _nondeterminism_hints(cand_model, ref_model, inputs))
         if found:
             hints += found
             nondeterministic = True
@@ -148,7 +152,7 @@ def _diagnose_comparison(report: Any, actual: Any, expected: Any, cand_model: An
 
     # 4. Input transforms (both models), then output transforms (arrays only).
     input_found = False
-    if both and not nondeterministic:
+    if both and not nondeterministic and budget.allows("input transforms", runs=12):
         tols = {o.path: o.tolerance for o, _, _ in pairs}
         h = _safe(hints, lambda: input_transform(ref_model, inputs, actual, [o.path for o, _, _ in pairs], tols))
         if h is not None:
@@ -164,7 +168,8 @@ def _diagnose_comparison(report: Any, actual: Any, expected: Any, cand_model: An
 
     # 5. Training mode of a deterministic candidate against a Keras reference.
     training = False
-    if both and not nondeterministic and not input_found and not output_found:
+    if both and not nondeterministic and not input_found and not output_found \
+            and budget.allows("training-mode rerun", runs=1):
         h = _safe(hints, lambda: _training_mode_match(ref_model, full_inputs, pairs))
         if h is not None:
             hints.append(h)
@@ -173,16 +178,67 @@ def _diagnose_comparison(report: Any, actual: Any, expected: Any, cand_model: An
     # 6. Where the forms start to differ (when nothing above explains the whole output). A
     # layer "diverges" above the noise the failing outputs were allowed (their default bound,
     # a multiple of the model's own float error): ResNet50's correct ONNX form drifts 1.2e-4.
-    if both and not nondeterministic and not input_found and not output_found and not training:
+    if both and not nondeterministic and not input_found and not output_found and not training \
+            and budget.allows("layer table (first divergent layer)", runs=LOCALIZE_RUNS):
         rel = max([DIVERGE_REL] + [o.tolerance.scale for o, _, _ in pairs
                                    if getattr(o.tolerance, "default", False)])
         h = _safe(hints, lambda: _localize_hint(ref_model, cand_model, inputs, rel))
         if h is not None:
             hints.append(h)
+    skipped = budget.skipped_hint()
+    if skipped is not None:
+        hints.append(skipped)
     return [h for h in hints if h is not None] + [h for h in noise if h is not None]
 
 
 HEAVY_ROWS = 8
+# Seconds the model-running checks (reruns, input transforms, the layer table) may take
+# together for one failure; a check predicted to overrun is skipped and the report says so.
+MODEL_CHECKS_BUDGET_S = 20.0
+# The layer table costs about this many model runs (both forms, intermediates exposed).
+LOCALIZE_RUNS = 6
+
+
+class Budget:
+    """Time left for the model-running checks of one diagnosis.
+
+    A check runs when the time spent so far plus its predicted cost (its number of model
+    runs times the measured time of one run, once the reruns have measured it) fits in
+    ``MODEL_CHECKS_BUDGET_S``; otherwise it is skipped and named in a ``diagnosis_budget`` hint.
+    """
+
+    def __init__(self, seconds: float | None = None) -> None:
+        self.seconds = MODEL_CHECKS_BUDGET_S if seconds is None else seconds
+        self.start = time.perf_counter()
+        self.per_run: float | None = None
+        self.skipped: list[str] = []
+
+    def spent(self) -> float:
+        return time.perf_counter() - self.start
+
+    def allows(self, check: str, runs: int = 0) -> bool:
+        predicted = runs * (self.per_run or 0.0)
+        if self.spent() + predicted <= self.seconds:
+            return True
+        self.skipped.append(check)
+        return False
+
+    @contextlib.contextmanager
+    def timing_runs(self, runs: int) -> Iterator[None]:
+        """Measure a block of ``runs`` model runs: one run's time predicts the later checks."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.per_run = (time.perf_counter() - t0) / max(runs, 1)
+
+    def skipped_hint(self) -> Hint | None:
+        if not self.skipped:
+            return None
+        per = f"; one model run took {self.per_run:.2g} s" if self.per_run else ""
+        return Hint("diagnosis_budget", f"not run, to keep the failure fast: {', '.join(self.skipped)}",
+                    f"the model-running checks may take {self.seconds:g} s per failure; {self.spent():.1f} s "
+                    f"spent{per}")
 
 
 def _few_rows(inputs: Any, actual: Any, flat_a: dict, flat_e: dict) -> tuple:
