@@ -152,12 +152,14 @@ class ParitySession:
                           self._quietly(f"loading the reference on {device}", lambda: _load_reference(src, device, opts)))
 
     def candidate(self, obj: Any, format: str, device: str, load_options: dict | None = None,
-                  converter_options: dict | None = None) -> Any:
+                  converter_options: dict | None = None, elements: Any = None) -> Any:
         """The source exported to ``format`` (once) and loaded on ``device`` (once).
 
         ``load_options`` apply where the source file itself is loaded: as the candidate of its
         own format (loaded as is), or as the Keras model the exports are made from.
         ``converter_options`` (from ``modelparity_export_options``) go to the converter.
+        ``elements`` (``modelparity_elements``): the range an int8 export's calibration rows
+        are drawn from, the same as the test batches'.
         """
         src = self.source(obj)  # resolve the source first: a bad source is reported as such
         opts = dict(load_options or {})
@@ -170,7 +172,7 @@ class ParitySession:
             missing = missing_runtime(base)
             if missing is not None:
                 raise missing
-            path = self.export(obj, format, opts, conv)
+            path = self.export(obj, format, opts, conv, elements)
             as_is = src.path is not None and path == src.path
             self._set_precision()
             loaded = _load_source(path, base, device, opts if as_is else {})
@@ -180,18 +182,20 @@ class ParitySession:
                     loaded.calibration_ranges = ranges
             return loaded
 
-        return self._once(self.candidates, (id(obj), format, device, _options_key(opts), _options_key(conv)),
+        return self._once(self.candidates, (id(obj), format, device, _options_key(opts), _options_key(conv),
+                                            repr(elements)),
                           self._quietly(f"exporting to {format} and loading on {device}", build))
 
     def export(self, obj: Any, format: str, load_options: dict | None = None,
-               converter_options: dict | None = None) -> Path:
+               converter_options: dict | None = None, elements: Any = None) -> Path:
         src = self.source(obj)
         opts = dict(load_options or {})
         conv = dict(converter_options or {})
-        return self._once(self.exports, (id(obj), format, _options_key(opts), _options_key(conv)),
-                          lambda: self._export(src, format, opts, conv))
+        return self._once(self.exports, (id(obj), format, _options_key(opts), _options_key(conv), repr(elements)),
+                          lambda: self._export(src, format, opts, conv, elements))
 
-    def _export(self, src: Source, format: str, load_options: dict, converter_options: dict | None = None) -> Path:
+    def _export(self, src: Source, format: str, load_options: dict, converter_options: dict | None = None,
+                elements: Any = None) -> Path:
         from .formats import missing_runtime
 
         if src.path is not None and src.path_format == format:
@@ -208,7 +212,7 @@ class ParitySession:
         if missing is not None:
             raise missing
         model = src.keras_model if src.keras_model is not None else _keras_from_path(src, load_options)
-        options = _variant_options(model, variant)
+        options = _variant_options(model, variant, elements)
         for rows in options.get("representative_data") or []:
             if isinstance(rows, dict):
                 import numpy as np
@@ -286,7 +290,7 @@ class ParitySession:
 
     def candidate_or_skip(self, source: Any, format: str, device: str, *, named: bool,
                           load_options: dict | None = None, explain: Any = None,
-                          converter_options: dict | None = None) -> Any:
+                          converter_options: dict | None = None, elements: Any = None) -> Any:
         """The candidate model, or the one skip/failure that says why it cannot be had.
 
         Shared by the ``parity_candidate`` fixture and the zero-code items: a missing runtime
@@ -296,7 +300,7 @@ class ParitySession:
         has no fixture to name in the fix).
         """
         try:
-            return self.candidate(source, format, device, load_options, converter_options)
+            return self.candidate(source, format, device, load_options, converter_options, elements)
         except (RuntimeMissing, DeviceUnavailable) as exc:
             self.unavailable(exc, f"format {format!r} on {device}")
         except (NotExportable, ExportFailed, ModelLoadError) as exc:
@@ -383,7 +387,7 @@ def resolve_source(obj: Any, *, _depth: int = 0) -> Source:
         ".tflite, model.json, .onnx)")
 
 
-def _variant_options(model: Any, variant: str | None) -> dict[str, Any]:
+def _variant_options(model: Any, variant: str | None, elements: Any = None) -> dict[str, Any]:
     """Export options of a format variant: ``quantization=<variant>``, and for int8 the
     calibration rows (arrays, so the export cache keys them by content)."""
     if variant is None:
@@ -393,7 +397,8 @@ def _variant_options(model: Any, variant: str | None) -> dict[str, Any]:
         from .strategies import seeded_batch
 
         # By input name: the converter's input order is not the model's (tflite._representative).
-        options["representative_data"] = [dict(seeded_batch(model, batch_size=CALIBRATION_ROWS, seed=CALIBRATION_SEED))]
+        options["representative_data"] = [dict(seeded_batch(model, batch_size=CALIBRATION_ROWS, seed=CALIBRATION_SEED,
+                                                            elements=elements))]
     return options
 
 
@@ -541,13 +546,14 @@ def _load_options_hint(exc: BaseException) -> str:
 @pytest.fixture(scope="module")
 def parity_candidate(request: pytest.FixtureRequest, modelparity_source: Any, modelparity_format: str,
                      modelparity_device: str, modelparity_load_options: dict,
-                     modelparity_export_options: dict) -> Any:
+                     modelparity_export_options: dict, modelparity_elements: Any) -> Any:
     """The source exported to ``modelparity_format`` (cached) and loaded on the device."""
     state = get_state(request.config)
     return state.candidate_or_skip(modelparity_source, modelparity_format, modelparity_device,
                                    named=_formats_named(request, state), load_options=modelparity_load_options,
                                    converter_options=converter_options_for(modelparity_export_options,
-                                                                           modelparity_format))
+                                                                           modelparity_format),
+                                   elements=modelparity_elements)
 
 
 def skip_if_unreachable(exc: BaseException, format: str, *, named: bool) -> None:
@@ -566,12 +572,24 @@ def _formats_named(request: pytest.FixtureRequest, state: ParitySession) -> bool
     return state.options.formats_explicit or bool(marker and marker.kwargs.get("formats"))
 
 
+@pytest.fixture(scope="session")
+def modelparity_elements() -> Any:
+    """Override in conftest.py (session scope) to return the element range of your batches:
+    ``(low, high)`` or ``{input name: (low, high)}`` (e.g. ``(0, 255)`` for raw pixels).
+
+    One source of truth for input ranges: ``parity_batch`` draws from it, a ``tflite:int8``
+    candidate is calibrated on rows drawn from it, and your own ``batches(parity_reference,
+    elements=modelparity_elements)`` should too. Default None: each dtype's default range.
+    """
+    return None
+
+
 @pytest.fixture(scope="module")
-def parity_batch(parity_reference: Any) -> Any:
+def parity_batch(parity_reference: Any, modelparity_elements: Any) -> Any:
     """A seeded batch (size 4) fitting the reference's inputs; read-only because it is shared."""
     from .strategies import seeded_batch
 
-    batch = seeded_batch(parity_reference, batch_size=BATCH_SIZE, seed=BATCH_SEED)
+    batch = seeded_batch(parity_reference, batch_size=BATCH_SIZE, seed=BATCH_SEED, elements=modelparity_elements)
     for arr in batch.values():
         arr.setflags(write=False)
     return batch

@@ -132,3 +132,23 @@ def test_an_int8_candidate_fed_inputs_outside_its_calibration_range_says_so(pyte
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*leave the range the int8 model was calibrated on*",
                                  "*input 'x' spans [[]*, 254*], calibration rows spanned [[]-0.99*, 0.99*]*"])
+
+
+def test_int8_calibration_draws_from_the_batches_element_range(pytester: pytest.Pytester) -> None:
+    """modelparity_elements is the one source of input ranges: parity_batch draws 0-255 from it
+    and the int8 candidate is calibrated on rows from the same range, so it passes there."""
+    pytester.makeconftest(CONFTEST + textwrap.dedent('''
+        @pytest.fixture(scope="session")
+        def modelparity_elements():
+            return (0, 255)
+    '''))
+    pytester.makepyfile(test_q=textwrap.dedent('''
+        from pytest_modelparity import assert_outputs_close
+
+        def test_pixels(parity_candidate, parity_reference, parity_batch):
+            assert float(parity_batch["x"].max()) > 10  # drawn from the fixture's range
+            assert parity_candidate.calibration_ranges["x"][1] > 200
+            assert_outputs_close(parity_candidate, parity_reference, inputs=parity_batch)
+    '''))
+    result = pytester.runpytest("-p", "no:cacheprovider", "--modelparity-no-cache", "--modelparity-formats=tflite:int8")
+    result.assert_outcomes(passed=1)
