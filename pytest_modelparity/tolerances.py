@@ -139,7 +139,9 @@ SHADOW_MIN_FLOOR_EPS = 8.0
 # tflite:float16: SHADOW_F16_MULTIPLE x what rounding the weights to float16 costs the
 # reference (float32 twin with float16-rounded weights). TFLite rounds the weights after
 # folding batch norm into convolutions, the twin before: the same size, not the same values.
-SHADOW_F16_MULTIPLE = 4.0
+# Measured (bench/noise_floor.py, 64x64): the TFLite file's error was 0.7x-4.5x the twin's
+# (EfficientNetB0, with a batch norm after every convolution, 4.5x), so 8x like float32.
+SHADOW_F16_MULTIPLE = 8.0
 
 # GPU float32, measured on an NVIDIA H200 through cuDNN/cuBLAS (tests/data/gpu_drift_h200.*,
 # docs/tolerances.md "GPU"): 10 networks, CPU float32 as the reference.
