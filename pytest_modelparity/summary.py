@@ -114,6 +114,9 @@ def rows_from_report(report: Any, *, nodeid: str, format: str | None, device: st
         row = {
             "nodeid": nodeid,
             "format": format,
+            # What actually computed, when the model says more than its format name: the tfjs
+            # backend that ran ("tfjs:wasm" / "tfjs:cpu"), the tflite variant, the onnx opset.
+            "format_variant": meta.get("format") if isinstance(meta.get("format"), str) else None,
             "device": device,
             "check": kind,
             "title": title,

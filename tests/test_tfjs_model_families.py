@@ -58,7 +58,7 @@ def _ops(model_json):
 def _parity(js, model, batch):
     from pytest_modelparity import assert_outputs_close, load_model
 
-    assert_outputs_close(js, load_model(model), inputs=batch)
+    return assert_outputs_close(js, load_model(model), inputs=batch)
 
 
 @pytest.fixture(scope="module")
@@ -86,8 +86,12 @@ def test_fused_hard_swish_is_split_into_ops_tfjs_has_and_matches_keras(hard_swis
     path = _export(hard_swish_cnn, tmp_path / "web")
     assert "_FusedHardSwish" not in _fused_ops(path) and "Relu6" in _ops(path)
     with _load(path) as js:  # backend "auto"
-        _parity(js, hard_swish_cnn, seeded_batch(js, batch_size=3, seed=1, elements=(-4.0, 8.0)))
-        assert js.format_variant == f"tfjs:{js.backend}"
+        report = _parity(js, hard_swish_cnn, seeded_batch(js, batch_size=3, seed=1, elements=(-4.0, 8.0)))
+        assert js.format_variant == f"tfjs:{js.backend}" == report.meta["format"]
+    from pytest_modelparity.summary import rows_from_report
+
+    (row,) = rows_from_report(report, nodeid="t::t", format="tfjs", device="cpu", kind="outputs_close", seq=0)
+    assert row["format"] == "tfjs" and row["format_variant"] == js.format_variant  # the JSON says which ran
 
 
 def test_unsplit_fused_hard_swish_fails_with_a_typed_error_naming_op_backend_and_fix(hard_swish_cnn, tmp_path):
