@@ -20,7 +20,6 @@ import numpy as np
 from . import diagnose, recording, shadow, tree, validators
 from . import tolerances as tol_mod
 from .compare import ComparisonReport, compare
-from .diagnose._util import fit_inputs
 from .errors import BatchMismatchError, InvalidArgumentError, ParityError
 from .tolerances import Tolerance
 
@@ -32,8 +31,9 @@ CALIBRATED_MULTIPLE = 8.0
 # reference that happens to be bitwise batch-invariant (TFLite, onnxruntime) does not make
 # every other implementation's rounding a failure.
 CALIBRATED_MIN_FLOOR_EPS = 8.0
-# Rows used to measure the reference's drift (per-row runs cost one call each).
-CALIBRATION_ROWS = 64
+# tolerance="calibrated": rows of the batch run one at a time to measure the reference's
+# drift (one call each). Not the int8 calibration rows of fixtures.INT8_CALIBRATION_ROWS.
+CALIBRATED_SINGLE_ROWS = 64
 
 
 # --------------------------------------------------------------------------------------
@@ -513,7 +513,7 @@ def _calibrate_split(model: Any, inputs: Any, whole: Any) -> _Calibration:
     """Reference noise: its drift between the whole batch and single rows (first rows only),
     and between the batch and the same rows in reversed order."""
     n = _batch_length(inputs)
-    rows = min(n, CALIBRATION_ROWS)
+    rows = min(n, CALIBRATED_SINGLE_ROWS)
     head = _slice(inputs, 0, rows)
     head_whole = _slice_tree(whole, 0, rows)
     per_row = _concat([_run(model, _slice(head, i, i + 1)) for i in range(rows)], where=f"outputs of {_name(model)}")
@@ -643,7 +643,7 @@ def _align_structures(act: Any, exp: Any, *, from_models: bool) -> tuple[Any, An
 
 def _run(model: Any, batch: Any) -> Any:
     _check_fixed_batch(model, batch)
-    return _to_numpy(model(fit_inputs(model, batch)))
+    return _to_numpy(model(diagnose.fit_inputs(model, batch)))
 
 
 def _check_fixed_batch(model: Any, batch: Any) -> None:

@@ -37,6 +37,7 @@ from typing import Any, Union
 import numpy as np
 
 from . import tree
+from .formatting import json_number, json_value
 from .tolerances import Tolerance, default_tolerance
 
 __all__ = ["compare", "elementwise_close", "Blocking", "ComparisonReport", "OutputComparison",
@@ -139,32 +140,32 @@ class OutputComparison:
             "problem": self.problem,
             "notes": list(self.notes),
             "tolerance": None if tol is None else {
-                "rule": tol.rule, "rtol": _jf(tol.rtol), "atol": _jf(tol.atol),
-                "scale": _jf(tol.scale), "min_top1": _jf(tol.min_top1),
-                "max_mismatch_fraction": _jf(tol.max_mismatch_fraction),
+                "rule": tol.rule, "rtol": json_number(tol.rtol), "atol": json_number(tol.atol),
+                "scale": json_number(tol.scale), "min_top1": json_number(tol.min_top1),
+                "max_mismatch_fraction": json_number(tol.max_mismatch_fraction),
                 "source": tol.source, "text": tol.describe(),
             },
             "size": self.size,
             "mismatched": self.mismatched,
             "mismatched_fraction": self.mismatched_fraction,
-            "max_abs": _jf(self.max_abs), "max_abs_index": _listify(self.max_abs_index),
-            "max_rel": _jf(self.max_rel), "max_rel_index": _listify(self.max_rel_index),
-            "max_abs_allowed": _jf(self.max_abs_allowed),
-            "max_rel_allowed": _jf(self.max_rel_allowed),
-            "mean_abs": _jf(self.mean_abs),
-            "max_ulp": _jf(self.max_ulp),
-            "min_atol": _jf(self.min_atol),
-            "min_rtol": _jf(self.min_rtol),
-            "scale": _jf(self.scale),
-            "worst": [{"index": list(i), "actual": _jf(a), "expected": _jf(e)}
+            "max_abs": json_number(self.max_abs), "max_abs_index": _listify(self.max_abs_index),
+            "max_rel": json_number(self.max_rel), "max_rel_index": _listify(self.max_rel_index),
+            "max_abs_allowed": json_number(self.max_abs_allowed),
+            "max_rel_allowed": json_number(self.max_rel_allowed),
+            "mean_abs": json_number(self.mean_abs),
+            "max_ulp": json_number(self.max_ulp),
+            "min_atol": json_number(self.min_atol),
+            "min_rtol": json_number(self.min_rtol),
+            "scale": json_number(self.scale),
+            "worst": [{"index": list(i), "actual": json_number(a), "expected": json_number(e)}
                       for i, a, e in self.worst],
-            "top1_agreement": _jf(self.top1_agreement),
+            "top1_agreement": json_number(self.top1_agreement),
             "top1_rows": self.top1_rows,
             "top1_near_ties": self.top1_near_ties,
             "vacuous": self.vacuous,
             "error_histogram": None if self.error_histogram is None else {
                 "counts": list(self.error_histogram[0]),
-                "log10_edges": [_jf(x) for x in self.error_histogram[1]],
+                "log10_edges": [json_number(x) for x in self.error_histogram[1]],
             },
         }
 
@@ -192,22 +193,13 @@ class ComparisonReport:
             "passed": self.passed,
             "outputs": [o.to_dict() for o in self.outputs],
             "hints": [_hint_dict(h) for h in self.hints],
-            "meta": _jsonable(self.meta),
+            "meta": json_value(self.meta),
         }
 
     def __str__(self) -> str:
         from .report import format_report
 
         return format_report(self)
-
-
-def _jf(x: Any) -> Any:
-    if x is None:
-        return None
-    x = float(x)
-    if math.isfinite(x):
-        return x
-    return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
 
 
 def _listify(t: tuple | None) -> list | None:
@@ -217,22 +209,6 @@ def _listify(t: tuple | None) -> list | None:
 def _hint_dict(h: Any) -> dict:
     keys = ("cause", "message", "evidence")
     return {k: str(getattr(h, k)) for k in keys if hasattr(h, k)} or {"message": str(h)}
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, (bool, str)) or value is None:
-        return value
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        return _jf(value)
-    if isinstance(value, np.ndarray):
-        return _jsonable(value.tolist())
-    return str(value)
 
 
 # --------------------------------------------------------------------------- structure
@@ -1134,12 +1110,7 @@ class _StatsAcc:
             # mismatches, as verdict() counts them: d > rtol|e| + const
             p = np.multiply(ae, self.rtol)
             self.mismatched += int(np.count_nonzero(np.greater(d, np.add(p, self.const))))
-            np.divide(d, ae, out=t)
-            self._take_rel(t, idx)
-            np.subtract(d, self.const, out=t)
-            np.divide(t, ae, out=t)
-            self._take_rtol(t)
-            self._take_ulp(d, ae, t)
+            self._take_ratios(d, ae, t, idx)
             np.subtract(d, p, out=t)
         self._take_excess(t, idx)
 
@@ -1153,13 +1124,7 @@ class _StatsAcc:
         if fin is not None:
             ae[~fin] = 1.0                   # keep non-finite pairs out of rel/ulp/rtol
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            # relative difference; 0/0 (exact zero both sides) is NaN and skipped
-            np.divide(d, ae, out=t)
-            self._take_rel(t, start)
-            np.subtract(d, self.const, out=t)
-            np.divide(t, ae, out=t)
-            self._take_rtol(t)
-            self._take_ulp(d, ae, t)
+            self._take_ratios(d, ae, t, start)
             np.multiply(ae, self.rtol, out=t)
             if not counted:                  # count as verdict() does: d > rtol|e| + const
                 uu = self.u[:m]
@@ -1171,6 +1136,17 @@ class _StatsAcc:
         self._take_excess(t, start)
 
     # ---------------------------------------------------------------- reductions
+    def _take_ratios(self, d: np.ndarray, ae: np.ndarray, t: np.ndarray,
+                     where: int | np.ndarray) -> None:
+        """The statistics that divide by |e| (``t`` is scratch; call under np.errstate)."""
+        # relative difference; 0/0 (exact zero both sides) is NaN and skipped
+        np.divide(d, ae, out=t)
+        self._take_rel(t, where)
+        np.subtract(d, self.const, out=t)
+        np.divide(t, ae, out=t)
+        self._take_rtol(t)
+        self._take_ulp(d, ae, t)
+
     def _take_rel(self, t: np.ndarray, where: int | np.ndarray) -> None:
         if not t.size:
             return

@@ -63,7 +63,7 @@ def tf_device_name(device: str | DeviceSpec) -> str:
 
 
 def _tf_devices(kind: str) -> list[Any]:
-    from .formats._tf import import_tf
+    from .formats import import_tf
 
     tf = import_tf()
     # Physical devices for GPUs (what the hardware has); logical ones for CPUs, because a CPU
@@ -100,7 +100,7 @@ def require_tf_device(device: str | DeviceSpec, *, format: str | None = None) ->
 @contextlib.contextmanager
 def tf_device_scope(device: str | DeviceSpec) -> Iterator[DeviceSpec]:
     """``with tf.device(...)`` for a checked device; raises ``DeviceUnavailable`` first."""
-    from .formats._tf import import_tf
+    from .formats import import_tf
 
     spec = require_tf_device(device)
     with import_tf().device(spec.tf_name):
@@ -135,13 +135,14 @@ def onnx_providers(device: str | DeviceSpec, available: list[str] | None = None,
     return [("CUDAExecutionProvider", options), "CPUExecutionProvider"]
 
 
-def require_cpu_only(device: str | DeviceSpec, format: str) -> DeviceSpec:
-    """For runtimes that only run on the CPU here (TFLite): accept cpu, refuse gpu clearly."""
+def require_cpu_only(device: str | DeviceSpec, format: str, why: str, fix: str) -> DeviceSpec:
+    """For runtimes that only run on the CPU here (``CPU_ONLY_FORMATS``): accept cpu, refuse
+    any other device with the runtime's reason (``why``) and what to do instead (``fix``)."""
     spec = parse_device(device)
     if spec.kind != "cpu" or spec.ordinal != 0:
         raise DeviceUnavailable(
-            f"format {format!r} runs on the CPU only in pytest-modelparity (device {str(spec)!r} "
-            "was asked); use device='cpu' for it.")
+            f"format {format!r} runs on the CPU only in pytest-modelparity: {why}, so "
+            f"device={str(spec)!r} cannot be honoured. {fix}")
     return spec
 
 
@@ -207,7 +208,7 @@ def set_tf32(enabled: bool) -> bool:
     previous = _TF32["enabled"]
     _TF32["enabled"] = bool(enabled)
     try:
-        from .formats._tf import import_tf
+        from .formats import import_tf
 
         tf = import_tf()
     except RuntimeMissing:

@@ -32,8 +32,8 @@ BATCH_SEED = 0
 # A tflite:int8 candidate calibrates on rows drawn like parity_batch (another seed), so its
 # quantisation ranges fit the inputs the tests feed it (the exporter's own default, uniform
 # [0, 1), would clip every negative input).
-CALIBRATION_ROWS = 100
-CALIBRATION_SEED = 1
+INT8_CALIBRATION_ROWS = 100
+INT8_CALIBRATION_SEED = 1
 
 # File names used when exporting without the shared cache (and the suffix each format wants).
 _EXPORT_NAMES = {"keras": "model.keras", "h5": "model.h5", "saved_model": "saved_model",
@@ -397,7 +397,7 @@ def _variant_options(model: Any, variant: str | None, elements: Any = None) -> d
         from .strategies import seeded_batch
 
         # By input name: the converter's input order is not the model's (tflite._representative).
-        options["representative_data"] = [dict(seeded_batch(model, batch_size=CALIBRATION_ROWS, seed=CALIBRATION_SEED,
+        options["representative_data"] = [dict(seeded_batch(model, batch_size=INT8_CALIBRATION_ROWS, seed=INT8_CALIBRATION_SEED,
                                                             elements=elements))]
     return options
 

@@ -12,7 +12,8 @@ import math
 from pathlib import Path
 from typing import Any, Sequence
 
-from .summary import device_label, format_number, write_text_atomic
+from .formatting import table_number
+from .summary import device_label, write_text_atomic
 
 _CSS = """
 body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px;color:#1b1f24;background:#fff}
@@ -98,9 +99,9 @@ def _row_html(row: dict) -> str:
         f"<td>{_e(row.get('check'))}</td>",
         f"<td><code>{_e(row.get('output') or '-')}</code>{problem}{notes}{calibration}</td>",
         f'<td class="{_VERDICT_CLASS.get(verdict, "pass")}"><b>{_e(verdict.upper())}</b>{because}</td>',
-        f'<td class="num">{format_number(row.get("max_abs"))}</td>',
-        f'<td class="num">{format_number(row.get("max_rel"))}</td>',
-        f'<td class="num">{format_number(row.get("max_ulp"), ".4g")}</td>',
+        f'<td class="num">{table_number(row.get("max_abs"))}</td>',
+        f'<td class="num">{table_number(row.get("max_rel"))}</td>',
+        f'<td class="num">{table_number(row.get("max_ulp"), ".4g")}</td>',
         f'<td class="small tol">{_e(row.get("tolerance") or "-")}</td>',
         f'<td class="hist">{histogram_svg(row.get("error_histogram"), failed=failed)}</td>',
     ]

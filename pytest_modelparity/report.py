@@ -13,29 +13,15 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .formatting import short_float
+
 __all__ = ["format_report", "format_output_block", "format_output_line"]
-
-
-def _g(x: float | None, digits: int = 4) -> str:
-    """Short float text: 0.01, 3.4e-04, inf, nan."""
-    if x is None:
-        return "n/a"
-    x = float(x)
-    if math.isnan(x):
-        return "nan"
-    if math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    if x == 0:
-        return "0"
-    if 1e-3 <= abs(x) < 1e5:
-        return f"{x:.{digits}g}"
-    return f"{x:.{max(digits - 2, 1)}e}"
 
 
 def _v(x: Any) -> str:
     """An element's value with enough digits to tell two float32 values apart."""
     if isinstance(x, float):
-        return _g(x) if x == 0 or not math.isfinite(x) else f"{x:.9g}"
+        return short_float(x) if x == 0 or not math.isfinite(x) else f"{x:.9g}"
     return str(x)
 
 
@@ -71,7 +57,7 @@ def format_output_line(oc: Any) -> str:
         if oc.expected_shape is not None:
             parts.append(f"{_shape(oc.expected_shape)} {oc.expected_dtype}")
         if oc.max_abs is not None:
-            parts.append(f"max abs diff {_g(oc.max_abs)}")
+            parts.append(f"max abs diff {short_float(oc.max_abs)}")
         if oc.mismatched:
             parts.append(f"{oc.mismatched} / {oc.size} out (allowed)")
         if oc.top1_agreement is not None:
@@ -85,7 +71,7 @@ def format_output_line(oc: Any) -> str:
     text = (f"  {_name(oc.path)}: FAILED, {oc.mismatched} / {oc.size} mismatched "
             f"({_pct(oc.mismatched, oc.size)})")
     if oc.max_abs is not None:
-        text += f", max abs diff {_g(oc.max_abs)} at {_idx(oc.max_abs_index)}"
+        text += f", max abs diff {short_float(oc.max_abs)} at {_idx(oc.max_abs_index)}"
     return text
 
 
@@ -113,20 +99,20 @@ def format_output_block(oc: Any, *, worst: int = 3) -> list[str]:
     lines = [f"{head}  shape {_shape(oc.expected_shape)}, {dt}"]
     lines.append(f"  Mismatched elements: {oc.mismatched} / {oc.size} ({_pct(oc.mismatched, oc.size)})")
     if oc.max_abs is not None:
-        allowed = f" (allowed {_g(oc.max_abs_allowed)})" if oc.max_abs_allowed is not None else ""
-        lines.append(f"  Greatest absolute difference: {_g(oc.max_abs)} at index "
+        allowed = f" (allowed {short_float(oc.max_abs_allowed)})" if oc.max_abs_allowed is not None else ""
+        lines.append(f"  Greatest absolute difference: {short_float(oc.max_abs)} at index "
                      f"{_idx(oc.max_abs_index)}{allowed}")
     if oc.max_rel is not None:
         allowed = _rel_allowed(oc.max_rel_allowed)
-        lines.append(f"  Greatest relative difference: {_g(oc.max_rel)} at index "
+        lines.append(f"  Greatest relative difference: {short_float(oc.max_rel)} at index "
                      f"{_idx(oc.max_rel_index)}{allowed}")
     extra = []
     if oc.max_ulp is not None:
-        extra.append(f"greatest ULP distance {_g(oc.max_ulp, 6)}")
+        extra.append(f"greatest ULP distance {short_float(oc.max_ulp, 6)}")
     if oc.mean_abs is not None:
-        extra.append(f"mean absolute difference {_g(oc.mean_abs)}")
+        extra.append(f"mean absolute difference {short_float(oc.mean_abs)}")
     if oc.scale is not None and oc.tolerance is not None and oc.tolerance.scale:
-        extra.append(f"max |expected| {_g(oc.scale)}")
+        extra.append(f"max |expected| {short_float(oc.scale)}")
     if extra:
         lines.append("  " + extra[0][0].upper() + "; ".join(extra)[1:])
     tol = oc.tolerance
@@ -139,9 +125,9 @@ def format_output_block(oc: Any, *, worst: int = 3) -> list[str]:
         else:
             opts = []
             if oc.min_atol is not None and math.isfinite(oc.min_atol):
-                opts.append(f"atol={_g(oc.min_atol)} (with rtol={_g(tol.rtol)})")
+                opts.append(f"atol={short_float(oc.min_atol)} (with rtol={short_float(tol.rtol)})")
             if oc.min_rtol is not None and math.isfinite(oc.min_rtol):
-                opts.append(f"rtol={_g(oc.min_rtol)} (with atol={_g(tol.atol)})")
+                opts.append(f"rtol={short_float(oc.min_rtol)} (with atol={short_float(tol.atol)})")
             if opts:
                 lines.append("  Smallest passing tolerance: " + " or ".join(opts))
     if oc.top1_agreement is not None:
@@ -164,7 +150,7 @@ def _rel_allowed(value: float | None) -> str:
         return ""
     if not math.isfinite(value) or value > MAX_SHOWN_REL_ALLOWED:
         return " (expected is ~0 there: only the absolute bound applies)"
-    return f" (allowed {_g(value)})"
+    return f" (allowed {short_float(value)})"
 
 
 def _hint_lines(hints: list) -> list[str]:
@@ -235,5 +221,5 @@ def format_report(report: Any, *, max_lines: int = 40) -> str:
             worst = max((o.max_abs for o in passed if o.max_abs is not None), default=None)
             names = ", ".join(_name(o.path) for o in passed[:6]) + (", ..." if len(passed) > 6 else "")
             body.append(f"Passed: {len(passed)} outputs ({names})"
-                        + (f", greatest abs diff {_g(worst)}" if worst is not None else ""))
+                        + (f", greatest abs diff {short_float(worst)}" if worst is not None else ""))
     return "\n".join([header, *body, *hints])

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import json
-import math
 import os
 import platform
 import shutil
@@ -20,6 +19,8 @@ import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable, Sequence
+
+from .formatting import json_value, table_number
 
 SCHEMA_VERSION = 2  # 2: summary counts tests and rows apart; verdict "expected"; test reasons
 # Distributions whose versions explain a parity result (first installed name wins).
@@ -38,58 +39,10 @@ _PACKAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
-def _num(value: Any) -> float | str | None:
-    """A JSON-safe number: floats stay floats, inf/nan become the strings "inf"/"-inf"/"nan"."""
-    if value is None:
-        return None
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        return None
-    if math.isnan(f):
-        return "nan"
-    if math.isinf(f):
-        return "inf" if f > 0 else "-inf"
-    return f
-
-
-def _plain(value: Any) -> Any:
-    """Recursively convert numpy scalars/arrays and tuples into JSON values."""
-    if value is None or isinstance(value, (bool, str)):
-        return value
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float):
-        return _num(value)
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if hasattr(value, "tolist"):
-        return _plain(value.tolist())
-    if hasattr(value, "__float__"):
-        return _num(value)
-    return str(value)
-
-
-def _tolerance_fields(tol: Any) -> dict:
-    if tol is None:
-        return {"tolerance": None, "tolerance_source": None, "tolerance_rule": None,
-                "rtol": None, "atol": None, "scale": None}
-    describe = getattr(tol, "describe", None)
-    return {
-        "tolerance": describe() if callable(describe) else str(tol),
-        "tolerance_source": getattr(tol, "source", None),
-        "tolerance_rule": getattr(tol, "rule", None),
-        "rtol": _num(getattr(tol, "rtol", None)),
-        "atol": _num(getattr(tol, "atol", None)),
-        "scale": _num(getattr(tol, "scale", None)),
-    }
-
-
 def rows_from_report(report: Any, *, nodeid: str, format: str | None, device: str | None,
                      kind: str, seq: int, diagnose: bool = True) -> list[dict]:
-    """One row per output of a ``ComparisonReport`` (``seq`` orders comparisons in a test).
+    """One row per output of a ``ComparisonReport`` (``seq`` orders comparisons in a test),
+    built on each output's own JSON form (``OutputComparison.to_dict``).
 
     ``diagnose=False`` leaves out hints not computed yet (a failing Hypothesis example that
     is not the one reported) instead of running the diagnosis for a row nobody reads first.
@@ -109,8 +62,8 @@ def rows_from_report(report: Any, *, nodeid: str, format: str | None, device: st
     calib = meta.get("calibration")
     calibration: dict = calib if isinstance(calib, dict) else {}
     for out in getattr(report, "outputs", []) or []:
-        g = lambda name: getattr(out, name, None)  # noqa: E731 - tolerant of older report versions
-        hist = g("error_histogram")
+        d = out.to_dict()
+        tol = d["tolerance"] or {}
         row = {
             "nodeid": nodeid,
             "format": format,
@@ -121,29 +74,28 @@ def rows_from_report(report: Any, *, nodeid: str, format: str | None, device: st
             "check": kind,
             "title": title,
             "seq": seq,
-            "output": g("path") or "",
-            "verdict": "pass" if g("passed") else "fail",
-            "max_abs": _num(g("max_abs")),
-            "max_abs_index": _plain(g("max_abs_index")),
-            "output_scale": _num(g("scale")),
-            "max_rel": _num(g("max_rel")),
-            "max_ulp": _num(g("max_ulp")),
-            "mean_abs": _num(g("mean_abs")),
-            "min_atol": _num(g("min_atol")),
-            "min_rtol": _num(g("min_rtol")),
-            "size": _plain(g("size")),
-            "mismatched": _plain(g("mismatched")),
-            "shape": _plain(g("expected_shape")),
-            "dtype": g("expected_dtype"),
-            "problem": g("problem"),
-            "notes": _plain(list(g("notes") or [])),
+            "output": d["path"] or "",
+            "verdict": "pass" if d["passed"] else "fail",
+            "max_abs": d["max_abs"],
+            "max_abs_index": d["max_abs_index"],
+            "output_scale": d["scale"],
+            **{k: d[k] for k in ("max_rel", "max_ulp", "mean_abs", "min_atol", "min_rtol", "size", "mismatched")},
+            "shape": d["expected_shape"],
+            "dtype": d["expected_dtype"],
+            "problem": d["problem"],
+            "notes": d["notes"],
             "hints": hints,
             "hint_evidence": evidence,
             "reported": diagnose,
             "calibration": calibration.get("summary") if isinstance(calibration.get("summary"), str) else None,
-            "error_histogram": None if not hist else {"counts": _plain(hist[0]), "log10_edges": _plain(hist[1])},
+            "error_histogram": d["error_histogram"],
+            "tolerance": tol.get("text"),
+            "tolerance_source": tol.get("source"),
+            "tolerance_rule": tol.get("rule"),
+            "rtol": tol.get("rtol"),
+            "atol": tol.get("atol"),
+            "scale": tol.get("scale"),
         }
-        row.update(_tolerance_fields(g("tolerance")))
         rows.append(row)
     return rows
 
@@ -173,21 +125,12 @@ def merge_rows(rows: Sequence[dict]) -> list[dict]:
 
 # -- terminal table ---------------------------------------------------------------------
 
-def format_number(value: Any, spec: str = ".3g") -> str:
-    """A number for the table (3 significant digits), "-" when not measured."""
-    if value is None:
-        return "-"
-    if isinstance(value, str):
-        return value
-    return format(value, spec)
-
-
 def _short_tolerance(row: dict) -> str:
     if row.get("rtol") is None:
         return row.get("tolerance") or "-"
-    text = f"rtol={format_number(row['rtol'])} atol={format_number(row['atol'])}"
+    text = f"rtol={table_number(row['rtol'])} atol={table_number(row['atol'])}"
     if row.get("scale"):
-        text += f" scale={format_number(row['scale'])}"
+        text += f" scale={table_number(row['scale'])}"
     return f"{text} ({row.get('tolerance_source') or '?'})"
 
 
@@ -205,8 +148,8 @@ def format_table(rows: Sequence[dict]) -> list[str]:
     for r in rows:
         test = r["nodeid"].rsplit("::", 1)[-1]
         body.append((test, r.get("format") or "-", device_label(r), r.get("check") or "-",
-                     r.get("output") or "-", r["verdict"].upper(), format_number(r.get("max_abs")),
-                     format_number(r.get("max_rel")), format_number(r.get("max_ulp"), ".4g"), _short_tolerance(r)))
+                     r.get("output") or "-", r["verdict"].upper(), table_number(r.get("max_abs")),
+                     table_number(r.get("max_rel")), table_number(r.get("max_ulp"), ".4g"), _short_tolerance(r)))
     widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(header)]
     widths[0] = min(widths[0], 64)
     lines = []
@@ -287,12 +230,12 @@ def build_document(*, rows: Sequence[dict], tests: dict[str, dict], artifacts: S
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join(sys.argv),
         "environment": environment(),
-        "options": _plain(options),
+        "options": json_value(options),
         "workers": workers,
         "summary": summary,
         "tests": [dict(nodeid=k, **v) for k, v in sorted(tests.items())],
-        "artifacts": _plain(list(artifacts)),
-        "rows": _plain(rows),
+        "artifacts": json_value(list(artifacts)),
+        "rows": json_value(rows),
     }
 
 

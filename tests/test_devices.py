@@ -67,9 +67,12 @@ def test_onnx_providers_real_onnxruntime():
 
 
 def test_require_cpu_only():
-    assert require_cpu_only("cpu", "tflite") == DeviceSpec("cpu")
-    with pytest.raises(DeviceUnavailable, match="'tflite' runs on the CPU only"):
-        require_cpu_only("gpu", "tflite")
+    assert require_cpu_only("cpu", "tflite", "no GPU delegate", "Use cpu.") == DeviceSpec("cpu")
+    with pytest.raises(DeviceUnavailable, match=r"'tflite' runs on the CPU only.*: no GPU delegate, so "
+                                                r"device='gpu' cannot be honoured\. Use cpu\."):
+        require_cpu_only("gpu", "tflite", "no GPU delegate", "Use cpu.")
+    with pytest.raises(DeviceUnavailable, match="device='cpu:1'"):
+        require_cpu_only("cpu:1", "tfjs", "Node.js", "Use cpu.")
 
 
 # -- TensorFlow ------------------------------------------------------------------------

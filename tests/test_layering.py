@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import importlib
 import pkgutil
 from pathlib import Path
 
@@ -66,3 +67,121 @@ def test_no_import_cycle_among_the_matrix_plugin_and_zero_code() -> None:
     for name in ("plugin", "zero_code", "matrix", "fixtures"):
         module = f"pytest_modelparity.{name}"
         assert not reaches(module, module), f"{module} imports itself through a cycle"
+
+
+# -- the whole package (issue 14) -------------------------------------------------------
+
+def _modules() -> dict[str, tuple[Path, bool]]:
+    """Every module of the package: name -> (file, is a package)."""
+    found = {"pytest_modelparity": (PACKAGE / "__init__.py", True)}
+    for info in pkgutil.walk_packages([str(PACKAGE)], prefix="pytest_modelparity."):
+        path = PACKAGE.joinpath(*info.name.split(".")[1:])
+        file = path / "__init__.py" if info.ispkg else path.with_suffix(".py")
+        if file.exists():
+            found[info.name] = (file, info.ispkg)
+    return found
+
+
+def _imports(name: str, file: Path, is_pkg: bool, *, top_level_only: bool) -> list[tuple[str, list[str], int]]:
+    """(imported module, names taken from it, line) of every ``import``/``from`` of the package
+    in ``file``; ``top_level_only``: only those run when the module is imported (not inside
+    functions, nor under ``if TYPE_CHECKING``)."""
+    package = name if is_pkg else name.rpartition(".")[0]
+    tree = ast.parse(file.read_text())
+    if top_level_only:
+        nodes: list[ast.AST] = []
+        todo: list[ast.AST] = list(tree.body)
+        while todo:
+            node = todo.pop()
+            nodes.append(node)
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                todo.extend(node.orelse)
+            elif isinstance(node, (ast.If, ast.Try, ast.With)):
+                todo.extend(ast.iter_child_nodes(node))
+    else:
+        nodes = list(ast.walk(tree))
+    found = []
+    for node in nodes:
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                root = ".".join(parts[: len(parts) - node.level + 1])
+                target = f"{root}.{node.module}" if node.module else root
+            else:
+                target = node.module or ""
+            if target.split(".")[0] == "pytest_modelparity":
+                found.append((target, [a.name for a in node.names], node.lineno))
+        elif isinstance(node, ast.Import):
+            found.extend((a.name, [], node.lineno) for a in node.names
+                         if a.name.split(".")[0] == "pytest_modelparity")
+    return found
+
+
+def test_every_module_imports_and_none_is_part_of_an_import_cycle() -> None:
+    """Import every module, then walk the imports each runs at import time (lazy ones inside
+    functions are how a module defers a heavy or upward import, and run later): they must
+    form no cycle. A parent package is always initialised before its modules, so an import
+    of a module's own parent package is no edge."""
+    modules = _modules()
+    for name in modules:
+        importlib.import_module(name)
+    graph: dict[str, set[str]] = {}
+    for name, (file, is_pkg) in modules.items():
+        edges: set[str] = set()
+        for target, names, _ in _imports(name, file, is_pkg, top_level_only=True):
+            edges.update(t for t in (target, *(f"{target}.{n}" for n in names)) if t in modules)
+        graph[name] = {t for t in edges if t != name and not name.startswith(t + ".")}
+
+    assert _find_cycle(graph) is None, "import cycle: " + " -> ".join(_find_cycle(graph) or [])
+
+
+def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph`` as a path that ends where it starts, or None."""
+    done: set[str] = set()
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        for nxt in sorted(graph.get(node, ())):
+            if nxt in path:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in done:
+                found = visit(nxt, path + [nxt])
+                if found:
+                    return found
+        done.add(node)
+        return None
+
+    for name in sorted(graph):
+        if name not in done:
+            found = visit(name, [name])
+            if found:
+                return found
+    return None
+
+
+def test_the_cycle_finder_finds_cycles() -> None:
+    assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+def _owner(module: str) -> str | None:
+    """The package whose private module ``module`` is (``formats`` for ``formats._tf``), or None."""
+    parts = module.split(".")
+    for i, part in enumerate(parts):
+        if part.startswith("_") and not part.startswith("__"):
+            return ".".join(parts[:i])
+    return None
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    """``from .x import _y`` is a private helper reached from outside its module, and
+    ``formats._tf`` imported from outside ``formats`` a private module reached from outside
+    its package: both make the helper impossible to change in one place."""
+    bad = []
+    for name, (file, is_pkg) in _modules().items():
+        for target, names, line in _imports(name, file, is_pkg, top_level_only=False):
+            bad += [f"{file.name}:{line} imports {n} from {target}" for n in names
+                    if n.startswith("_") and not n.startswith("__")]
+            owner = _owner(target)
+            if owner is not None and name != owner and not name.startswith(owner + "."):
+                bad.append(f"{file.name}:{line} imports the private module {target} from outside {owner}")
+    assert not bad, "\n".join(bad)

@@ -27,7 +27,8 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from .. import tree
-from ._util import batch_size, fits, measuring, flatten, is_keras_model, max_abs_diff, native_of, pick, rows, run_model
+from ._util import (batch_size, fit_inputs, fits, measuring, flatten, is_keras_model, max_abs_diff, native_of, pick,
+                    rows, run_model)
 from .calibration import outside_calibration
 from .localize import DIVERGE_REL, LayerDiff, first_divergence, format_rows, localize_divergence
 from .noise import accumulation_noise, noise_hint, reduction_length
@@ -36,7 +37,7 @@ from .transforms import input_transform, output_transform
 from .weights import weight_hint_parts, weights_of
 
 __all__ = ["Hint", "LayerDiff", "RandomOp", "diagnose_batch_variance", "diagnose_comparison",
-           "diagnose_nondeterminism", "find_random_ops", "format_rows", "localize_divergence"]
+           "diagnose_nondeterminism", "find_random_ops", "fit_inputs", "format_rows", "localize_divergence"]
 
 
 @dataclass(frozen=True)

@@ -177,7 +177,7 @@ def _graph_intermediates(graph: Any, sess: Any, feeds: dict[str, np.ndarray], ou
     feed_dict = {_tensor(graph, name): arr for name, arr in feeds.items()}
     needed: set[str] | None = None
     if outputs:
-        from ..formats._tf import ancestor_ops
+        from ..formats import ancestor_ops
 
         needed = ancestor_ops([_tensor(graph, o).op for o in outputs])
     fetch = []

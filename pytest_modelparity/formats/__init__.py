@@ -3,7 +3,6 @@
 Each format lives in its own module ``formats/<name>.py`` exposing:
 
     NAME: str                         # the format name, e.g. "tflite"
-    LOAD_REQUIRES: tuple[(module, install hint), ...]    # runtimes needed to load
     EXPORT_REQUIRES: tuple[(module, install hint), ...]  # extra runtimes needed to export
     def detect(path: Path) -> bool    # cheap look at the path, no heavy imports
     def load(source, *, device: str, **options) -> LoadedModel
@@ -12,7 +11,9 @@ Each format lives in its own module ``formats/<name>.py`` exposing:
                                       # export_model calls it after export() unless EXPORT_VALIDATES
                                       # says export() already did (tflite, onnx validate inside)
 
-Modules are imported only when used, so importing this package never imports TensorFlow.
+The runtimes needed to load each format are listed here (``_LOAD_RUNTIMES``), not in the
+format modules, so checking them never imports a format. Modules are imported only when
+used, so importing this package never imports TensorFlow.
 """
 
 from __future__ import annotations
@@ -28,11 +29,14 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import ExportError, ModelLoadError, RuntimeMissing
-from ._common import TF_INSTALL, export_route, is_keras_model
+from ..tfjs_runner import NODE_HINT
+from ._common import ONNX_INSTALL, TF_INSTALL, TFLITE_INSTALL, export_route, is_keras_model
+from ._tf import ancestor_ops, import_tf
 from .base import LoadedModel, TensorSpec
 
-__all__ = ["ALL_FORMATS", "FORMATS", "LoadedModel", "TensorSpec", "available_formats", "detect_format",
-           "export_model", "export_path", "export_route", "format_module", "is_keras_model", "load_model", "missing_runtime"]
+__all__ = ["ALL_FORMATS", "FORMATS", "LoadedModel", "TensorSpec", "ancestor_ops", "available_formats",
+           "detect_format", "export_model", "export_path", "export_route", "format_module", "import_tf",
+           "is_keras_model", "load_model", "missing_runtime"]
 
 # Order matters for detection: the first whose detect() accepts a path wins.
 ALL_FORMATS: tuple[str, ...] = ("keras", "h5", "saved_model", "checkpoint", "graphdef", "tflite", "tfjs", "onnx")
@@ -43,9 +47,9 @@ _LOAD_RUNTIMES: dict[str, tuple[tuple[str, str], ...]] = {
     "saved_model": (("tensorflow", TF_INSTALL),),
     "checkpoint": (("tensorflow", TF_INSTALL),),
     "graphdef": (("tensorflow", TF_INSTALL),),
-    "tflite": (("ai_edge_litert", "pip install 'pytest-modelparity[tflite]'"),),
-    "tfjs": (("node:", "Node.js >= 18 on PATH (e.g. apt-get install nodejs npm)"),),
-    "onnx": (("onnxruntime", "pip install 'pytest-modelparity[onnx]'"),),
+    "tflite": (("ai_edge_litert", TFLITE_INSTALL),),
+    "tfjs": (("node:", NODE_HINT),),
+    "onnx": (("onnxruntime", ONNX_INSTALL),),
 }
 
 

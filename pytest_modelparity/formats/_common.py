@@ -22,6 +22,8 @@ import numpy as np
 from ..errors import ModelLoadError
 
 TF_INSTALL = "pip install 'pytest-modelparity[tensorflow]' (or any TensorFlow >= 2.16 build)"
+TFLITE_INSTALL = "pip install 'pytest-modelparity[tflite]'"
+ONNX_INSTALL = "pip install 'pytest-modelparity[onnx]'"
 
 
 @contextlib.contextmanager
@@ -255,6 +257,15 @@ class ConverterLog:
 
 _ROUTES: dict[str, str] = {}
 _route_log = logging.getLogger("pytest_modelparity.export")
+
+
+def finish_export(path: Path, content: bytes, format: str, route: str, log: ConverterLog,
+                  validate: Callable[..., None]) -> None:
+    """The end of a converting export: ``validate(content, path, log=, route=)`` raises
+    before anything is written, then the file is written atomically and its route kept."""
+    validate(content, path, log=log, route=route)
+    write_atomically(path, content)
+    record_route(path, format, route)
 
 
 def record_route(path: Path, format: str, route: str) -> None:

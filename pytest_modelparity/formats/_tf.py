@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from ..errors import ModelLoadError, RuntimeMissing
-from ._common import TF_INSTALL, first_line, name_outputs, pack_inputs, unique
+from ._common import TF_INSTALL, ConverterLog, first_line, name_outputs, pack_inputs, unique
 from .base import LoadedModel, TensorSpec
 
 _TF: Any = None
@@ -80,15 +80,6 @@ def require_path(path: Path, format: str, *, kind: str = "file") -> Path:
         raise ModelLoadError(path, format, "is a file, expected a directory",
                              "pass the directory that holds saved_model.pb")
     return path
-
-
-def wrap_load(path: Path, format: str, what: str, fix: str | None = None) -> Callable[[BaseException], ModelLoadError]:
-    """Build the ModelLoadError for an exception raised while loading ``path``."""
-    def make(exc: BaseException) -> ModelLoadError:
-        err = ModelLoadError(path, format, f"{what} ({first_line(exc)})", fix)
-        err.__cause__ = exc
-        return err
-    return make
 
 
 # -- TF1 graphs: automatic inputs and outputs -------------------------------------------
@@ -323,6 +314,16 @@ class Serving:
     specs: list[Any]         # tf.TensorSpec per input, in the model's input order
     output_names: list[str]  # in the model's output order
     holder: Any              # an object tracking the variables, for the TFLite converter
+
+
+def begin_export(model: Any, path: str | Path, format: str, filename: str) -> tuple[Path, Serving, ConverterLog]:
+    """What a converting export (tflite, onnx) starts from: the file to write (``filename``
+    inside ``path`` when that is a directory), the model's serving function, and a log that
+    will hold the converter's output."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / filename
+    return path, serving_function(model, format), ConverterLog(format)
 
 
 def serving_function(model: Any, format: str = "tflite") -> Serving:

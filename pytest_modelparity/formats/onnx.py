@@ -17,8 +17,8 @@ import numpy as np
 
 from ..errors import DeviceUnavailable, ExportError, ModelLoadError
 from .base import LoadedModel, TensorSpec
-from ._common import TF_INSTALL, ConverterLog, first_line, read_model_bytes, record_route, write_atomically
-from ._tf import graph_op_types, serving_function
+from ._common import ONNX_INSTALL, TF_INSTALL, ConverterLog, finish_export, first_line, read_model_bytes
+from ._tf import begin_export, graph_op_types
 
 if TYPE_CHECKING:  # imported lazily at run time: onnx is optional
     import onnx
@@ -27,8 +27,6 @@ if TYPE_CHECKING:  # imported lazily at run time: onnx is optional
 NAME = "onnx"
 CONVERTS_SAVED_MODEL = True  # export() also takes a SavedModel directory
 EXPORT_VALIDATES = True  # export() runs validate_content() before writing: no broken file is written
-ONNX_INSTALL = "pip install 'pytest-modelparity[onnx]'"
-LOAD_REQUIRES = (("onnxruntime", ONNX_INSTALL),)
 EXPORT_REQUIRES = (("tensorflow", TF_INSTALL), ("tf2onnx", ONNX_INSTALL))
 DEFAULT_OPSET = 17
 
@@ -225,11 +223,7 @@ def export(model: Any, path: Path, *, opset: int = DEFAULT_OPSET,
     if unknown:
         raise TypeError(f"unknown converter_options key(s) {unknown} for format 'onnx'; known: opset, "
                         f"lower_control_flow, custom_op_handlers, {', '.join(sorted(known - {'opset', 'custom_op_handlers'}))}")
-    path = Path(path)
-    if path.is_dir():
-        path = path / "model.onnx"
-    serving = serving_function(model, NAME)
-    log = ConverterLog(NAME)
+    path, serving, log = begin_export(model, path, NAME, "model.onnx")
     try:
         with log.capture():
             concrete = serving.function.get_concrete_function()
@@ -256,9 +250,7 @@ def export(model: Any, path: Path, *, opset: int = DEFAULT_OPSET,
                                     exc) from exc
             _keep_keras_output_order(proto, serving.output_names)
             content = proto.SerializeToString()
-        validate_content(content, path, log=log, route=route)
-        write_atomically(path, content)
-        record_route(path, NAME, route)
+        finish_export(path, content, NAME, route, log, validate_content)
     finally:
         log.discard()
     return path

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DeviceUnavailable, ExportError, ModelLoadError, RuntimeMissing
+from ..errors import ExportError, ModelLoadError, RuntimeMissing
 from ..scratch import owned_prefix
 from ._common import TF_INSTALL, ConverterLog, quiet, record_route
 from .base import LoadedModel, TensorSpec
@@ -43,8 +43,6 @@ EXPORT_VALIDATES = True  # export() runs validate() before moving the files into
 TFJS_CONVERTER_INSTALL = ("pip install --no-deps tensorflowjs==4.22.0 tensorflow_hub==0.16.1 && "
                           "pip install 'pytest-modelparity[tfjs]'  (plain `pip install tensorflowjs` "
                           "downgrades TensorFlow and protobuf)")
-NODE_HINT = "Node.js >= 18 and npm on PATH (e.g. `apt-get install nodejs npm`, or https://nodejs.org)"
-LOAD_REQUIRES = (("node:", NODE_HINT),)
 EXPORT_REQUIRES = (("tensorflow", TF_INSTALL), ("tensorflowjs", TFJS_CONVERTER_INSTALL))
 
 BACKENDS = ("auto", "cpu", "wasm")
@@ -480,12 +478,11 @@ class TFJSModel(LoadedModel):
 
 
 def _check_device(device: str) -> str:
-    kind = str(device).lower().split(":", 1)[0].strip()
-    if kind == "cpu":
-        return "cpu"
-    raise DeviceUnavailable(
-        f"format 'tfjs' runs in Node.js on the CPU (backend 'cpu' or 'wasm'); device={device!r} cannot be "
-        f"honoured (tfjs-node-gpu is not used). Use device='cpu' and backend='wasm' for the fast path.")
+    from ..devices import require_cpu_only
+
+    require_cpu_only(device, NAME, "it runs in Node.js on the CPU (backend 'cpu' or 'wasm'; tfjs-node-gpu "
+                     "is not used)", "Use device='cpu' and backend='wasm' for the fast path.")
+    return "cpu"
 
 
 def _runner_message(text: str) -> str:

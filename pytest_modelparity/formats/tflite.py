@@ -24,16 +24,14 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from ..errors import DeviceUnavailable, ExportError, ModelLoadError
-from ._common import (TF_INSTALL, ConverterLog, first_line, read_model_bytes, record_route, unique,
-                      write_atomically)
-from ._tf import graph_op_types, serving_function
+from ..errors import ExportError, ModelLoadError
+from ._common import TF_INSTALL, ConverterLog, finish_export, first_line, read_model_bytes, unique
+from ._tf import begin_export, graph_op_types
 from .base import LoadedModel, TensorSpec
 
 NAME = "tflite"
 CONVERTS_SAVED_MODEL = True  # export() also takes a SavedModel directory
 EXPORT_VALIDATES = True  # export() runs validate_content() before writing: no broken file is written
-LOAD_REQUIRES = (("ai_edge_litert", "pip install 'pytest-modelparity[tflite]'"),)
 EXPORT_REQUIRES = (("tensorflow", TF_INSTALL),)
 
 QUANTIZATIONS = ("float32", "float16", "dynamic_range", "int8")
@@ -48,17 +46,13 @@ def detect(path: Path) -> bool:
 
 
 # -- loading ---------------------------------------------------------------------------
-def check_cpu_device(device: str, format: str = NAME) -> str:
+def check_cpu_device(device: str) -> str:
     """TFLite accepts ``cpu``; a GPU request says why not (unknown names: ValueError)."""
-    from ..devices import parse_device
+    from ..devices import require_cpu_only
 
-    spec = parse_device(device)
-    if spec.kind == "cpu" and spec.ordinal == 0:
-        return "cpu"
-    raise DeviceUnavailable(
-        f"format {format!r} runs on CPU only here: the LiteRT Python interpreter has no "
-        f"desktop GPU delegate, so device={str(spec)!r} cannot be honoured. Use device='cpu' for "
-        f"{format}, and compare GPU results through saved_model or onnx.")
+    require_cpu_only(device, NAME, "the LiteRT Python interpreter has no desktop GPU delegate",
+                     f"Use device='cpu' for {NAME}, and compare GPU results through saved_model or onnx.")
+    return "cpu"
 
 
 def _check_magic(path: Path, content: bytes) -> None:
@@ -449,11 +443,7 @@ def export(model: Any, path: Path, *, quantization: str | None = None,
         raise ValueError(f"unknown tflite route {route!r}; use one of {', '.join(ROUTES)}")
     if static_batch is not None and (not isinstance(static_batch, int) or static_batch < 1):
         raise ValueError(f"static_batch must be a positive int, got {static_batch!r}")
-    path = Path(path)
-    if path.is_dir():
-        path = path / "model.tflite"
-    serving = serving_function(model, NAME)
-    log = ConverterLog(NAME)
+    path, serving, log = begin_export(model, path, NAME, "model.tflite")
     try:
         with log.capture():
             concrete = serving.function.get_concrete_function()
@@ -487,9 +477,7 @@ def export(model: Any, path: Path, *, quantization: str | None = None,
                 raise _converter_error(path, failure, log, variant, taken, loops)
             why = f" (the graph has {', '.join(loops)})" if loops and taken == "static_batch" else ""
             route_text = taken + (f" {static_batch or 1}" if taken == "static_batch" else "") + why
-        validate_content(content, path, log=log, route=route_text)
-        write_atomically(path, content)
-        record_route(path, NAME, route_text)
+        finish_export(path, content, NAME, route_text, log, validate_content)
     finally:
         log.discard()
     return path
