@@ -44,10 +44,12 @@ def test_a_cache_dir_created_here_ignores_itself_and_an_existing_one_is_left_alo
     assert not (existing / ".gitignore").exists()
 
 
-def test_a_passing_plugin_run_prints_no_tensorflow_log_lines(pytester: pytest.Pytester) -> None:
+def test_a_passing_plugin_run_prints_no_tensorflow_log_lines(pytester: pytest.Pytester,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """Zero-code mode builds, converts (TFLite, ONNX) and loads in a fresh process; with -rA
     (captured output of passing tests shown) no TF C++/absl line reaches the terminal, and
     the run names the log that holds them."""
+    monkeypatch.delenv("MODELPARITY_CACHE_DIR", raising=False)  # CI sets it: the cache is then elsewhere
     env_level = os.environ.pop("TF_CPP_MIN_LOG_LEVEL", None)
     try:
         result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rA", "--modelparity-model=demo",
