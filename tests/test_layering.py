@@ -27,12 +27,7 @@ def _module_imports() -> dict[str, set[str]]:
         found: set[str] = set()
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
-                if node.level:
-                    parts = base.split(".")
-                    root = ".".join(parts[: len(parts) - node.level + 1])
-                    target = f"{root}.{node.module}" if node.module else root
-                else:
-                    target = node.module or ""
+                target = _import_target(node, base)
                 if target.startswith("pytest_modelparity"):
                     found.add(target)
                     found.update(f"{target}.{a.name}" for a in node.names)
@@ -103,12 +98,7 @@ def _imports(name: str, file: Path, is_pkg: bool, *, top_level_only: bool) -> li
     found = []
     for node in nodes:
         if isinstance(node, ast.ImportFrom):
-            if node.level:
-                parts = package.split(".")
-                root = ".".join(parts[: len(parts) - node.level + 1])
-                target = f"{root}.{node.module}" if node.module else root
-            else:
-                target = node.module or ""
+            target = _import_target(node, package)
             if target.split(".")[0] == "pytest_modelparity":
                 found.append((target, [a.name for a in node.names], node.lineno))
         elif isinstance(node, ast.Import):
@@ -185,3 +175,12 @@ def test_no_module_imports_another_modules_private_names() -> None:
             if owner is not None and name != owner and not name.startswith(owner + "."):
                 bad.append(f"{file.name}:{line} imports the private module {target} from outside {owner}")
     assert not bad, "\n".join(bad)
+
+
+def _import_target(node: ast.ImportFrom, package: str) -> str:
+    """The absolute module a ``from ... import`` names, relative imports resolved in ``package``."""
+    if not node.level:
+        return node.module or ""
+    parts = package.split(".")
+    root = ".".join(parts[: len(parts) - node.level + 1])
+    return f"{root}.{node.module}" if node.module else root
