@@ -7,18 +7,13 @@ import textwrap
 
 import pytest
 
+from models import TINY_SOURCE_CONFTEST
+
 pytest.importorskip("xdist", reason="pytest-xdist is not installed: pip install pytest-xdist")
 
 SUITE = textwrap.dedent('''
     import pytest
     from pytest_modelparity import assert_outputs_close, assert_deterministic
-
-    @pytest.fixture(scope="session")
-    def modelparity_source():
-        import keras
-        x = keras.Input((5,), name="x")
-        y = keras.layers.Dense(3, name="out", kernel_initializer=keras.initializers.GlorotUniform(seed=4))(x)
-        return keras.Model(x, y, name="tiny")
 
     @pytest.mark.parametrize("scale", [1.0, 1.0001, 1.01])
     def test_close(parity_candidate, parity_reference, parity_batch, scale):
@@ -37,7 +32,7 @@ def _verdicts(doc: dict) -> tuple[dict, set]:
 
 
 def test_two_workers_give_the_serial_verdicts_and_all_rows(pytester: pytest.Pytester) -> None:
-    pytester.makeconftest("")
+    pytester.makeconftest(TINY_SOURCE_CONFTEST)
     pytester.makepyfile(test_suite=SUITE)
     args = ("--modelparity-formats=keras,saved_model", "-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning")
     serial = pytester.runpytest_subprocess(*args, "--modelparity-report=serial.json")
