@@ -497,12 +497,7 @@ def _floors(drifts: list[tuple[Any, Any]], reference: Any) -> tuple[dict[str, fl
             ref = base_leaves.get(path)
             if ref is None or ref.dtype.kind not in "fc" or arr.shape != ref.shape:
                 continue
-            scale = float(np.max(np.abs(ref))) if ref.size else 0.0
-            if scale == 0.0 or not np.isfinite(scale):
-                drift = 0.0
-            else:
-                d = np.abs(arr.astype(np.float64) - ref.astype(np.float64))
-                drift = float(np.nanmax(d) / scale) if d.size else 0.0
+            drift = (shadow.relative_error(arr, ref) or 0.0) if ref.size else 0.0
             measured[path] = max(measured.get(path, 0.0), drift)
             dtypes[path] = tol_mod.less_precise(arr.dtype, ref.dtype)
     floors = {p: max(v, CALIBRATED_MIN_FLOOR_EPS * tol_mod.eps_of(dtypes[p])) for p, v in measured.items()}
