@@ -90,7 +90,8 @@ def assert_outputs_close(actual: Any, expected: Any, *, inputs: Any = None, rtol
                                     inputs, exp_raw, _leaf_paths(exp), fmt, meta)
         tol_fn = _tolerance_fn(act, tolerance, rtol=rtol, atol=atol, device=device, fmt=fmt,
                                compute=_compute_dtype(actual_model, expected_model), floors=floors,
-                               allow_vacuous=allow_vacuous)
+                               allow_vacuous=allow_vacuous, floor_missing=meta.get("noise_floor_missing"),
+                               twin=meta.get("shadow", {}).get("twin"))
     report = compare(act, exp, tolerance=tol_fn, equal_nan=equal_nan, full_stats=calibration is not None or recording.listening())
     report.title = f"{_name(actual_model) if actual_model is not None else 'actual'} vs " \
                    f"{_name(expected_model) if expected_model is not None else 'expected'}"
@@ -199,7 +200,9 @@ def assert_batch_invariant(model: Callable, inputs: Any, *, batch_sizes: Sequenc
             if floors is not None and len(sizes) > 1:
                 floors = {f"[{f'sub-batches of {s}'!r}]{p}": v for s in sizes for p, v in floors.items()}
         tol_fn = _tolerance_fn(actual, tolerance, rtol=rtol, atol=atol, device=device, fmt=fmt,
-                               compute=_compute_dtype(model), floors=floors, allow_vacuous=allow_vacuous)
+                               compute=_compute_dtype(model), floors=floors, allow_vacuous=allow_vacuous,
+                               floor_missing=meta.get("noise_floor_missing"),
+                               twin=meta.get("shadow", {}).get("twin"))
     report = compare(actual, expected, tolerance=tol_fn, full_stats=calibration is not None or recording.listening())
     sizes_text = ", ".join(str(s) for s in sizes)
     report.title = f"{_name(model)}: batch of {n} at once vs sub-batches of {sizes_text}"
@@ -336,12 +339,15 @@ def _memo_key(fn: Any, *parts: Any) -> tuple:
 # --------------------------------------------------------------------------------------
 
 def _tolerance_fn(actual: Any, tolerance: Tolerance | None, *, rtol, atol, device, fmt, compute=None,
-                  floors: dict[str, dict[str, float]] | None = None, allow_vacuous: bool = False):
+                  floors: dict[str, dict[str, float]] | None = None, allow_vacuous: bool = False,
+                  floor_missing: str | None = None, twin: str | None = None):
     """A ``(expected_dtype, path) -> Tolerance`` using the less precise of the two dtypes
     (and of ``compute``, the dtype a mixed-precision model computes its float outputs in).
 
     ``floors`` ({path: {shadow kind: measured error}}) make the default of those outputs the
-    shadow rule (``tolerances.shadow_tolerance``); explicit values always win over it."""
+    shadow rule (``tolerances.shadow_tolerance``); explicit values always win over it.
+    ``floor_missing`` (why no twin measured a model reference) is said in the source of a
+    float output judged by the fixed rule instead, with what that rule likely costs."""
     if isinstance(tolerance, Tolerance):
         if rtol is not None or atol is not None:
             validators.check_tolerance_choice(tolerance, rtol, atol, rule_type=Tolerance)
@@ -364,11 +370,13 @@ def _tolerance_fn(actual: Any, tolerance: Tolerance | None, *, rtol, atol, devic
             # the float64 run measured the mixed-precision model's error itself: judge by it
             tol = tol_mod.shadow_tolerance(dtype, measured[shadow.FLOAT64], device=device, format=fmt,
                                            float16_weights=measured.get(shadow.FLOAT16_WEIGHTS),
-                                           compute=compute)
+                                           compute=compute, twin=shadow.method_name(twin))
         else:
             if compute is not None and np.dtype(dtype).kind == "f":
                 dtype = tol_mod.less_precise(dtype, compute)
             tol = tol_mod.resolve_tolerance(dtype, rtol=rtol, atol=atol, device=device, format=fmt, layers=layers)
+            if floor_missing is not None and tol.default and np.dtype(dtype).kind in "fc":
+                tol = tol_mod.without_floor(tol, dtype, floor_missing)
         return replace(tol, allow_vacuous=True) if allow_vacuous else tol
 
     return for_output
@@ -387,41 +395,34 @@ def _leaf_paths(tree: Any) -> list[str]:
 
 def _shadow_floors(model: Any, inputs: Any, reference: Any, paths: list[str], fmt: str | None,
                    meta: dict[str, Any]) -> dict[str, dict[str, float]] | None:
-    """{path: {kind: max|ref - shadow| / max|shadow|}} of the reference's outputs on ``inputs``,
-    or None (with ``meta["shadow"]`` saying why) when the reference cannot be shadowed.
+    """{path: {kind: max|ref - twin| / max|twin|}} of the reference's outputs on ``inputs``,
+    or None when no twin could measure them; ``meta["shadow"]`` says which twin measured
+    or why none did (``meta["noise_floor_missing"]``, which the tolerance source repeats).
 
     ``paths`` are the reference's paths as compared (after structure alignment): when the
     alignment renamed them one to one, the floors follow by position."""
-    if model is None or shadow.keras_model_of(model) is None:
+    if model is None:
         return None
     kinds = [shadow.FLOAT64] + ([shadow.FLOAT16_WEIGHTS] if (fmt or "").lower() == "tflite:float16" else [])
     found: dict[str, dict[str, float]] = {}
     info: dict[str, Any] = {}
-    start = time.perf_counter()
+    seconds = 0.0
     ref_leaves = dict(_leaves(reference))
     for kind in kinds:
-        twin = shadow.twin_of(model, kind)
-        if twin.model is None:
-            info[kind] = f"unavailable: {twin.reason}"
+        floor = shadow.measure_floor(model, kind, inputs, ref_leaves, _leaves)
+        seconds += floor.seconds
+        if floor.errors is None:
+            info[kind] = f"unavailable: {floor.reason}"
             continue
-        try:
-            out = shadow.outputs_of(twin, inputs, _run)
-        except Exception as exc:  # noqa: BLE001 - a shadow that cannot run falls back to the fixed rule
-            info[kind] = f"unavailable: running it failed ({type(exc).__name__}: {str(exc)[:160]})"
-            continue
-        errors = {path: shadow.relative_error(ref_leaves[path], arr)
-                  for path, arr in _leaves(out) if path in ref_leaves}
-        worst = max((e for e in errors.values() if e is not None), default=0.0)
-        if kind == shadow.FLOAT64 and worst > shadow.MAX_FAITHFUL:
-            info[kind] = (f"unavailable: the float64 twin differs from the model by {worst:.2g} of scale, "
-                          "more than rounding can explain (a layer whose state is not in its weights?)")
-            continue
-        for path, err in errors.items():
-            if err is not None:
-                found.setdefault(path, {})[kind] = err
-        info[kind] = "measured"
-    info["seconds"] = round(time.perf_counter() - start, 4)
+        info[kind] = f"measured by the {shadow.method_name(floor.method)}" + (
+            f" ({floor.reason})" if floor.reason else "")
+        info.setdefault("twin", floor.method)
+        for path, err in floor.errors.items():
+            found.setdefault(path, {})[kind] = err
+    info["seconds"] = round(seconds, 4)
     meta["shadow"] = info
+    if shadow.FLOAT64 not in {k for v in found.values() for k in v}:
+        meta["noise_floor_missing"] = str(info.get(shadow.FLOAT64, "unavailable: no twin"))[len("unavailable: "):]
     if not found:
         return None
     raw_paths = list(ref_leaves)

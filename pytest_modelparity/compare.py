@@ -143,7 +143,7 @@ class OutputComparison:
                 "rule": tol.rule, "rtol": json_number(tol.rtol), "atol": json_number(tol.atol),
                 "scale": json_number(tol.scale), "min_top1": json_number(tol.min_top1),
                 "max_mismatch_fraction": json_number(tol.max_mismatch_fraction),
-                "source": tol.source, "text": tol.describe(),
+                "source": tol.source, "text": tol.describe(), "floor_note": tol.floor_note,
             },
             "size": self.size,
             "mismatched": self.mismatched,

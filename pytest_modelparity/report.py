@@ -133,6 +133,8 @@ def format_output_block(oc: Any, *, worst: int = 3) -> list[str]:
     if oc.top1_agreement is not None:
         lines.append(f"  Top-1 agreement: {oc.top1_agreement:.1%}")
     lines.append(f"  Tolerance: {_tolerance_text(oc)}")
+    if oc.tolerance is not None and oc.tolerance.floor_note:
+        lines.append(f"  Noise floor: {oc.tolerance.floor_note}")
     if oc.worst and worst > 0:
         cells = [f"{_idx(i)} {_v(a)} vs {_v(e)}" for i, a, e in oc.worst[:worst]]
         lines.append("  Worst (index actual vs expected): " + "; ".join(cells))

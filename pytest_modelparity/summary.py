@@ -61,6 +61,7 @@ def rows_from_report(report: Any, *, nodeid: str, format: str | None, device: st
     device = device or (meta.get("device") if isinstance(meta.get("device"), str) else None)
     calib = meta.get("calibration")
     calibration: dict = calib if isinstance(calib, dict) else {}
+    twin_info = meta.get("shadow") if isinstance(meta.get("shadow"), dict) else {}
     for out in getattr(report, "outputs", []) or []:
         d = out.to_dict()
         tol = d["tolerance"] or {}
@@ -92,6 +93,10 @@ def rows_from_report(report: Any, *, nodeid: str, format: str | None, device: st
             "tolerance": tol.get("text"),
             "tolerance_source": tol.get("source"),
             "tolerance_rule": tol.get("rule"),
+            # Which float64 twin measured the model's own error ("keras", "graph"), or why
+            # none could and the output was judged by a fixed rule instead.
+            "twin": twin_info.get("twin") if tol.get("source") and "float64 run" in tol["source"] else None,
+            "noise_floor_missing": tol.get("floor_note"),
             "rtol": tol.get("rtol"),
             "atol": tol.get("atol"),
             "scale": tol.get("scale"),
@@ -121,6 +126,23 @@ def merge_rows(rows: Sequence[dict]) -> list[dict]:
             merged[key] = dict(row)
         merged[key]["runs"] = runs
     return list(merged.values())
+
+
+def floor_line(rows: Sequence[dict]) -> str | None:
+    """The end-of-run line counting outputs of model references judged without their float64
+    floor (a fixed rule), with the most common reason; None when every one had its floor."""
+    missing = [r for r in rows if r.get("noise_floor_missing")]
+    if not missing:
+        return None
+    reasons: dict[str, int] = {}
+    for r in missing:
+        reason = str(r["noise_floor_missing"]).split("; the fixed rule")[0]
+        reasons[reason] = reasons.get(reason, 0) + 1
+    top = max(reasons, key=lambda k: reasons[k])
+    more = f" (and {len(reasons) - 1} other reason(s))" if len(reasons) > 1 else ""
+    return (f"modelparity: {len(missing)} of {len(rows)} outputs were judged without their noise floor, by a "
+            f"fixed rule that is likely looser than the model's own float32 error: {top}{more}; "
+            "the JSON rows' noise_floor_missing says why for each")
 
 
 # -- terminal table ---------------------------------------------------------------------

@@ -249,6 +249,17 @@ class SessionModel(LoadedModel):
     def weights(self) -> dict[str, np.ndarray] | None:
         return self._weights_fn() if self._weights_fn is not None else None
 
+    def frozen_graph(self) -> Any:
+        """The graph with its variables (restored in the session) as constants, for the graph twin."""
+        from .graph_twin import FrozenGraph, freeze_session
+
+        inputs, outputs = [t.name for t in self._in], [t.name for t in self._out]
+        with self.graph.as_default():
+            has_variables = bool(import_tf().compat.v1.global_variables())
+        if has_variables:
+            return freeze_session(self.session, self.graph, inputs, outputs)
+        return FrozenGraph(self.graph_defs()[0], inputs, outputs)
+
     def close(self) -> None:
         if self.session is not None:
             self.session.close()

@@ -68,6 +68,16 @@ class KerasModel(LoadedModel):
     def graph_defs(self) -> list[Any]:
         return [self.traced_function().graph.as_graph_def()]
 
+    def frozen_graph(self) -> Any:
+        """The traced inference function with its weights as constants (for the graph twin)."""
+        from .graph_twin import freeze_concrete
+
+        frozen = freeze_concrete(self.traced_function())
+        # A dict-returning function flattens its outputs by sorted key.
+        flat = sorted(s.name for s in self.outputs)
+        frozen.outputs = [frozen.outputs[flat.index(s.name)] for s in self.outputs]
+        return frozen
+
     def weights(self) -> dict[str, np.ndarray]:
         return {getattr(v, "path", v.name): np.asarray(v.numpy()) for v in self.native.weights}
 
