@@ -95,7 +95,7 @@ def rows_from_report(report: Any, *, nodeid: str, format: str | None, device: st
             "tolerance_rule": tol.get("rule"),
             # Which float64 twin measured the model's own error ("keras", "graph"), or why
             # none could and the output was judged by a fixed rule instead.
-            "twin": twin_info.get("twin") if tol.get("source") and "float64 run" in tol["source"] else None,
+            "twin": twin_info.get("twin") if "run of its" in str(tol.get("source")) else None,
             "noise_floor_missing": tol.get("floor_note"),
             "rtol": tol.get("rtol"),
             "atol": tol.get("atol"),
