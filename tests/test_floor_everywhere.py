@@ -167,3 +167,16 @@ def test_a_twin_that_stayed_float32_is_not_faithful_and_the_graph_twin_measures(
     assert info["twin"] == "graph", info
     assert "Keras twin: it equals the float32 model bitwise" in info["float64"]
     assert report.meta["noise_floor"]["['block']"]["float64"] > 0
+
+
+def test_a_tf_module_reference_in_memory_is_traced_for_its_graph_twin(tmp_path):
+    import tensorflow as tf
+
+    path = _module_saved_model(tmp_path / "ref")
+    module = tf.saved_model.load(str(path))          # a tf.Module whose __call__ has a signature
+    x = tf1_graphs.features(8, seed=4)
+    report = assert_outputs_close(load_model(path), module, inputs=x)
+    assert report.meta["shadow"]["twin"] == "graph"
+    bug = load_model(_module_saved_model(tmp_path / "bug", scale=1 + 3e-5))
+    with pytest.raises(ParityError, match="graph twin"):
+        assert_outputs_close(bug, module, inputs=x)

@@ -58,16 +58,45 @@ def as_loaded(reference: Any) -> LoadedModel:
             return KerasModel(reference, device="cpu")
         except Exception as exc:  # noqa: BLE001 - e.g. a subclassed model never called
             raise TwinUnavailable(f"its inputs are unknown ({_first(exc)})") from exc
-    if hasattr(reference, "get_concrete_function") or _is_tf_module(reference):
-        raise TwinUnavailable("a tf.function or tf.Module reference has no input signature to trace; "
-                              "save it with one (tf.saved_model.save(..., signatures=...)) and use the "
-                              "SavedModel as the reference")
+    function = reference if hasattr(reference, "get_concrete_function") else getattr(reference, "__call__", None)
+    if hasattr(function, "get_concrete_function"):  # a tf.function, or a tf.Module calling one
+        return TracedFunction(function)
     raise TwinUnavailable(f"{type(reference).__name__} is not a TensorFlow model (no graph to run in float64)")
 
 
-def _is_tf_module(obj: Any) -> bool:
-    return type(obj).__module__.startswith("tensorflow") or any(
-        c.__name__ == "Module" and c.__module__.startswith("tensorflow") for c in type(obj).__mro__)
+class TracedFunction(LoadedModel):
+    """A ``tf.function`` (or a ``tf.Module`` whose ``__call__`` is one) with an input
+    signature, seen as a model: positional inputs, outputs flattened as ``tf.nest`` does."""
+
+    format = "tf.function"
+
+    def __init__(self, function: Any) -> None:
+        from ._tf import spec
+
+        tf = import_tf()
+        try:
+            self.native = function.get_concrete_function()
+        except Exception as exc:  # noqa: BLE001 - no input_signature: nothing to trace
+            raise TwinUnavailable("a tf.function without an input_signature cannot be traced for a float64 run; "
+                                  "give it input_signature=[tf.TensorSpec(...)]") from exc
+        specs = tf.nest.flatten(self.native.structured_input_signature)
+        structure = self.native.structured_outputs
+        names = sorted(structure) if isinstance(structure, dict) else [
+            f"output_{i}" for i in range(len(tf.nest.flatten(structure)))]
+        flat_out = tf.nest.flatten(structure)
+        super().__init__(device="cpu",
+                         inputs=[spec(s.name or f"input_{i}", s.shape, s.dtype) for i, s in enumerate(specs)],
+                         outputs=[spec(n, t.shape, t.dtype) for n, t in zip(names, flat_out)])
+
+    def _predict(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        tf = import_tf()
+        result = self.native(*[tf.constant(feeds[s.name]) for s in self.inputs])
+        return {s.name: np.asarray(v) for s, v in zip(self.outputs, tf.nest.flatten(result))}
+
+    def frozen_graph(self) -> Any:
+        from .graph_twin import freeze_concrete
+
+        return freeze_concrete(self.native)
 
 
 def _feeder(loaded: LoadedModel) -> Callable[[Any], list[np.ndarray]]:
