@@ -54,6 +54,7 @@ class Twin:
     method: str | None = None
     accumulates: bool = False
     seconds_to_build: float = 0.0
+    applies: bool = True  # False: this build does not apply to such a reference (not worth saying)
 
 
 @dataclass
@@ -98,13 +99,13 @@ def twin_of(model: Any, kind: str = FLOAT64, method: str = "keras") -> Twin:
 def _build(model: Any, kind: str, method: str) -> Twin:
     import time
 
-    from .formats.twins import TwinUnavailable, build_runner
+    from .formats.twins import NotApplicable, TwinUnavailable, build_runner
 
     start = time.perf_counter()
     try:
         runner, accumulates = build_runner(model, kind, method)
     except TwinUnavailable as exc:
-        return Twin(kind, reason=str(exc), method=method)
+        return Twin(kind, reason=str(exc), method=method, applies=not isinstance(exc, NotApplicable))
     except Exception as exc:  # noqa: BLE001 - a twin that cannot be built never fails the comparison
         return Twin(kind, reason=f"{type(exc).__name__}: {_first(exc)}", method=method)
     return Twin(kind, model=runner, method=method, accumulates=accumulates,
@@ -130,7 +131,8 @@ def measure_floor(model: Any, kind: str, inputs: Any, reference: Mapping[str, np
         twin = twin_of(model, kind, method)
         label = method_name(method)
         if twin.model is None:
-            why.append(f"{label}: {twin.reason}")
+            if twin.applies:
+                why.append(f"{label}: {twin.reason}")
             continue
         try:
             out = dict(leaves(outputs_of(twin, inputs)))

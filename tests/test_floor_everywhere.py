@@ -180,3 +180,27 @@ def test_a_tf_module_reference_in_memory_is_traced_for_its_graph_twin(tmp_path):
     bug = load_model(_module_saved_model(tmp_path / "bug", scale=1 + 3e-5))
     with pytest.raises(ParityError, match="graph twin"):
         assert_outputs_close(bug, module, inputs=x)
+
+
+def test_a_reference_without_a_twin_is_counted_at_the_end_of_the_run(pytester, tmp_path):
+    pytest.importorskip("ai_edge_litert", reason="pip install 'pytest-modelparity[tflite]'")
+    from models import mlp
+    from pytest_modelparity import export_model
+
+    source = export_model(mlp(seed=1), "tflite", tmp_path / "m.tflite")   # no TensorFlow graph to twin
+    pytester.makeconftest(textwrap.dedent(f'''
+        import pytest
+
+        @pytest.fixture(scope="session")
+        def modelparity_source():
+            return {str(source)!r}
+    '''))
+    pytester.makepyfile(test_suite=SUITE)
+    result = pytester.runpytest("--modelparity-formats=tflite", "--modelparity-report=r.json", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["modelparity: 1 of 1 outputs were judged without their noise floor, by a fixed rule "
+                                 "that is likely looser than the model's own float32 error: no float64 twin (the tflite "
+                                 "form has no TensorFlow graph to run in float64)*"])
+    (row,) = _rows(pytester, "r.json")
+    assert row["twin"] is None and row["tolerance_source"].endswith("no float64 floor")
+    assert "the fixed rule allows 4.0e-04 of scale" in row["noise_floor_missing"]

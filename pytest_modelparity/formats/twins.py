@@ -34,6 +34,11 @@ class TwinUnavailable(Exception):
     """No twin of this kind can be built for this reference; the message says why."""
 
 
+class NotApplicable(TwinUnavailable):
+    """This way of building a twin does not apply to the reference (a Keras-config twin of a
+    SavedModel): not worth saying when another way measures or says why it cannot."""
+
+
 def build_runner(reference: Any, kind: str, method: str) -> tuple[Runner, bool]:
     """``(runner, accumulates)``: a runner of the ``kind`` twin (``"float64"`` or
     ``"float16 weights"``) built by ``method``, and whether the model sums products (a
@@ -114,7 +119,7 @@ def _keras_runner(loaded: LoadedModel, kind: str) -> tuple[Runner, bool]:
 
     native = getattr(loaded, "native", None)
     if loaded.format not in ("keras", "h5") or not is_keras_model(native):
-        raise TwinUnavailable("not a Keras model")
+        raise NotApplicable("not a Keras model")
     try:
         twin = float64_twin(native) if kind == "float64" else float16_weights_twin(native)
     except ShadowUnavailable as exc:
