@@ -103,6 +103,11 @@ def _feed(h: Any, obj: Any) -> None:
 
 
 def _architecture(model: Any) -> str:
+    if getattr(model, "layers", None) is not None and not isinstance(model, (str, os.PathLike)):
+        from .formats.keras_specs import is_subclassed
+
+        if is_subclassed(model):
+            return _subclassed_architecture(model)
     for attr in ("to_json", "get_config"):
         fn = getattr(model, attr, None)
         if callable(fn):
@@ -113,6 +118,32 @@ def _architecture(model: Any) -> str:
             return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=repr)
     raise TypeError(f"cannot key an export of {type(model).__name__}: it has neither to_json() nor "
                     "get_config(); pass a Keras model, or use ExportCache(enabled=False)")
+
+
+def _subclassed_architecture(model: Any) -> str:
+    """A subclassed model's config says only its class name: its ``call`` is Python code. Key
+    it by the source of every class it is made of (built-in Keras layers by their config) and
+    by its input specs; a class whose source cannot be read (defined in a REPL) is not cached."""
+    import inspect
+
+    from .formats.keras_specs import input_specs
+
+    parts = []
+    for layer in [model, *model._flatten_layers(include_self=False)]:
+        cls = type(layer)
+        if cls.__module__.startswith("keras."):
+            try:
+                parts.append(f"{cls.__qualname__}:{json.dumps(layer.get_config(), sort_keys=True, default=repr)}")
+            except (NotImplementedError, TypeError, ValueError):
+                parts.append(f"{cls.__module__}.{cls.__qualname__}")
+            continue
+        try:
+            parts.append(f"{cls.__module__}.{cls.__qualname__}:{inspect.getsource(cls)}")
+        except (OSError, TypeError) as exc:
+            raise UncacheableOption(f"cannot key an export of the subclassed {cls.__qualname__}: its source code "
+                                    f"cannot be read ({exc})") from exc
+    parts.append(repr([(s.name, s.shape, s.dtype.str) for s in input_specs(model, action="export")]))
+    return "\n".join(parts)
 
 
 def _weights(model: Any) -> list[np.ndarray]:

@@ -18,7 +18,7 @@ from . import recording
 from .errors import ParityError
 from .fixtures import (STATE_KEY, ParitySession, get_state, modelparity_device,  # noqa: F401 - fixtures
                        modelparity_elements, modelparity_export_options, modelparity_format,
-                       modelparity_load_options,
+                       modelparity_input_specs, modelparity_load_options,
                        modelparity_reference_device, modelparity_source, parity_batch, parity_candidate,
                        parity_reference)
 from .matrix import item_matrix, left_out_line, matrix_pairs, select_matrix
