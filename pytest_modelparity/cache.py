@@ -219,7 +219,7 @@ class ExportCache:
             problem = self._verify(final)
             if problem is None:
                 self.hits += 1
-                return self._artifact_in(final, artifact)
+                return self._recorded(final, artifact, format)
             self._drop(final)
             self.notes.append(f"export cache: the {format} entry {final} was damaged ({problem}); "
                               "dropped it and exported again")
@@ -254,7 +254,7 @@ class ExportCache:
                     raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        return self._artifact_in(final, artifact)
+        return self._recorded(final, artifact, format)
 
     # -- verification (on read) -----------------------------------------------------------
     def _verify(self, entry: Path) -> str | None:
@@ -307,6 +307,21 @@ class ExportCache:
         """What the cache repaired since the last call (each said once, then forgotten)."""
         notes, self.notes = self.notes, []
         return notes
+
+    def _recorded(self, entry: Path, default: Path, format: str) -> Path:
+        """The artifact of a cache entry, with the route its meta.json keeps recorded for its
+        final path (the exporter recorded the temporary one): ``export_route`` then says how
+        it was made, whether this run exported it or reused it."""
+        from .formats import record_route
+
+        path = self._artifact_in(entry, default)
+        try:
+            route = json.loads((entry / _META).read_text()).get("route")
+        except (OSError, ValueError):
+            route = None
+        if isinstance(route, str):
+            record_route(path, format, route)
+        return path
 
     @staticmethod
     def _artifact_in(entry: Path, default: Path) -> Path:

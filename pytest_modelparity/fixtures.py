@@ -262,6 +262,11 @@ class ParitySession:
                     "seconds": round(time.perf_counter() - start, 3),
                     # a cache hit is a reused artifact, not an export made by this run
                     "cache_hit": cache is not None and getattr(cache, "hits", 0) > hits_before}
+        from .formats import export_route
+
+        route = export_route(path)
+        if route:  # how the converter got there (e.g. a mixed_float16 model traced in float32)
+            artifact["route"] = route
         notes = cache.take_notes() if cache is not None else []
         if notes:  # a damaged cache entry was dropped and re-exported: said once, in the summary
             artifact["cache_note"] = "; ".join(notes)

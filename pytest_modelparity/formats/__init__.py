@@ -30,13 +30,13 @@ from typing import Any
 
 from ..errors import ExportError, ModelLoadError, RuntimeMissing
 from ..tfjs_runner import NODE_HINT
-from ._common import ONNX_INSTALL, TF_INSTALL, TFLITE_INSTALL, export_route, is_keras_model
+from ._common import ONNX_INSTALL, TF_INSTALL, TFLITE_INSTALL, export_route, is_keras_model, record_route
 from ._tf import ancestor_ops, import_tf
 from .base import LoadedModel, TensorSpec
 
 __all__ = ["ALL_FORMATS", "FORMATS", "LoadedModel", "TensorSpec", "ancestor_ops", "available_formats",
            "detect_format", "export_model", "export_path", "export_route", "format_module", "import_tf",
-           "is_keras_model", "load_model", "missing_runtime"]
+           "is_keras_model", "load_model", "missing_runtime", "record_route"]
 
 # Order matters for detection: the first whose detect() accepts a path wins.
 ALL_FORMATS: tuple[str, ...] = ("keras", "h5", "saved_model", "checkpoint", "graphdef", "tflite", "tfjs", "onnx")
