@@ -112,3 +112,32 @@ def test_plugin_reports_the_route_of_a_mixed_precision_tflite_export(pytester: p
     artifacts = {a["format"]: a for a in json.loads((pytester.path / "r.json").read_text())["artifacts"]}
     assert "traced with a float32 policy" in artifacts["tflite"]["route"]
     assert "float32 policy" not in artifacts["tfjs"].get("route", "")
+
+
+def test_subclassed_mixed_model_is_fed_float32_and_exports_to_tflite(tmp_path):
+    """Both items at once: a subclassed model under mixed_float16 takes float32 inputs (its
+    variable dtype; Keras' input_dtype would say float16) and converts as a float32 trace."""
+    import keras
+
+    class Head(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.conv = keras.layers.Conv2D(4, 3, activation="relu")
+            self.pool = keras.layers.GlobalAveragePooling2D()
+            self.dense = keras.layers.Dense(3, dtype="float32")
+
+        def call(self, x):
+            return self.dense(self.pool(self.conv(x)))
+
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        keras.utils.set_random_seed(0)
+        model = Head()
+        model(np.zeros((1, 12, 12, 3), "float32"))
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    ref = load_model(model)
+    assert ref.compute_dtype == "float16" and ref.inputs[0].dtype == np.float32
+    path = export_model(model, "tflite", tmp_path / "m.tflite")
+    assert "traced with a float32 policy" in export_route(path)
+    assert_outputs_close(load_model(path), ref, inputs=_batch())

@@ -121,7 +121,8 @@ def _inferred(model: Any) -> Declared | None:
     if not isinstance(shapes, dict) or len(shapes) != 1:
         return None  # never built, or a call taking several tensor arguments
     shape = next(iter(shapes.values()))
-    dtype = str(getattr(model, "input_dtype", None) or "float32")
+    # The variable dtype: under mixed_float16 a model is fed float32 (input_dtype says float16).
+    dtype = str(getattr(getattr(model, "dtype_policy", None), "variable_dtype", None) or "float32")
     param = _call_argument(model)
     if isinstance(shape, dict):
         return normalise_specs({str(k): (tuple(v), dtype) for k, v in shape.items()})
