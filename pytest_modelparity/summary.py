@@ -227,7 +227,7 @@ def environment() -> dict:
 
 
 # Words of an export route that changes what the candidate computes (formats/mixed_precision.py).
-CHANGED_COMPUTATION = "traced with a float32 policy"
+CHANGED_COMPUTATION = "with a float32 policy"
 
 
 def route_lines(artifacts: Sequence[dict]) -> list[str]:

@@ -66,12 +66,39 @@ def test_mixed_model_int8_export_calibrates_the_float32_trace(tmp_path):
     assert load_model(path).format_variant == "tflite:int8"
 
 
+def test_float16_weights_functional_model_is_rebuilt_in_float32(tmp_path):
+    """A ``float16`` policy stores float16 weights, which a float32 policy cannot read: the
+    functional model is rebuilt from its config in float32, its weights upcast exactly."""
+    model = mixed_cnn("float16")  # noqa: F821
+    path = export_model(model, "tflite", tmp_path / "m.tflite")
+    assert "float16 model rebuilt from its config with a float32 policy" in export_route(path)
+    assert_outputs_close(load_model(path), load_model(model), inputs=_batch())
+
+
+def _float16_subclassed():
+    import keras
+
+    class Half(keras.Model):
+        def __init__(self):
+            super().__init__(dtype="float16")
+            self.conv = keras.layers.Conv2D(4, 3, activation="relu", dtype="float16")
+            self.pool = keras.layers.GlobalAveragePooling2D(dtype="float16")
+
+        def call(self, x):
+            return self.pool(self.conv(x))
+
+    keras.utils.set_random_seed(0)
+    model = Half()
+    model(np.zeros((1, 12, 12, 3), "float16"))
+    return model
+
+
 @pytest.mark.parametrize("quantization", [None, "dynamic_range", "int8"])
-def test_float16_weights_model_error_names_the_policy(tmp_path, quantization):
-    model = mixed_cnn("float16")  # noqa: F821 - float16 weights: no float32 trace without changing them
+def test_float16_weights_without_a_config_error_names_the_policy(tmp_path, quantization):
+    model = _float16_subclassed()  # float16 weights, no config to rebuild it from
     with pytest.raises(ExportError) as info:
         export_model(model, "tflite", tmp_path / "m.tflite", quantization=quantization,
-                     representative_data=[_batch()] if quantization == "int8" else None)
+                     representative_data=[_batch().astype("float16")] if quantization == "int8" else None)
     text = str(info.value)
     assert "Keras dtype policy 'float16'" in text
     assert "Conv2D" in info.value.unsupported_ops

@@ -16,7 +16,6 @@ so it works for any user's file and needs no sidecar.
 
 from __future__ import annotations
 
-import contextlib
 import re
 import warnings
 from collections import OrderedDict
@@ -444,15 +443,14 @@ def export(model: Any, path: Path, *, quantization: str | None = None,
         raise ValueError(f"unknown tflite route {route!r}; use one of {', '.join(ROUTES)}")
     if static_batch is not None and (not isinstance(static_batch, int) or static_batch < 1):
         raise ValueError(f"static_batch must be a positive int, got {static_batch!r}")
-    from .mixed_precision import computing_in_float32, float32_computable, float32_route, half_policy
+    from .mixed_precision import float32_plan
 
-    policy = half_policy(model)
-    # A mixed_* model is traced with a float32 policy (same weights): TFLite has no float16
+    # A half-precision model computes in float32 with the same weights: TFLite has no float16
     # kernels and no converter option makes it take them (mixed_precision.py, measured).
-    as_float32 = policy is not None and float32_computable(model)
-    path, serving, log = begin_export(model, path, NAME, "model.tflite")
+    plan = float32_plan(model)
+    path, serving, log = begin_export(plan.subject, path, NAME, "model.tflite")
     try:
-        with log.capture(), (computing_in_float32(model) if as_float32 else contextlib.nullcontext()):
+        with log.capture(), plan.scope:
             concrete = serving.function.get_concrete_function()
             loops = sorted(graph_op_types(concrete) & _LOOP_OPS)
             if variant == "int8" and loops:
@@ -481,12 +479,11 @@ def export(model: Any, path: Path, *, quantization: str | None = None,
                         break
             if content is None:
                 assert failure is not None
-                raise _converter_error(path, failure, log, variant, taken, loops, policy)
+                raise _converter_error(path, failure, log, variant, taken, loops, plan.policy)
             why = f" (the graph has {', '.join(loops)})" if loops and taken == "static_batch" else ""
             route_text = taken + (f" {static_batch or 1}" if taken == "static_batch" else "") + why
-            if as_float32:
-                assert policy is not None
-                route_text += f"; {float32_route(policy)}"
+            if plan.route:
+                route_text += f"; {plan.route}"
         finish_export(path, content, NAME, route_text, log, validate_content)
     finally:
         log.discard()
