@@ -226,6 +226,22 @@ def environment() -> dict:
     }
 
 
+# Words of an export route that changes what the candidate computes (formats/mixed_precision.py).
+CHANGED_COMPUTATION = "with a float32 policy"
+
+
+def route_lines(artifacts: Sequence[dict]) -> list[str]:
+    """One line per (source, format) whose export computes differently from the source, e.g.
+    a mixed_float16 model converted to TFLite as a float32-policy trace (same weights)."""
+    seen: dict[tuple[str, str], str] = {}
+    for a in artifacts:
+        route = a.get("route")
+        if isinstance(route, str) and CHANGED_COMPUTATION in route:
+            seen.setdefault((str(a.get("source")), str(a.get("format"))), route)
+    return [f"modelparity: {fmt} of {source!r} was exported as a "
+            f"{next(p for p in route.split('; ') if CHANGED_COMPUTATION in p)}" for (source, fmt), route in seen.items()]
+
+
 def sort_rows(rows: Iterable[dict]) -> list[dict]:
     return sorted(rows, key=lambda r: (r["nodeid"], r.get("seq", 0)))
 
