@@ -336,9 +336,13 @@ def _float_format(dt: np.dtype) -> tuple[int, int] | None:
     return None
 
 
+def _is_python_scalar(x: Any) -> bool:
+    return isinstance(x, (bool, int, float)) and not isinstance(x, np.generic)
+
+
 def _as_array(x: Any, other: Any) -> np.ndarray:
     """numpy array of ``x``; a plain Python scalar takes the other side's dtype if it fits."""
-    if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
+    if _is_python_scalar(x):
         odt = getattr(other, "dtype", None)
         if odt is not None:
             odt = np.dtype(odt)
@@ -384,6 +388,8 @@ def passing_bound(x: float, work: Any) -> float:
 
 
 def _compare_leaf(a_in: Any, e_in: Any, path: str, how: _Settings) -> OutputComparison:
+    # foreign arrays (torch, TensorFlow) first, so a Python scalar meets a numpy dtype
+    a_in, e_in = (x if _is_python_scalar(x) else as_numpy(x) for x in (a_in, e_in))
     a = _as_array(a_in, e_in)
     e = _as_array(e_in, a_in if not isinstance(a_in, np.ndarray) else a)
     oc = OutputComparison(path=path, passed=False, actual_shape=tuple(a.shape),
@@ -561,9 +567,11 @@ def elementwise_close(actual: Any, expected: Any, tolerance: Tolerance, *,
     elements out; this says *which* are, for callers who want the mask (the tests check
     ``compare``'s counts against it).
     """
-    a, e = np.asarray(actual), np.asarray(expected)
+    a, e = np.asarray(as_numpy(actual)), np.asarray(as_numpy(expected))
     if a.shape != e.shape:
         raise ValueError(f"shapes differ: actual {a.shape}, expected {e.shape}")
+    for what in ("rtol", "atol", "scale"):
+        check_tolerance_value(what, getattr(tolerance, what), f"Tolerance({tolerance.source})")
     if _float_format(a.dtype) is None or _float_format(e.dtype) is None:
         return np.asarray(a == e, dtype=bool).reshape(a.shape)
     af, ef = np.ravel(a), np.ravel(e)

@@ -249,6 +249,9 @@ def test_a_tensor_that_requires_grad_is_detached_not_a_raw_runtime_error():
     assert is_torch_like(param) and as_numpy(param).dtype == np.float32
     assert assert_outputs_close(param, np.array([1.0, 2.0], np.float32)).passed
     assert compare({"w": param}, {"w": np.array([1.0, 2.0], np.float32)}).passed
+    scalar = _TorchLikeParameter(np.array(2.0, np.float32))
+    (oc,) = compare(2.0, scalar).outputs               # a Python scalar takes the tensor's dtype
+    assert oc.passed and oc.actual_dtype == oc.expected_dtype == "float32"
     with pytest.raises(ParityError, match="Mismatched elements: 1 / 2"):
         assert_outputs_close(param, np.array([1.0, 2.5], np.float32))
 

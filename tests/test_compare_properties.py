@@ -130,6 +130,11 @@ def test_integers_and_bools_compare_exactly(data, dtype, shape, tol):
     assert oc.mismatched == int(np.count_nonzero(a != e))
     assert oc.passed == bool(np.array_equal(a, e))
     assert oc.tolerance is not None and oc.tolerance.atol == 0 and oc.tolerance.rtol == 0
+    # the greatest difference in exact integer arithmetic (float64 loses it past 2**53)
+    exact = [abs(int(x) - int(y)) for x, y in zip(a.ravel().tolist(), e.ravel().tolist())]
+    if exact:
+        assert oc.max_abs == float(max(exact))
+        assert oc.max_abs_index == np.unravel_index(exact.index(max(exact)), a.shape)
 
 
 @settings(max_examples=150, deadline=None,
