@@ -18,8 +18,8 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from . import diagnose, recording, shadow, tree, validators
-from .arrays import as_numpy
 from . import tolerances as tol_mod
+from .arrays import as_numpy
 from .compare import ComparisonReport, compare
 from .errors import BatchMismatchError, InvalidArgumentError, ParityError
 from .tolerances import Tolerance

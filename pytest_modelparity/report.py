@@ -125,11 +125,13 @@ def format_output_block(oc: Any, *, worst: int = 3) -> list[str]:
         else:
             opts = []
             if oc.min_atol is not None and math.isfinite(oc.min_atol):
-                opts.append(f"atol={ceil_float(oc.min_atol)} (with rtol={exact_float(tol.rtol)}"
-                            f"{_vacuous_mark(oc, tol.rtol, oc.min_atol)})")
+                atol = ceil_float(oc.min_atol)
+                opts.append(f"atol={atol} (with rtol={exact_float(tol.rtol)}"
+                            f"{_vacuous_mark(oc, tol.rtol, float(atol))})")
             if oc.min_rtol is not None and math.isfinite(oc.min_rtol):
-                opts.append(f"rtol={ceil_float(oc.min_rtol)} (with atol={exact_float(tol.atol)}"
-                            f"{_vacuous_mark(oc, oc.min_rtol, tol.atol)})")
+                rtol = ceil_float(oc.min_rtol)
+                opts.append(f"rtol={rtol} (with atol={exact_float(tol.atol)}"
+                            f"{_vacuous_mark(oc, float(rtol), tol.atol)})")
             if opts:
                 lines.append("  Smallest passing tolerance: " + " or ".join(opts))
     if oc.top1_agreement is not None:
