@@ -298,27 +298,54 @@ def test_no_broadcasting_and_the_readme_says_so():
 
 # -- through the plugin: a marker tolerance meets an integer output -----------------------------
 
+CLASSIFIER_CONFTEST = textwrap.dedent('''
+    import pytest
+
+    @pytest.fixture(scope="session")
+    def modelparity_source():
+        import keras
+        x = keras.Input((6,), name="x")
+        logits = keras.layers.Dense(3, name="logits",
+                                    kernel_initializer=keras.initializers.GlorotUniform(seed=2))(x)
+        return keras.Model(x, {"logits": logits, "ids": keras.ops.argmax(logits, axis=-1)},
+                           name="classifier")
+''')
+
+
+@pytest.mark.usefixtures("_heavy_modules_stay_loaded")
 def test_marker_tolerance_on_an_integer_output_through_the_plugin(pytester):
+    """A classifier's logits and class ids under a marker atol: the atol judges the logits,
+    the ids stay exact and the report says the atol did not apply to them; an rtol too
+    large for float32 still fails ones against zeros."""
+    pytester.makeconftest(CLASSIFIER_CONFTEST)
     pytester.makepyfile(test_ids=textwrap.dedent('''
         import numpy as np
         import pytest
         from pytest_modelparity import assert_outputs_close
 
-        @pytest.mark.modelparity(atol=1)
-        def test_ids_off_by_one():
-            assert_outputs_close({"logits": np.array([10.0, 20.5]), "ids": np.array([3, 4])},
-                                 {"logits": np.array([10.0, 20.0]), "ids": np.array([3, 5])})
+        pytestmark = pytest.mark.modelparity(formats=["saved_model"], atol=1e-4)
+
+        def test_export(parity_candidate, parity_reference, parity_batch):
+            assert_outputs_close(parity_candidate, parity_reference, inputs=parity_batch)
+
+        def test_one_id_off_by_one(parity_candidate, parity_reference, parity_batch):
+            out = parity_candidate.predict(parity_batch)
+            ids = np.asarray(out["ids"]).copy()
+            ids[0] = (ids[0] + 1) % 3
+            assert_outputs_close({"logits": out["logits"] + 5e-5, "ids": ids},
+                                 parity_reference.predict(parity_batch))
 
         @pytest.mark.modelparity(rtol=1e39)
         def test_huge_rtol_against_zeros():
             assert_outputs_close(np.ones(4, np.float32), np.zeros(4, np.float32))
     '''))
     result = pytester.runpytest("-p", "no:cacheprovider", "--modelparity-report=r.json")
-    result.assert_outcomes(failed=2)
-    result.stdout.fnmatch_lines(["*int64 values compare exactly; rtol=*, atol=1 (*marker*) applies to "
-                                 "floating outputs only*", "*Mismatched elements: 4 / 4*"])
+    result.assert_outcomes(passed=1, failed=2)
+    result.stdout.fnmatch_lines([
+        "*int* values compare exactly; rtol=0, atol=0.0001 (*marker) applies to floating outputs only*",
+        "*Mismatched elements: 4 / 4*"])
     rows = json.loads((pytester.path / "r.json").read_text())["rows"]
-    ids = [r for r in rows if r["output"] == "['ids']"]
-    assert ids and ids[0]["verdict"] == "fail" and ids[0]["max_abs"] == 1.0
-    assert ids[0]["min_atol"] is None
-    assert [r["verdict"] for r in rows if r["output"] == "['logits']"] == ["pass"]
+    off = {r["output"]: r for r in rows if r["nodeid"].endswith("test_one_id_off_by_one[saved_model-cpu]")}
+    assert off["['ids']"]["verdict"] == "fail" and off["['ids']"]["max_abs"] == 1.0
+    assert off["['ids']"]["min_atol"] is None                  # no tolerance applies to ids
+    assert off["['logits']"]["verdict"] == "pass"             # the marker's atol judged them
