@@ -61,7 +61,8 @@ def rows_from_report(report: Any, *, nodeid: str, format: str | None, device: st
     device = device or (meta.get("device") if isinstance(meta.get("device"), str) else None)
     calib = meta.get("calibration")
     calibration: dict = calib if isinstance(calib, dict) else {}
-    twin_info = meta.get("shadow") if isinstance(meta.get("shadow"), dict) else {}
+    shadow_meta = meta.get("shadow")
+    twin_info: dict = shadow_meta if isinstance(shadow_meta, dict) else {}
     for out in getattr(report, "outputs", []) or []:
         d = out.to_dict()
         tol = d["tolerance"] or {}
