@@ -23,7 +23,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ._common import quiet
-from ._tf import import_tf
+from ._tf import FrozenGraph, GraphUnavailable, import_tf
 
 # TensorFlow DataType enum values (types.proto).
 DT_FLOAT, DT_DOUBLE, DT_HALF, DT_BFLOAT16 = 1, 2, 19, 14
@@ -35,60 +35,6 @@ ACCUMULATING_OPS = frozenset({
     "MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "Conv2D", "Conv3D", "Conv1D",
     "DepthwiseConv2dNative", "Conv2DBackpropInput", "Einsum", "Sum", "Mean", "_FusedMatMul",
     "_FusedConv2D", "BiasAdd"})
-
-
-class GraphTwinUnavailable(Exception):
-    """The reference has no graph that can be rewritten; the message says why."""
-
-
-@dataclass
-class FrozenGraph:
-    """A reference's inference graph with its weights as constants, and where to feed/fetch.
-
-    ``inputs``/``outputs`` are tensor names (``"x:0"``) in the order of the reference's
-    ``LoadedModel.inputs``/``.outputs``.
-    """
-
-    graph_def: Any
-    inputs: list[str]
-    outputs: list[str]
-
-    def op_types(self) -> set[str]:
-        ops = {node.op for node in self.graph_def.node}
-        for function in self.graph_def.library.function:
-            ops.update(node.op for node in function.node_def)
-        return ops
-
-
-def freeze_concrete(fn: Any, input_order: list[int] | None = None) -> FrozenGraph:
-    """Freeze a ConcreteFunction; outputs in ``tf.nest.flatten(structured_outputs)`` order,
-    inputs in the function's flat order (``input_order`` reorders them)."""
-    import_tf()
-    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
-
-    try:
-        with quiet():
-            frozen = convert_variables_to_constants_v2(fn, lower_control_flow=False)
-    except Exception as exc:  # noqa: BLE001 - any failure: no graph twin
-        raise GraphTwinUnavailable(f"freezing the graph failed ({type(exc).__name__}: {_first(exc)})") from exc
-    inputs = [t.name for t in frozen.inputs if t.dtype.name != "resource"]
-    if input_order is not None:
-        inputs = [inputs[i] for i in input_order]
-    return FrozenGraph(frozen.graph.as_graph_def(), inputs, [t.name for t in frozen.outputs])
-
-
-def freeze_session(session: Any, graph: Any, inputs: list[str], outputs: list[str]) -> FrozenGraph:
-    """Freeze a TF1 graph whose variables live in ``session`` (a restored checkpoint)."""
-    tf = import_tf()
-    names = sorted({name.split(":")[0] for name in outputs})
-    try:
-        with quiet():
-            graph_def = tf.compat.v1.graph_util.convert_variables_to_constants(
-                session, graph.as_graph_def(), names)
-    except Exception as exc:  # noqa: BLE001
-        raise GraphTwinUnavailable(f"freezing the checkpoint's graph failed ({type(exc).__name__}: "
-                                   f"{_first(exc)})") from exc
-    return FrozenGraph(graph_def, list(inputs), list(outputs))
 
 
 # -- rewriting ----------------------------------------------------------------------------
@@ -106,7 +52,7 @@ def float64_graph_def(graph_def: Any) -> Any:
             if arg.type in _LOW_FLOATS:
                 arg.type = DT_DOUBLE
         if any(n.op in _BATCH_NORMS for n in function.node_def):
-            raise GraphTwinUnavailable(f"a fused batch norm inside function {function.signature.name} "
+            raise GraphUnavailable(f"a fused batch norm inside function {function.signature.name} "
                                        "(control flow) cannot be rewritten to float64")
         for node in function.node_def:
             _retype_node(node, tf)
@@ -158,13 +104,13 @@ def _decompose_batch_norms(graph_def: Any) -> None:
         for inp in node.input:
             bare, _, index = inp.lstrip("^").partition(":")
             if bare in names and index not in ("", "0"):
-                raise GraphTwinUnavailable(f"{bare} ({_op_of(nodes, bare)}) has another output than y read "
+                raise GraphUnavailable(f"{bare} ({_op_of(nodes, bare)}) has another output than y read "
                                            f"by {node.name}; it cannot be decomposed for a float64 run")
     for norm in norms:
         if norm.attr["is_training"].b:
-            raise GraphTwinUnavailable(f"{norm.name} is a batch norm in training mode")
+            raise GraphUnavailable(f"{norm.name} is a batch norm in training mode")
         if norm.attr["data_format"].s not in (b"NHWC", b"", b"NDHWC"):
-            raise GraphTwinUnavailable(f"{norm.name} is a {norm.attr['data_format'].s.decode()} batch norm")
+            raise GraphUnavailable(f"{norm.name} is a {norm.attr['data_format'].s.decode()} batch norm")
         x, scale, offset, mean, variance = list(norm.input)[:5]
         controls = [i for i in norm.input if i.startswith("^")]
         eps = norm.attr["epsilon"].f
@@ -217,7 +163,7 @@ class GraphTwin:
             with quiet(), self.graph.as_default():
                 tf.graph_util.import_graph_def(graph_def, name="")
         except Exception as exc:  # noqa: BLE001
-            raise GraphTwinUnavailable(f"the rewritten graph does not import ({type(exc).__name__}: "
+            raise GraphUnavailable(f"the rewritten graph does not import ({type(exc).__name__}: "
                                        f"{_first(exc)})") from exc
         self.inputs = [self.graph.get_tensor_by_name(n) for n in frozen.inputs]
         self.outputs = [self.graph.get_tensor_by_name(n) for n in frozen.outputs]
@@ -235,7 +181,7 @@ class GraphTwin:
         try:
             values = self.session.run(self.outputs, feed_dict=feeds)
         except Exception as exc:  # noqa: BLE001 - e.g. an op without a float64 kernel
-            raise GraphTwinUnavailable(f"running the rewritten graph failed ({type(exc).__name__}: "
+            raise GraphUnavailable(f"running the rewritten graph failed ({type(exc).__name__}: "
                                        f"{_first(exc)})") from exc
         return [np.asarray(v) for v in values]
 

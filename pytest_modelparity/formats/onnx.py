@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import DeviceUnavailable, ExportError, ModelLoadError
 from .base import LoadedModel, TensorSpec
 from ._common import ONNX_INSTALL, TF_INSTALL, ConverterLog, finish_export, first_line, read_model_bytes
-from ._tf import begin_export, graph_op_types
+from .serving import begin_export, graph_op_types
 
 if TYPE_CHECKING:  # imported lazily at run time: onnx is optional
     import onnx
