@@ -36,6 +36,7 @@ from ..errors import ExportError, ModelLoadError, RuntimeMissing
 from ..scratch import owned_prefix
 from ._common import TF_INSTALL, ConverterLog, quiet, record_route
 from .base import LoadedModel, TensorSpec
+from . import tfjs_rewrite
 
 NAME = "tfjs"
 CONVERTS_SAVED_MODEL = True  # export() also takes a SavedModel directory
@@ -336,6 +337,9 @@ class TFJSModel(LoadedModel):
         self.process = process
         self._start = start  # backend -> NodeProcess, used to fall back from wasm to cpu
         self._spec = spec
+        # Ops of this graph tensorflowjs 4.22 is known to run wrong (a model.json converted
+        # elsewhere): the diagnosis names them when the comparison fails.
+        self.converter_defects = tfjs_rewrite.known_defects(spec)
         signature = spec.get("signature") or {}
         meta = process.meta
         inputs = _signature_specs(signature["inputs"]) if signature.get("inputs") else _meta_specs(meta["inputs"])
@@ -748,7 +752,6 @@ def export(model: Any, path: Path, *, quantization: str | None = None, validate_
     the op, the backend, the fix and the kept log file, and leaves nothing at ``path``. The
     route (``export_route(path)``) says which rewrites applied.
     """
-    from . import tfjs_rewrite
 
     path = Path(path)
     out_dir = path.parent if path.suffix.lower() == ".json" else path
@@ -825,7 +828,8 @@ def export(model: Any, path: Path, *, quantization: str | None = None, validate_
 
 def _route(converter_options: dict[str, Any], rewrites: dict[str, int]) -> str:
     """How the export went, e.g. ``control_flow_v2, erfc->1-erf x1, hard_swish split x10``."""
-    names = {"erfc": "erfc->1-erf", "hard_swish": "hard_swish split", "unfused_bias": "non-vector bias unfused"}
+    names = {"erfc": "erfc->1-erf", "hard_swish": "hard_swish split", "unfused_bias": "non-vector bias unfused",
+             "band_part": "MatrixBandPart written out"}
     parts = ["control_flow_v2" if converter_options.get("control_flow_v2") else "lowered control flow"]
     parts += [f"{names.get(k, k)} x{v}" for k, v in rewrites.items() if v]
     return ", ".join(parts)
