@@ -95,6 +95,8 @@ class ParitySession:
     _tmp: Path | None = None
     _cache: Any = None
     left_out: list[list[str]] = field(default_factory=list)  # [format, device] pairs a format cannot run on
+    # node id -> (device, outcome, skip/failure reason) of every matrix test: "nothing ran on a GPU"
+    device_outcomes: dict[str, tuple[str, str, str | None]] = field(default_factory=dict)
     _precision_set: bool = False
     _tf32_before: bool | None = None  # TF's TF32 setting before --modelparity-tf32=off changed it
 

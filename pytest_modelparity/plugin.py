@@ -21,7 +21,7 @@ from .fixtures import (STATE_KEY, ParitySession, get_state, modelparity_device, 
                        modelparity_load_options,
                        modelparity_reference_device, modelparity_source, parity_batch, parity_candidate,
                        parity_reference)
-from .matrix import item_matrix, left_out_line, matrix_pairs, select_matrix
+from .matrix import item_matrix, left_out_line, matrix_pairs, nothing_on_gpu_line, select_matrix
 from .options import add_options, parse_options, strict_gpu_problem
 
 MARKER = ("modelparity(formats=None, devices=None, rtol=None, atol=None): narrow the format x device "
@@ -227,6 +227,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Any:
     """A test that passed although an assertion failed in it (``pytest.raises``), or an
     xfail test, expected that failure: its rows say so instead of FAIL."""
     report = yield
+    device = item_matrix(item)[1]
+    if device:  # a plain attribute: pytest-xdist carries it to the controller's OutcomeRecorder
+        report.modelparity_device = device
     if report.when == "call" and (report.passed or hasattr(report, "wasxfail")):
         why = (f"xfail: {report.wasxfail}".rstrip(": ") if hasattr(report, "wasxfail")
                else "the test expected this failure (it caught it, e.g. pytest.raises)")
@@ -264,6 +267,9 @@ class OutcomeRecorder:
             entry["reason"] = reason
         if outcome == "error":
             entry["when"] = report.when
+        device = getattr(report, "modelparity_device", None)
+        if isinstance(device, str):
+            self.state.device_outcomes[report.nodeid] = (device, outcome, entry.get("reason"))
 
 
 REASON_CHARS = 500
@@ -395,7 +401,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if logs is not None and logs.path is not None and (logs.written or state.workers):
         terminalreporter.write_line(f"modelparity: TensorFlow and converter output kept in "
                                     f"{logs.path.parent}{os.sep} (-v shows it instead)")
-    left_out = left_out_line(state.left_out)
+    devices_run = {d for d, _, _ in state.device_outcomes.values()}
+    left_out = left_out_line(state.left_out, cpu_in_matrix=not devices_run or "cpu" in devices_run)
     if left_out:
         terminalreporter.write_line(left_out)
     from .summary import floor_line
@@ -403,6 +410,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     without_floor = floor_line(state.rows)
     if without_floor:
         terminalreporter.write_line(without_floor, yellow=True)
+    no_gpu = nothing_on_gpu_line(state.device_outcomes)
+    if no_gpu:
+        terminalreporter.write_line(no_gpu, yellow=True, bold=True)
     # Once per damaged entry, even when several xdist workers found and repaired it.
     notes = {a["cache_note"].split(" was damaged")[0]: a["cache_note"] for a in reversed(state.artifacts)
              if a.get("cache_note")}
