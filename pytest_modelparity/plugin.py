@@ -380,7 +380,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if state is None or getattr(config, "workeroutput", None) is not None:
         return
     if state.rows:
-        from .summary import format_table, sort_rows
+        from .summary import format_table, hidden_rows_line, sort_rows
 
         rows = sort_rows(state.rows)
         shown = rows
@@ -391,16 +391,11 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         for line in format_table(shown) if shown else ():
             terminalreporter.write_line(line)
         if len(shown) < len(rows):
-            passed = sum(r["verdict"] == "pass" for r in rows)
-            expected = sum(r["verdict"] == "expected" for r in rows)
-            also = f", {expected} failed as the test expected" if expected else ""
-            terminalreporter.write_line(
-                f"... {len(rows) - len(shown)} more rows not shown ({passed} of {len(rows)} passed{also}); "
-                "-v shows every row, --modelparity-report/--modelparity-html write them all")
+            terminalreporter.write_line(hidden_rows_line(rows, shown))
     logs = state.logs
     if logs is not None and logs.path is not None and (logs.written or state.workers):
         terminalreporter.write_line(f"modelparity: TensorFlow and converter output kept in "
-                                    f"{logs.path.parent}{os.sep} (-v shows it instead)")
+                                    f"{logs.path.parent}{os.sep} (-v -s shows it on the terminal instead)")
     devices_run = {d for d, _, _ in state.device_outcomes.values()}
     left_out = left_out_line(state.left_out, cpu_in_matrix=not devices_run or "cpu" in devices_run)
     if left_out:
