@@ -95,6 +95,7 @@ class ParitySession:
     _tmp: Path | None = None
     _cache: Any = None
     left_out: list[list[str]] = field(default_factory=list)  # [format, device] pairs a format cannot run on
+    started: float = field(default_factory=time.time)  # wall clock: what this run installed (tfjs npm ci)
     # node id -> (device, outcome, skip/failure reason) of every matrix test: "nothing ran on a GPU"
     device_outcomes: dict[str, tuple[str, str, str | None]] = field(default_factory=dict)
     _precision_set: bool = False

@@ -405,6 +405,12 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     without_floor = floor_line(state.rows)
     if without_floor:
         terminalreporter.write_line(without_floor, yellow=True)
+    from .tfjs_runner import installed_since
+
+    installed = installed_since(state.started)
+    if installed:  # its progress message went to the log with the rest of the load's output
+        terminalreporter.write_line(f"modelparity: installed the Node.js packages of the tfjs format on first use "
+                                    f"({installed})")
     no_gpu = nothing_on_gpu_line(state.device_outcomes)
     if no_gpu:
         terminalreporter.write_line(no_gpu, yellow=True, bold=True)
