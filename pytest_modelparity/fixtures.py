@@ -561,9 +561,16 @@ def parity_candidate(request: pytest.FixtureRequest, modelparity_source: Any, mo
 
 def skip_if_unreachable(exc: BaseException, format: str, *, named: bool) -> None:
     """Skip a default-matrix format the source cannot be converted to at all (a frozen .pb is
-    not a Keras model): not applicable rather than broken. Named by the user, it is an error."""
-    unreachable = isinstance(exc, NotExportable) or (isinstance(exc, ModelLoadError) and exc.action == "convert")
-    if unreachable and not named:
+    not a Keras model), or that cannot carry this kind of model (a string input on tfjs, a
+    lookup table on graphdef/onnx): not applicable rather than broken. Named by the user, it
+    is an error."""
+    if named:
+        return
+    if isinstance(exc, ModelLoadError) and exc.not_applicable:
+        fix = f"; {exc.fix}" if exc.fix else ""
+        pytest.skip(f"modelparity: format {format!r} does not apply to this model ({exc.problem}){fix}. "
+                    "Naming the formats (--modelparity-formats, or the marker's formats=) makes this a failure")
+    if isinstance(exc, NotExportable) or (isinstance(exc, ModelLoadError) and exc.action == "convert"):
         pytest.skip(f"modelparity: format {format!r} cannot be made from this source "
                     f"({str(exc).splitlines()[0]}); name the formats to test with "
                     "--modelparity-formats to make this a failure")

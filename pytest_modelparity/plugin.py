@@ -15,7 +15,7 @@ from typing import Any, Iterator
 import pytest
 
 from . import recording
-from .errors import ParityError
+from .errors import NotApplicable, ParityError
 from .fixtures import (STATE_KEY, ParitySession, get_state, modelparity_device,  # noqa: F401 - fixtures
                        modelparity_elements, modelparity_export_options, modelparity_format,
                        modelparity_load_options,
@@ -219,7 +219,19 @@ def _escaped_reports(exc: BaseException) -> list[Any]:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Any:
     with collecting(item):
-        return (yield)
+        try:
+            return (yield)
+        except NotApplicable as exc:
+            # pytest would skip it anyway (a unittest.SkipTest), but at a line of its own
+            # unittest.py; this keeps the test's location in the -rs line.
+            raise _skip_at_item(str(exc)) from None
+
+
+def _skip_at_item(reason: str) -> BaseException:
+    try:
+        return pytest.skip.Exception(reason, _use_item_location=True)  # type: ignore[call-arg]
+    except TypeError:  # a pytest without the keyword: the skip is the same, only its location differs
+        return pytest.skip.Exception(reason)
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)  # outermost: sees the xfail verdict of the skipping plugin

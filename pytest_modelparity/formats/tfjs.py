@@ -154,7 +154,8 @@ def check_weight_files(path: Path, manifest: list[dict[str, Any]]) -> list[tuple
     return groups
 
 
-STRING_INPUT_FIX = ("test the string model in formats keras, saved_model and graphdef; for tfjs, move the "
+STRING_INPUT_FIX = ("test the string model in formats keras, saved_model and tflite (they carry lookup tables; "
+                    "graphdef only when the model has none, e.g. keras.layers.Hashing); for tfjs, move the "
                     "text preprocessing (StringLookup/TextVectorization) out of the model and export the "
                     "model that takes its integer token ids")
 
@@ -164,7 +165,7 @@ def check_input_dtypes(path: Path, spec: dict[str, Any]) -> None:
     for key, value in ((spec.get("signature") or {}).get("inputs") or {}).items():
         if isinstance(value, dict) and value.get("dtype") == "DT_STRING":
             raise ModelLoadError(path, NAME, f"input {key!r} is a string tensor; the tfjs format here runs "
-                                 f"float32, int32 and bool inputs only", STRING_INPUT_FIX)
+                                 f"float32, int32 and bool inputs only", STRING_INPUT_FIX, not_applicable=True)
 
 
 def _tfjs_dtype(tf_dtype: str | None) -> str:
@@ -841,4 +842,4 @@ def refuse_string_inputs(model: Any, out_dir: Path) -> None:
         if str(getattr(t, "dtype", "")) == "string":
             name = str(getattr(t, "name", "?")).split(":", 1)[0]
             raise ExportError(out_dir, NAME, f"input {name!r} is a string tensor; the tfjs format here runs "
-                                 "float32, int32 and bool inputs only", STRING_INPUT_FIX)
+                                 "float32, int32 and bool inputs only", STRING_INPUT_FIX, not_applicable=True)
