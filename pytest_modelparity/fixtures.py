@@ -316,7 +316,10 @@ class ParitySession:
         try:
             return self.reference(source, device, load_options)
         except (RuntimeMissing, DeviceUnavailable) as exc:
-            self.unavailable(exc, f"reference on {device}")
+            # parity_batch is drawn from the reference's inputs: a test that only checks the
+            # candidate (assert_deterministic) skips too, and would not know why.
+            self.unavailable(exc, f"reference on {device} (parity_reference, and parity_batch, which is drawn "
+                                  "from the reference's inputs)")
         except ModelLoadError as exc:  # the message names the file, the format and the fix
             _fail(f"modelparity: reference: {explain(exc) if explain else f'{exc}{_load_options_hint(exc)}'}")
 

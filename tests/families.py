@@ -138,5 +138,6 @@ FAMILIES: dict[str, Callable[[], tuple[Any, Any]]] = {
     "MobileNetV3Small, trained-like BN, 64x64": mobilenet_v3_small,
     "ConvNeXtTiny, 64x64": convnext_tiny,
     "string input (StringLookup)": string_input,
+    "GPT decoder, causal mask": gpt_decoder,
 }
 SMALL = ("LSTM (masked)", "GRU (masked)", "BiLSTM (masked)", "Transformer encoder, exact GELU")
