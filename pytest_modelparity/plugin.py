@@ -239,6 +239,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Any:
     """A test that passed although an assertion failed in it (``pytest.raises``), or an
     xfail test, expected that failure: its rows say so instead of FAIL."""
     report = yield
+    if report.when == "setup" and report.failed:
+        from .scope_hint import scope_mismatch_message
+
+        explained = scope_mismatch_message(report.longreprtext)
+        if explained:  # pytest's bare ScopeMismatch names neither the cause nor the fix
+            report.longrepr = explained
     device = item_matrix(item)[1]
     if device:  # a plain attribute: pytest-xdist carries it to the controller's OutcomeRecorder
         report.modelparity_device = device
