@@ -229,7 +229,7 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
 
 def _skip_at_item(reason: str) -> BaseException:
     try:
-        return pytest.skip.Exception(reason, _use_item_location=True)  # type: ignore[call-arg]
+        return pytest.skip.Exception(reason, _use_item_location=True)
     except TypeError:  # a pytest without the keyword: the skip is the same, only its location differs
         return pytest.skip.Exception(reason)
 
