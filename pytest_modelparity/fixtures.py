@@ -586,15 +586,16 @@ def _formats_named(request: pytest.FixtureRequest, state: ParitySession) -> bool
 
 
 @pytest.fixture(scope="session")
-def modelparity_elements() -> Any:
+def modelparity_elements(request: pytest.FixtureRequest) -> Any:
     """Override in conftest.py (session scope) to return the element range of your batches:
     ``(low, high)`` or ``{input name: (low, high)}`` (e.g. ``(0, 255)`` for raw pixels).
 
     One source of truth for input ranges: ``parity_batch`` draws from it, a ``tflite:int8``
     candidate is calibrated on rows drawn from it, and your own ``batches(parity_reference,
-    elements=modelparity_elements)`` should too. Default None: each dtype's default range.
+    elements=modelparity_elements)`` should too. Default: ``--modelparity-input-range`` (ini
+    ``modelparity_input_range``), else None: each dtype's default range.
     """
-    return None
+    return get_state(request.config).options.input_range
 
 
 @pytest.fixture(scope="module")
