@@ -42,7 +42,7 @@ NAME = "tfjs"
 CONVERTS_SAVED_MODEL = True  # export() also takes a SavedModel directory
 EXPORT_VALIDATES = True  # export() runs validate() before moving the files into place
 TFJS_CONVERTER_INSTALL = ("pip install --no-deps tensorflowjs==4.22.0 tensorflow_hub==0.16.1 && "
-                          "pip install 'pytest-modelparity[tfjs]'  (plain `pip install tensorflowjs` "
+                          "pip install packaging six  (the plugin's [tfjs] extra; plain `pip install tensorflowjs` "
                           "downgrades TensorFlow and protobuf)")
 EXPORT_REQUIRES = (("tensorflow", TF_INSTALL), ("tensorflowjs", TFJS_CONVERTER_INSTALL))
 
