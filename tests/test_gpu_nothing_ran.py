@@ -21,12 +21,16 @@ PARITY_TEST = """
 """
 
 
-def test_a_gpu_run_without_a_gpu_ends_saying_nothing_ran_on_a_gpu(pytester: pytest.Pytester) -> None:
+def _run_without_a_gpu(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     if devices.missing_gpu("gpu") is None:
         pytest.skip("this machine has a GPU: the GPU tests would run here")
     pytester.makeconftest(TINY_SOURCE_CONFTEST)
     pytester.makepyfile(PARITY_TEST)
-    result = pytester.runpytest("--modelparity-device=gpu", "--modelparity-formats=keras,saved_model,tflite")
+    return pytester.runpytest(*args)
+
+
+def test_a_gpu_run_without_a_gpu_ends_saying_nothing_ran_on_a_gpu(pytester: pytest.Pytester) -> None:
+    result = _run_without_a_gpu(pytester, "--modelparity-device=gpu", "--modelparity-formats=keras,saved_model,tflite")
     result.assert_outcomes(skipped=2)
     assert result.ret == 0
     out = result.stdout.str()
@@ -38,11 +42,7 @@ def test_a_gpu_run_without_a_gpu_ends_saying_nothing_ran_on_a_gpu(pytester: pyte
 
 
 def test_with_the_cpu_in_the_matrix_the_line_counts_what_ran_there(pytester: pytest.Pytester) -> None:
-    if devices.missing_gpu("gpu") is None:
-        pytest.skip("this machine has a GPU: the GPU tests would run here")
-    pytester.makeconftest(TINY_SOURCE_CONFTEST)
-    pytester.makepyfile(PARITY_TEST)
-    result = pytester.runpytest("--modelparity-device=cpu,gpu", "--modelparity-formats=keras")
+    result = _run_without_a_gpu(pytester, "--modelparity-device=cpu,gpu", "--modelparity-formats=keras")
     result.assert_outcomes(passed=1, skipped=1)
     result.stdout.fnmatch_lines(["modelparity: NOTHING RAN ON A GPU: all 1 gpu test(s) were skipped*; "
                                  "1 test(s) ran on the CPU"])
