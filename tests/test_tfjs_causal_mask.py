@@ -19,18 +19,21 @@ from pytest_modelparity import errors
 tf = pytest.importorskip("tensorflow")
 
 
-@pytest.mark.parametrize("lower, upper", [(-1, 0), (0, -1), (1, 2), (2, 0), (-1, -1), (0, 0)])
-def test_band_part_rewrite_matches_tensorflow_band_part(lower, upper):
-    """The rewritten graph gives tf.linalg.band_part's answer for every band, dynamic batch."""
+@pytest.mark.parametrize("lower, upper, shape", [(-1, 0, (2, 3, 5, 4)), (0, -1, (2, 3, 5, 4)), (1, 2, (2, 3, 5, 4)),
+                                                 (2, 0, (2, 3, 5, 4)), (-1, -1, (2, 3, 5, 4)), (0, 0, (2, 3, 5, 4)),
+                                                 (-1, 0, (6, 6)), (1, 0, (4, 7))])
+def test_band_part_rewrite_matches_tensorflow_band_part(lower, upper, shape):
+    """The rewritten graph gives tf.linalg.band_part's answer for every band and rank, with a
+    dynamic first dimension."""
     from pytest_modelparity.formats.tfjs_rewrite import rewrite_band_part
 
     fn = tf.function(lambda x: tf.linalg.band_part(x, lower, upper))
-    graph_def = fn.get_concrete_function(tf.TensorSpec([None, 3, 5, 4])).graph.as_graph_def()
+    graph_def = fn.get_concrete_function(tf.TensorSpec([None, *shape[1:]])).graph.as_graph_def()
     assert rewrite_band_part(graph_def) == 1
     assert "MatrixBandPart" not in {n.op for n in graph_def.node}
     placeholder = next(n.name for n in graph_def.node if n.op == "Placeholder")
     output = next(n.name for n in graph_def.node if n.op == "Identity")
-    x = np.arange(2 * 3 * 5 * 4, dtype="float32").reshape(2, 3, 5, 4) + 1
+    x = np.arange(np.prod(shape), dtype="float32").reshape(shape) + 1
     with tf.Graph().as_default():
         tf.graph_util.import_graph_def(graph_def, name="")
         with tf.compat.v1.Session() as session:
