@@ -91,3 +91,27 @@ def test_direct_tensorflowjs_conversion_fails_naming_the_band_part_defect_and_fi
     assert "tensorflowjs 4.22 runs MatrixBandPart" in text and "mha0_1/MatrixBandPart" in text
     assert "converter_defect" in [h.cause for h in info.value.report.hints]
     assert "export_model(model, 'tfjs', dir)" in text and "mha0" in text
+
+
+@needs_tfjs
+@pytest.mark.usefixtures("_heavy_modules_stay_loaded")
+def test_the_plugin_checks_the_decoder_on_tfjs(pytester: pytest.Pytester) -> None:
+    """As a user's suite would: the decoder as modelparity_source, tfjs in the matrix, green."""
+    pytester.makeconftest("""
+        import pytest
+        from families import gpt_decoder
+
+        @pytest.fixture(scope="session")
+        def modelparity_source():
+            return gpt_decoder()[0]
+    """)
+    pytester.makepyfile("""
+        from pytest_modelparity import assert_outputs_close
+
+        def test_export(parity_candidate, parity_reference, parity_batch):
+            assert_outputs_close(parity_candidate, parity_reference, inputs=parity_batch)
+    """)
+    result = pytester.runpytest("-p", "no:cacheprovider", "-rs", "--modelparity-formats=tfjs")
+    if result.parseoutcomes().get("skipped"):
+        pytest.skip(f"tfjs runtime missing here: {result.stdout.str()[-400:]}")
+    result.assert_outcomes(passed=1)
