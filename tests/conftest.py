@@ -24,6 +24,13 @@ def _heavy_modules_stay_loaded() -> None:
     for mod in pkgutil.walk_packages(pytest_modelparity.__path__, "pytest_modelparity."):
         if not mod.name.endswith("__main__"):
             importlib.import_module(mod.name)
-    for runtime in ("ai_edge_litert.interpreter", "onnxruntime"):
+    for runtime in ("ai_edge_litert.interpreter", "onnxruntime", "tf2onnx"):
         if importlib.util.find_spec(runtime.split(".")[0]):
             importlib.import_module(runtime)
+    # The converters too: imported first inside an in-process pytester run (an export to onnx
+    # or tfjs there), they are dropped from sys.modules afterwards, and importing them again in
+    # this process aborts it (their TensorFlow registrations happen twice).
+    if importlib.util.find_spec("tensorflowjs"):
+        from pytest_modelparity.formats.tfjs import import_converter
+
+        import_converter()
