@@ -19,6 +19,7 @@ import numpy as np
 
 from . import diagnose, recording, shadow, tree, validators
 from . import tolerances as tol_mod
+from .arrays import as_numpy
 from .compare import ComparisonReport, compare
 from .errors import BatchMismatchError, InvalidArgumentError, NotApplicable, ParityError
 from .tolerances import Tolerance
@@ -66,8 +67,11 @@ def assert_outputs_close(actual: Any, expected: Any, *, inputs: Any = None, rtol
                         "pass inputs=<a batch> so it can be run")
     if inputs is not None:
         _check_rows(inputs, "assert_outputs_close")
-    act = _run(actual_model, inputs) if actual_model is not None else _to_numpy(actual)
-    exp = _run(expected_model, inputs) if expected_model is not None else _to_numpy(expected)
+    if actual_model is None and expected_model is None:
+        act, exp = _to_numpy_pair(actual, expected)
+    else:
+        act = _run(actual_model, inputs) if actual_model is not None else _to_numpy(actual)
+        exp = _run(expected_model, inputs) if expected_model is not None else _to_numpy(expected)
     exp_raw = exp
     act, exp, alignment = _align_structures(act, exp, from_models=actual_model is not None or expected_model is not None)
     device, fmt = _context(actual_model, expected_model)
@@ -688,15 +692,25 @@ def _to_numpy(obj: Any) -> Any:
     """Model outputs as numpy: dicts stay dicts, lists/tuples become lists, tensors arrays."""
     if tree.is_branch(obj):
         return {k: _to_numpy(v) for k, v in obj.items()} if isinstance(obj, Mapping) else [_to_numpy(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return obj
-    numpy = getattr(obj, "numpy", None)
-    if callable(numpy) and not isinstance(obj, np.generic):
-        try:
-            return np.asarray(numpy())
-        except Exception:  # noqa: BLE001 - fall back to the array protocol
-            pass
-    return np.asarray(obj)
+    return np.asarray(as_numpy(obj))
+
+
+def _to_numpy_pair(actual: Any, expected: Any) -> tuple[Any, Any]:
+    """Both sides as numpy, walked the way ``compare`` walks them: a list of plain numbers
+    met by a list of outputs (``(np.float32(1), np.float32(2))`` against
+    ``[np.array(1.0), np.array(2.0)]``) is read item by item, as compare reads it, instead of
+    becoming one array that no longer matches the other side's structure."""
+    if isinstance(actual, Mapping) and isinstance(expected, Mapping):
+        pairs = {k: _to_numpy_pair(actual[k], expected[k]) for k in actual if k in expected}
+        return ({k: pairs[k][0] if k in pairs else _to_numpy(v) for k, v in actual.items()},
+                {k: pairs[k][1] if k in pairs else _to_numpy(v) for k, v in expected.items()})
+    if (isinstance(actual, (list, tuple)) and isinstance(expected, (list, tuple))
+            and (tree.is_branch(actual) or tree.is_branch(expected))):
+        n = min(len(actual), len(expected))
+        items = [_to_numpy_pair(a, e) for a, e in zip(actual, expected)]
+        return ([a for a, _ in items] + [_to_numpy(v) for v in actual[n:]],
+                [e for _, e in items] + [_to_numpy(v) for v in expected[n:]])
+    return _to_numpy(actual), _to_numpy(expected)
 
 
 def _leaves(outputs: Any) -> Iterator[tuple[str, np.ndarray]]:

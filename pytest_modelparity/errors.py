@@ -122,6 +122,12 @@ class ExportError(ModelLoadError):
             self.args = (f"{self.args[0]}\n  converter log: {self.log_path}",)
 
 
+class NotSerializable(ExportError):
+    """The model cannot be written in this format at all, whatever the converter: a subclassed
+    model whose class Keras cannot rebuild has no ``.keras``/``.h5`` form. Not a broken export
+    but one this source cannot have: the plugin skips the format unless the user named it."""
+
+
 class NotApplicable(unittest.SkipTest):
     """A check that cannot say anything about this model, so it neither passes nor fails:
     ``assert_batch_invariant`` on a file that runs every batch one row at a time (an LSTM's

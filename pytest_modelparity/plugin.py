@@ -18,7 +18,7 @@ from . import recording
 from .errors import NotApplicable, ParityError
 from .fixtures import (STATE_KEY, ParitySession, get_state, modelparity_device,  # noqa: F401 - fixtures
                        modelparity_elements, modelparity_export_options, modelparity_format,
-                       modelparity_load_options,
+                       modelparity_input_specs, modelparity_load_options,
                        modelparity_reference_device, modelparity_source, parity_batch, parity_candidate,
                        parity_reference)
 from .matrix import item_matrix, left_out_line, matrix_pairs, nothing_on_gpu_line, select_matrix
@@ -418,11 +418,13 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     left_out = left_out_line(state.left_out, cpu_in_matrix=not devices_run or "cpu" in devices_run)
     if left_out:
         terminalreporter.write_line(left_out)
-    from .summary import floor_line
+    from .summary import floor_line, route_lines
 
     without_floor = floor_line(state.rows)
     if without_floor:
         terminalreporter.write_line(without_floor, yellow=True)
+    for line in route_lines(state.artifacts):
+        terminalreporter.write_line(line)
     from .tfjs_runner import installed_since
 
     installed = installed_since(state.started)

@@ -61,7 +61,8 @@ def rows_from_report(report: Any, *, nodeid: str, format: str | None, device: st
     device = device or (meta.get("device") if isinstance(meta.get("device"), str) else None)
     calib = meta.get("calibration")
     calibration: dict = calib if isinstance(calib, dict) else {}
-    twin_info = meta.get("shadow") if isinstance(meta.get("shadow"), dict) else {}
+    shadow_meta = meta.get("shadow")
+    twin_info: dict = shadow_meta if isinstance(shadow_meta, dict) else {}
     for out in getattr(report, "outputs", []) or []:
         d = out.to_dict()
         tol = d["tolerance"] or {}
@@ -241,6 +242,22 @@ def hidden_rows_line(rows: Sequence[dict], shown: Sequence[dict]) -> str:
     if not shown:
         return f"{len(rows)} rows, none failed, so none shown ({what}); {where}"
     return f"... {len(hidden)} more rows not shown ({what}); {where}"
+
+
+# Words of an export route that changes what the candidate computes (formats/mixed_precision.py).
+CHANGED_COMPUTATION = "with a float32 policy"
+
+
+def route_lines(artifacts: Sequence[dict]) -> list[str]:
+    """One line per (source, format) whose export computes differently from the source, e.g.
+    a mixed_float16 model converted to TFLite as a float32-policy trace (same weights)."""
+    seen: dict[tuple[str, str], str] = {}
+    for a in artifacts:
+        route = a.get("route")
+        if isinstance(route, str) and CHANGED_COMPUTATION in route:
+            seen.setdefault((str(a.get("source")), str(a.get("format"))), route)
+    return [f"modelparity: {fmt} of {source!r} was exported as a "
+            f"{next(p for p in route.split('; ') if CHANGED_COMPUTATION in p)}" for (source, fmt), route in seen.items()]
 
 
 def sort_rows(rows: Iterable[dict]) -> list[dict]:

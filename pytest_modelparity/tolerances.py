@@ -401,7 +401,9 @@ def resolve_tolerance(dtype: Any, *, rtol: float | None = None, atol: float | No
     No rtol/atol anywhere: the built-in scale-aware default. Otherwise the plain
     per-element rule (``scale=0``): each of rtol/atol is taken from the highest layer that
     gives it (argument, then ``layers``), and a missing one from the built-in table.
-    Integer and bool outputs stay exact unless a value was given explicitly.
+    The values apply to floating and complex outputs: ``compare`` judges integer and bool
+    outputs exactly whatever this returns for their dtype (an id off by one is another
+    answer, not rounding) and its report names the values it did not apply.
     """
     if layers is None:
         layers = current_layers()

@@ -21,6 +21,8 @@ import tf1_graphs
 from pytest_modelparity import ParityError, assert_outputs_close, load_model
 
 pytest.importorskip("tensorflow", reason="the float64 twins need TensorFlow: pip install 'pytest-modelparity[tensorflow]'")
+# In-process pytester runs import the runtimes once (a second import of onnx aborts the process).
+pytestmark = pytest.mark.usefixtures("_heavy_modules_stay_loaded")
 
 SUITE = textwrap.dedent('''
     from pytest_modelparity import assert_outputs_close

@@ -117,7 +117,7 @@ def _feeder(loaded: LoadedModel) -> Callable[[Any], list[np.ndarray]]:
 def _keras_runner(loaded: LoadedModel, kind: str) -> tuple[Runner, bool]:
     from .keras_shadow import ShadowUnavailable, float16_weights_twin, float64_twin
 
-    native = getattr(loaded, "native", None)
+    native: Any = getattr(loaded, "native", None)
     if loaded.format not in ("keras", "h5") or not is_keras_model(native):
         raise NotApplicable("not a Keras model")
     try:
