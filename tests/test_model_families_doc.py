@@ -46,7 +46,7 @@ def test_no_fix_recommends_a_format_its_own_row_does_not_support():
     rows = _rows()
     for number, (family, fmt, _, fix) in _notes().items():
         unsupported = {f for f, cell in rows[family].items() if cell.startswith("not supported")}
-        recommended = set(re.findall(r"(?<![\w-])(keras|saved_model|graphdef|tflite|onnx|tfjs)(?![\w-])",
+        recommended = set(re.findall(r"(?<![\w.-])(keras|saved_model|graphdef|tflite|onnx|tfjs)(?![\w-]|\.\w)",
                                      re.sub(r"\w+ only when[^;]*", "", fix).split("without tables")[0])) - {fmt}
         assert not (recommended & unsupported), (number, recommended & unsupported)
 
