@@ -288,7 +288,8 @@ def patched_converter(converter: Any, stats: dict[str, int]) -> Iterator[None]:
 KNOWN_DEFECTS = {
     "MatrixBandPart": (
         "tensorflowjs 4.22 runs MatrixBandPart with num_upper read from num_lower's input (its op table maps "
-        "both to input 1), so a causal attention mask (band_part(ones, -1, 0)) lets every token see the future",
+        "both to input 1; right only when the two are equal), so a causal attention mask (band_part(ones, -1, 0)) "
+        "lets every token see the future",
         "convert with pytest_modelparity.export_model(model, 'tfjs', dir), which writes the band out in ops tfjs "
         "maps right, or build the mask without tf.linalg.band_part (e.g. from tf.range comparisons)"),
 }
