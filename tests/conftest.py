@@ -29,10 +29,3 @@ def _heavy_modules_stay_loaded() -> None:
     for runtime in ("ai_edge_litert.interpreter", "onnxruntime", "onnx", "tf2onnx"):
         if importlib.util.find_spec(runtime.split(".")[0]):
             importlib.import_module(runtime)
-    # The tfjs converter too, for the same reason: imported first inside an in-process pytester
-    # run (a tfjs export there), it is dropped from sys.modules afterwards, and a later onnx or
-    # tfjs export in this process then aborted it.
-    if importlib.util.find_spec("tensorflowjs"):
-        from pytest_modelparity.formats.tfjs import import_converter
-
-        import_converter()
