@@ -21,9 +21,11 @@ import numpy as np
 
 from ..errors import ModelLoadError, RuntimeMissing
 
-TF_INSTALL = "pip install 'pytest-modelparity[tensorflow]' (or any TensorFlow >= 2.16 build)"
-TFLITE_INSTALL = "pip install 'pytest-modelparity[tflite]'"
-ONNX_INSTALL = "pip install 'pytest-modelparity[onnx]'"
+# The packages themselves, not `pip install 'pytest-modelparity[x]'`: the plugin is not on PyPI,
+# so that command fails unless pip is pointed at a checkout, git URL or wheel (README).
+TF_INSTALL = "pip install tensorflow-cpu (or any TensorFlow >= 2.16 build; the plugin's [tensorflow] extra)"
+TFLITE_INSTALL = "pip install ai-edge-litert (the plugin's [tflite] extra)"
+ONNX_INSTALL = "pip install tf2onnx onnx onnxruntime (the plugin's [onnx] extra)"
 
 
 @contextlib.contextmanager
