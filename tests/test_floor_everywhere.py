@@ -94,7 +94,7 @@ def _module_saved_model(path: Path, *, scale: float = 1.0) -> Path:
             self.w2 = tf.Variable((rng.normal(0, 0.4, (32, 10)) * scale).astype("float32"))
             self.b2 = tf.Variable((rng.normal(0, 0.1, (10,)) * scale).astype("float32"))
 
-        @tf.function(input_signature=[tf.TensorSpec([None, 12], tf.float32, name="features")])
+        @tf.function(input_signature=[tf.TensorSpec([None, 12], tf.float32, name="features")], autograph=False)
         def __call__(self, features):
             hidden = tf.nn.relu(features @ self.w1 + self.b1)
             return {"logits": hidden @ self.w2 + self.b2}
