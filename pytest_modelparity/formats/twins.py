@@ -28,7 +28,6 @@ from .base import LoadedModel
 from .keras_specs import pack_inputs
 
 Runner = Callable[[Any], dict]
-METHODS = ("keras", "graph")
 
 
 class TwinUnavailable(Exception):
@@ -49,7 +48,7 @@ def build_runner(reference: Any, kind: str, method: str) -> tuple[Runner, bool]:
         return _keras_runner(loaded, kind)
     if method == "graph":
         return _graph_runner(loaded, kind)
-    raise ValueError(f"twin method {method!r}; expected one of {METHODS}")
+    raise ValueError(f"twin method {method!r}; expected 'keras' or 'graph'")
 
 
 def as_loaded(reference: Any) -> LoadedModel:
