@@ -183,3 +183,19 @@ def test_an_exporter_returning_a_file_inside_its_folder(model, tmp_path):
     first = cache.export(model, "tfjs")
     assert first.name == "model.json" and first.parent.name == "tfjs" and first.exists()
     assert ExportCache(tmp_path).export(model, "tfjs") == first
+
+
+def test_key_sees_the_input_names_keras_numbers_per_process():
+    """An unnamed Keras input is ``keras_tensor_<n>``, n counted per process, and an export
+    names its inputs after it: an entry made under other names must not be hit (its inputs
+    would not match the batches of this process, keyed by this model's names)."""
+    import keras
+
+    def build(name):
+        keras.utils.set_random_seed(0)
+        x = keras.Input((4,), name=name)
+        return keras.Model(x, keras.layers.Dense(2, name="out")(x), name="m")
+
+    cache = ExportCache(Path("unused"))
+    assert cache.key(build("a"), "tflite", {}) == cache.key(build("a"), "tflite", {})
+    assert cache.key(build("a"), "tflite", {}) != cache.key(build("b"), "tflite", {})
