@@ -281,3 +281,33 @@ def test_a_quantised_file_without_sibling_keeps_the_fixed_rule(digits):
         path = export_model(ref, "tflite", where / "alone.tflite", quantization="dynamic_range")
     report = assert_outputs_close(load_model(path), ref, inputs=x_test[:64])
     assert "quantized" not in report.meta
+
+
+def test_one_flipped_row_of_a_small_batch_is_not_evidence_two_are():
+    from pytest_modelparity.tolerances import Tolerance
+
+    sibling = np.tile(np.array([[4.0, 0.0, 0.0]], np.float32), (4, 1))
+    conversion = lambda dtype, path: Tolerance(0.0, 0.0, scale=1e-6)  # noqa: E731
+    loose = {"int8": {"rms": 10.0, "scale": 0.2, "beyond": 1.0}}  # only top-1 judges here
+    for flipped, passed in ((1, True), (2, False)):
+        quant = sibling.copy()
+        quant[:flipped] = [0.0, 4.0, 0.0]
+        with quantized.budget_layers([("test", loose)]):
+            report = quantized.two_part_report(quantized=quant, sibling=sibling, reference=sibling, variant="int8",
+                                               conversion_tolerance=conversion)
+        assert report.passed is passed, str(report)
+        assert report.meta["quantized"]["parts"]["conversion"]["passed"]
+
+
+def test_tf_data_dataset_feeds_rows():
+    import tensorflow as tf
+
+    from pytest_modelparity.dataset import as_dataset
+    from pytest_modelparity.formats.base import TensorSpec
+
+    rows = np.arange(24, dtype="float32").reshape(12, 2)
+    specs = [TensorSpec("x", (None, 2), np.dtype("float32"))]
+    labelled = tf.data.Dataset.from_tensor_slices((rows, np.arange(12))).batch(5)  # (x, y) batches
+    np.testing.assert_array_equal(as_dataset(labelled).arrays(specs)["x"], rows)
+    unbatched = tf.data.Dataset.from_tensor_slices({"x": rows})  # one row per element
+    np.testing.assert_array_equal(as_dataset(unbatched).arrays(specs)["x"], rows)
