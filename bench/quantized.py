@@ -86,10 +86,12 @@ def judge(candidate, reference, x) -> dict:
     """The two-part verdict's figures (and the first hints' causes when it fails)."""
     try:
         report = assert_outputs_close(candidate, reference, inputs=x)
-        passed, hints = True, []
+        passed, hints, diagnosis_s = True, [], 0.0
     except ParityError as exc:
         report, passed = exc.report, False
-        hints = list(report.hints)
+        t0 = time.perf_counter()
+        hints = list(report.hints)  # the diagnosis runs here (per-layer cost included)
+        diagnosis_s = time.perf_counter() - t0
     info = report.meta.get("quantized") or {}
     parts = info.get("parts", {})
     cost_hint = next((h.message.split(":")[0] for h in hints if h.cause == "quantization_cost"), None)
@@ -98,7 +100,7 @@ def judge(candidate, reference, x) -> dict:
             "rms": parts.get("quantisation", {}).get("relative_rms"),
             "cost_max": parts.get("quantisation", {}).get("max_rel_of_scale"),
             "top1": parts.get("quantisation", {}).get("top1_agreement"),
-            "causes": [h.cause for h in hints], "costliest": cost_hint}
+            "causes": [h.cause for h in hints], "costliest": cost_hint, "diagnosis_s": round(diagnosis_s, 2)}
 
 
 def old_rule(path: Path, reference, x) -> bool:

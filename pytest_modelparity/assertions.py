@@ -136,7 +136,7 @@ def _quantized_two_part(cand: Any, ref_model: Any, inputs: Any, act: Any, exp_ra
         hints = diagnose.diagnose_comparison(conversion, actual=sib, expected=exp, actual_model=sibling,
                                              expected_model=ref_model, inputs=inputs)
         return diagnose.diagnose_quantization(report, candidate=cand, sibling=sibling, inputs=inputs,
-                                              variant=variant) + hints
+                                              variant=variant, twin=twin) + hints
 
     return _finish("outputs_close", report, msg, why)
 

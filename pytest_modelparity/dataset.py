@@ -40,6 +40,7 @@ class Dataset:
         if not self._parts:
             raise InvalidArgumentError(f"modelparity_dataset {label}: no rows; return at least one batch")
         self._fitted: dict[tuple, dict[str, np.ndarray]] = {}
+        self._digest: str | None = None
 
     def arrays(self, specs: list[Any]) -> dict[str, np.ndarray]:
         """{input name: all rows (at most MAX_ROWS)} cast to each input's dtype."""
@@ -66,15 +67,17 @@ class Dataset:
         return {k: v[start:start + size] for k, v in self.arrays(specs).items()}
 
     def digest(self) -> str:
-        """A key of the rows (the export cache keys a calibration by it)."""
-        import hashlib
+        """A key of the rows (the session keys its exports and candidates by it), computed once."""
+        if self._digest is None:
+            import hashlib
 
-        h = hashlib.blake2b(digest_size=12)
-        for part in self._parts:
-            for name, arr in sorted(_named(part).items()):
-                h.update(f"{name}{arr.shape}{arr.dtype}".encode())
-                h.update(np.ascontiguousarray(arr).tobytes())
-        return h.hexdigest()
+            h = hashlib.blake2b(digest_size=12)
+            for part in self._parts:
+                for name, arr in sorted(_named(part).items()):
+                    h.update(f"{name}{arr.shape}{arr.dtype}".encode())
+                    h.update(np.ascontiguousarray(arr).tobytes())
+            self._digest = h.hexdigest()
+        return self._digest
 
 
 def _named(part: Any) -> dict[str, np.ndarray]:

@@ -72,7 +72,7 @@ def test_int8_calibrated_on_another_range_fails_naming_calibration(digits):
     assert "input 'image' spans [0, 1]" in report.hints[0].evidence and "[0, 0.25" in report.hints[0].evidence
     assert "quantization_cost" in causes  # the costliest layers, by name
     cost = next(h for h in report.hints if h.cause == "quantization_cost")
-    assert "conv1" in cost.message or "relu1" in cost.message
+    assert "`relu1 (fused: bn1, conv1)` (CONV_2D)" in cost.message, cost  # the clipped input's first layer
 
 
 def test_int8_without_representative_data_warns_about_default_rows(digits):
@@ -88,6 +88,9 @@ def test_float16_kernel_bug_fails_on_the_float16_weights_line(digits):
     parts = info.value.report.meta["quantized"]["parts"]
     assert not parts["float16 weights"]["passed"]
     assert parts["conversion"]["passed"]
+    hint = next(h for h in info.value.report.hints if h.cause == "float16_weights_differ")
+    # the first layer whose weights differ: conv1, fused with its batch norm and relu
+    assert "`relu1 (fused: bn1, conv1)` (CONV_2D)" in hint.message, hint
 
 
 def test_a_conversion_bug_fails_as_conversion_even_with_a_loose_budget(digits, tmp_path):

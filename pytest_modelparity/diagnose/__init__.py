@@ -31,7 +31,7 @@ from ._util import (batch_size, fit_inputs, fits, measuring, flatten, is_keras_m
                     rows, run_model)
 from .calibration import default_rows_hint, outside_calibration
 from .localize import DIVERGE_REL, LayerDiff, first_divergence, format_rows, localize_divergence
-from .quantization import cost_hint
+from .quantization import cost_hint, float16_weights_hint
 from .noise import accumulation_noise, noise_hint, reduction_length
 from .random_ops import RandomOp, describe_ops, find_random_ops
 from .transforms import input_transform, output_transform
@@ -339,15 +339,21 @@ def _localize_hint(ref: Any, cand: Any, inputs: Any, rel: float = DIVERGE_REL) -
 
 # -- a quantised candidate judged against its float32 sibling ---------------------------
 
-def diagnose_quantization(report: Any, *, candidate: Any, sibling: Any, inputs: Any, variant: str) -> list[Hint]:
+def diagnose_quantization(report: Any, *, candidate: Any, sibling: Any, inputs: Any, variant: str,
+                          twin: Any = None) -> list[Hint]:
     """Hints for a failed quantisation part (``quantized.two_part_report``): inputs outside
-    the file's calibration range, a calibration on default rows, the costliest layers."""
+    the file's calibration range, a calibration on default rows, a float16 file whose weights
+    are not its sibling's (against ``twin``), the costliest layers."""
     failed = (getattr(report, "meta", {}).get("quantized") or {}).get("failed_parts") or []
     if not any(part != "conversion" for part in failed):
         return []
     hints: list[Hint] = []
-    for check in (lambda: outside_calibration(candidate, inputs), lambda: default_rows_hint(candidate),
-                  lambda: cost_hint(candidate, sibling, inputs, variant)):
+    checks = [lambda: outside_calibration(candidate, inputs), lambda: default_rows_hint(candidate)]
+    if twin is not None and "float16 weights" in failed:
+        checks.append(lambda: float16_weights_hint(candidate, twin, inputs))
+    if "quantisation" in failed:
+        checks.append(lambda: cost_hint(candidate, sibling, inputs, variant))
+    for check in checks:
         found = _safe(hints, check)
         if found is not None:
             hints.append(_hint(found))

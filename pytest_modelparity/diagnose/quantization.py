@@ -25,6 +25,7 @@ import numpy as np
 LAYER_ROWS = 8
 SHOWN = 3
 _PASS_THROUGH = {"QUANTIZE", "DEQUANTIZE", "RESHAPE", "SQUEEZE", "EXPAND_DIMS"}
+_REQUANTIZE = {"QUANTIZE", "DEQUANTIZE"}
 
 
 @dataclass(frozen=True)
@@ -36,16 +37,25 @@ class LayerCost:
 
     @property
     def layer(self) -> str:
-        """A readable layer name from the fused tensor name (``model/conv1_1/Relu;...`` -> ``conv1_1``)."""
-        first = self.tensor.split(";", 1)[0]
-        parts = [p for p in first.split("/") if p]
-        if len(parts) <= 2:
-            return first
-        # A retraced Keras model names every scope with one suffix ("digits_1/conv1_1"): drop it.
-        suffix = re.search(r"_\d+$", parts[0])
-        if suffix and parts[1].endswith(suffix.group()):
-            return parts[1][: -len(suffix.group())]
-        return parts[1]
+        """The Keras layers of a fused tensor name: ``m_1/relu1_1/Relu;m_1/bn1_1/...;m_1/conv1_1/...``
+        -> ``relu1 (fused: bn1, conv1)``."""
+        names: list[str] = []
+        for piece in self.tensor.split(";"):
+            name = _layer_of(piece)
+            if name not in names:
+                names.append(name)
+        return names[0] + (f" (fused: {', '.join(names[1:4])})" if len(names) > 1 else "")
+
+
+def _layer_of(piece: str) -> str:
+    parts = [p for p in piece.split("/") if p]
+    if len(parts) <= 2:
+        return piece
+    # A retraced Keras model names every scope with one suffix ("digits_1/conv1_1"): drop it.
+    suffix = re.search(r"_\d+$", parts[0])
+    if suffix and parts[1].endswith(suffix.group()):
+        return parts[1][: -len(suffix.group())]
+    return parts[1]
 
 
 def _rel_rms(q: np.ndarray, f: np.ndarray) -> float:
@@ -62,21 +72,59 @@ def layer_costs(quantized: Any, sibling: Any, inputs: Any) -> list[LayerCost]:
     n = batch_size(inputs)
     few = rows(inputs, slice(0, LAYER_ROWS)) if n and n > LAYER_ROWS else inputs
     q_tensors, q_ops = float_intermediates(quantized, few)
-    f_tensors, _ = float_intermediates(sibling, few)
+    f_tensors, f_ops = float_intermediates(sibling, few)
+    aligned = _by_position(q_ops, f_ops)
     error: dict[str, float] = {}
+    producer: dict[str, Any] = {}
+    recorded: set[int] = set()
     costs = []
     for op in q_ops:
         incoming = max((error.get(name, 0.0) for name in op.inputs), default=0.0)
+        # An int8 file names an op's output "...:01" and its DEQUANTIZE's output as the float
+        # file does: the cost measured after a pass-through op belongs to the op before it.
+        owner = op
+        while owner.op in _REQUANTIZE and owner.inputs and owner.inputs[0] in producer:
+            owner = producer[owner.inputs[0]]
+        owner_incoming = max((error.get(name, 0.0) for name in owner.inputs), default=0.0) if owner is not op \
+            else incoming
         for name in op.outputs:
-            q, f = q_tensors.get(name), f_tensors.get(name)
+            producer[name] = op
+            q = q_tensors.get(name)
+            f = f_tensors.get(name)
+            if f is None or (q is not None and f.shape != q.shape):
+                f = f_tensors.get(aligned.get(name, ""))
             if q is None or f is None or q.shape != f.shape or not q.size:
                 error[name] = incoming  # a renamed or requantised tensor carries what it received
                 continue
             err = _rel_rms(q, f)
             error[name] = err
-            if op.op not in _PASS_THROUGH:
-                costs.append(LayerCost(name, op.op, err, err - incoming))
+            if owner.op not in _PASS_THROUGH and id(owner) not in recorded:
+                recorded.add(id(owner))
+                costs.append(LayerCost(name, owner.op, err, err - owner_incoming))
     return sorted(costs, key=lambda c: c.added, reverse=True)
+
+
+def _by_position(q_ops: list, f_ops: list) -> dict[str, str]:
+    """{quantised tensor name: float tensor name} of ops paired by position, when both files
+    run the same op sequence (requantisation aside). Names pair files exported from one Keras
+    object; a file exported from another object of the same architecture (a retrained or
+    patched copy) has other scope suffixes ("model_2/conv1_2/...") and pairs only this way."""
+    q_seq = [op for op in q_ops if op.op not in _REQUANTIZE]
+    f_seq = [op for op in f_ops if op.op not in _REQUANTIZE]
+    if len(q_seq) != len(f_seq) or any(a.op != b.op or len(a.outputs) != len(b.outputs)
+                                       for a, b in zip(q_seq, f_seq)):
+        return {}
+    return {qa: fb for a, b in zip(q_seq, f_seq) for qa, fb in zip(a.outputs, b.outputs)}
+
+
+def _rows_text(costs: list[LayerCost]) -> str:
+    return "\n".join(f"      {c.layer:<28} {c.op:<18} error {c.error:.3g} of its RMS (adds {c.added:+.3g})  "
+                     f"[{c.tensor.split(';', 1)[0]}]" for c in costs[:max(SHOWN, 6)])
+
+
+def _top(costs: list[LayerCost]) -> str:
+    top = [c for c in costs[:SHOWN] if c.added > 0] or costs[:1]
+    return ", ".join(f"`{c.layer}` ({c.op})" for c in top)
 
 
 def cost_hint(quantized: Any, sibling: Any, inputs: Any, variant: str) -> tuple[str, str, str] | None:
@@ -84,16 +132,29 @@ def cost_hint(quantized: Any, sibling: Any, inputs: Any, variant: str) -> tuple[
     costs = layer_costs(quantized, sibling, inputs)
     if not costs:
         return None
-    top = [c for c in costs[:SHOWN] if c.added > 0] or costs[:1]
-    names = ", ".join(f"`{c.layer}` ({c.op})" for c in top)
-    fix = (f"keep them in float (tf.lite.experimental.QuantizationDebugOptions(denylisted_nodes=[...their tensor "
-           f"names...]) and QuantizationDebugger(...).get_nondebug_quantized_model()), quantise their weights per "
-           f"channel, or calibrate on representative rows (modelparity_dataset)")
     if variant == "float16":
-        fix = "a float16 file that differs from its float32 sibling beyond float16 rounding holds other weights: re-export it"
-    rows_text = "\n".join(f"      {c.layer:<28} {c.op:<18} error {c.error:.3g} of its RMS (adds {c.added:+.3g})  "
-                          f"[{c.tensor.split(';', 1)[0]}]" for c in costs[:max(SHOWN, 6)])
-    return ("quantization_cost", f"quantisation costs the most at {names}: {fix}",
+        fix = ("float16 weights cost this model more than the float16 budget: keep those layers in float32 "
+               "(compare tflite instead), or loosen the budget if the cost is acceptable")
+    else:
+        fix = ("keep them in float (tf.lite.experimental.QuantizationDebugOptions(denylisted_nodes=[...their tensor "
+               "names...]) and QuantizationDebugger(...).get_nondebug_quantized_model()), quantise their weights per "
+               "channel, or calibrate on representative rows (modelparity_dataset)")
+    return ("quantization_cost", f"quantisation costs the most at {_top(costs)}: {fix}",
             f"each op's output in the tflite:{variant} file vs the same tensor of its float32 sibling (relative "
-            f"RMS over {LAYER_ROWS} rows at most), costliest first:\n{rows_text}")
+            f"RMS over {LAYER_ROWS} rows at most), costliest first:\n{_rows_text(costs)}")
+
+
+def float16_weights_hint(quantized: Any, twin: Any, inputs: Any) -> tuple[str, str, str] | None:
+    """(cause, message, evidence) naming where a float16 file first departs from its sibling's
+    weights rounded to float16: the twin rounds what the file rounds, so every layer before
+    the one whose weights differ agrees bitwise."""
+    costs = [c for c in layer_costs(quantized, twin, inputs) if c.error > 0]
+    if not costs:
+        return None
+    return ("float16_weights_differ",
+            f"the float16 file's weights are not its float32 sibling's rounded to float16 at {_top(costs)}: the "
+            "float16 export was made from other weights (or a converter changed them); re-export both from the "
+            "same model",
+            "each op's output in the float16 file vs its sibling with weights rounded to float16 (relative RMS; "
+            f"0 where the weights agree), largest added error first:\n{_rows_text(costs)}")
 

@@ -99,8 +99,13 @@ def float_intermediates(model: Any, batch: Any) -> tuple[dict[str, np.ndarray], 
     interp = model.preserved_run(batch)
     details = {int(d["index"]): d for d in interp.get_tensor_details()}
     ops = [op for op in interp._get_ops_details() if op.get("op_name") != "DELEGATE"]
-    produced = {int(i) for op in ops for i in op["outputs"] if int(i) >= 0}
     fed = {int(d["index"]) for d in interp.get_input_details()}
+    # A DEQUANTIZE of a constant (float16 or int8 weights) is a weight, not an activation, and
+    # the converter may give it the fused name of the op that uses it: leave it out.
+    activations = {int(i) for op in ops for i in op["outputs"] if int(i) >= 0} | fed
+    ops = [op for op in ops if not (op["op_name"] == "DEQUANTIZE"
+                                    and all(int(i) not in activations for i in op["inputs"]))]
+    produced = {int(i) for op in ops for i in op["outputs"] if int(i) >= 0}
     tensors: dict[str, np.ndarray] = {}
     for index in produced | fed:
         det = details.get(index)
