@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -94,7 +95,8 @@ def judge(candidate, reference, x) -> dict:
         diagnosis_s = time.perf_counter() - t0
     info = report.meta.get("quantized") or {}
     parts = info.get("parts", {})
-    cost_hint = next((h.message.split(":")[0] for h in hints if h.cause == "quantization_cost"), None)
+    named = next((h.message for h in hints if h.cause in ("float16_weights_differ", "quantization_cost")), "")
+    cost_hint = ", ".join(f"{layer} ({op})" for layer, op in re.findall(r"`([^`]+)` \((\w+)\)", named)) or None
     return {"passed": passed, "failed_parts": info.get("failed_parts"),
             "conversion": parts.get("conversion", {}).get("max_rel_of_scale"),
             "rms": parts.get("quantisation", {}).get("relative_rms"),
@@ -149,12 +151,13 @@ def markdown(results: list[dict]) -> str:
             top1 = "-" if v["top1"] is None else f"{v['top1']:.0%}"
             lines.append(f"| {r['net']} | {variant} | {_g(v['conversion'])} | {_g(v['rms'])} | {_g(v['cost_max'])} | "
                          f"{top1} | {verdict} | {'pass' if v['old_passed'] else 'FAIL'} | {v['costliest'] or '-'} |")
-    lines += ["", "| net | planted bug | caught | part that failed | first causes | old rule |", "|---|---|---|---|---|---|"]
+    lines += ["", "| net | planted bug | caught | part that failed | first causes | layers named | old rule |",
+              "|---|---|---|---|---|---|---|"]
     for r in results:
         for bug, v in r["bugs"].items():
             lines.append(f"| {r['net']} | {bug} | {'no' if v['passed'] else 'yes'} | "
                          f"{', '.join(v['failed_parts'] or []) or '-'} | {', '.join(v['causes'][:3]) or '-'} | "
-                         f"{'missed' if v['old_passed'] else 'caught'} |")
+                         f"{v['costliest'] or '-'} | {'missed' if v['old_passed'] else 'caught'} |")
     return "\n".join(lines)
 
 

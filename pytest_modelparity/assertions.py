@@ -135,8 +135,9 @@ def _quantized_two_part(cand: Any, ref_model: Any, inputs: Any, act: Any, exp_ra
         conversion = compare(sib, exp, tolerance=conv_tol, equal_nan=equal_nan)
         hints = diagnose.diagnose_comparison(conversion, actual=sib, expected=exp, actual_model=sibling,
                                              expected_model=ref_model, inputs=inputs)
-        return diagnose.diagnose_quantization(report, candidate=cand, sibling=sibling, inputs=inputs,
-                                              variant=variant, twin=twin) + hints
+        quant = diagnose.diagnose_quantization(report, candidate=cand, sibling=sibling, inputs=inputs,
+                                               variant=variant, twin=twin)
+        return hints + quant if "conversion" in report.meta["quantized"]["failed_parts"] else quant + hints
 
     return _finish("outputs_close", report, msg, why)
 
