@@ -116,6 +116,12 @@ class ExportError(ModelLoadError):
             self.args = (f"{self.args[0]}\n  converter log: {self.log_path}",)
 
 
+class NotSerializable(ExportError):
+    """The model cannot be written in this format at all, whatever the converter: a subclassed
+    model whose class Keras cannot rebuild has no ``.keras``/``.h5`` form. Not a broken export
+    but one this source cannot have: the plugin skips the format unless the user named it."""
+
+
 class InvalidArgumentError(ValueError):
     """An argument has a value it cannot take: a negative, NaN or non-numeric rtol/atol, a
     batch size below 1, an empty batch. Raised by ``validators`` for every such mistake,

@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 
 import pytest
 
-from .errors import DeviceUnavailable, ModelLoadError, RuntimeMissing
+from .errors import DeviceUnavailable, ModelLoadError, NotSerializable, RuntimeMissing
 from .scratch import owned_prefix
 from .options import ParityOptions, split_format
 
@@ -140,6 +140,20 @@ class ParitySession:
             self.sources[key] = self._quietly("resolving the source", lambda: resolve_source(obj))()
             self.sources[key].keep = obj
         return self.sources[key]
+
+    def declare_input_specs(self, obj: Any, specs: Any) -> None:
+        """Give a subclassed Keras source the inputs of ``modelparity_input_specs`` (a source
+        that fails to resolve is reported by the reference or candidate that needs it)."""
+        if specs is None:
+            return
+        try:
+            src = self.source(obj)
+        except Exception:  # noqa: BLE001 - reported, with its context, where the model is needed
+            return
+        if src.keras_model is not None:
+            from .formats.keras_specs import declare_input_specs
+
+            declare_input_specs(src.keras_model, specs)
 
     # -- models ---------------------------------------------------------------------
     def reference(self, obj: Any, device: str, load_options: dict | None = None) -> Any:
@@ -270,6 +284,11 @@ class ParitySession:
                     "seconds": round(time.perf_counter() - start, 3),
                     # a cache hit is a reused artifact, not an export made by this run
                     "cache_hit": cache is not None and getattr(cache, "hits", 0) > hits_before}
+        from .formats import export_route
+
+        route = export_route(path)
+        if route:  # how the converter got there (e.g. a mixed_float16 model traced in float32)
+            artifact["route"] = route
         notes = cache.take_notes() if cache is not None else []
         if notes:  # a damaged cache entry was dropped and re-exported: said once, in the summary
             artifact["cache_note"] = "; ".join(notes)
@@ -422,9 +441,13 @@ def _variant_options(model: Any, variant: str | None, elements: Any = None, data
     if variant != "int8":
         return options, None
     from .dataset import as_dataset
+    from .formats.keras_specs import input_specs
     from .strategies import seeded_batch, specs_of
 
-    shaped = specs() if isinstance(model, (str, Path)) and specs is not None else model
+    if isinstance(model, (str, Path)):
+        shaped = specs() if specs is not None else model
+    else:
+        shaped = input_specs(model, action="export")
     data = as_dataset(dataset)
     # By input name: the converter's input order is not the model's (tflite._representative).
     if data is not None:
@@ -531,6 +554,17 @@ def modelparity_load_options() -> dict:
 
 
 @pytest.fixture(scope="session")
+def modelparity_input_specs() -> Any:
+    """Override in conftest.py (session scope) to declare the inputs of a subclassed Keras
+    model that was never built or called (one that was knows them already):
+    ``[(name, shape, dtype)]`` with the batch dim first (``[("x", (None, 5), "float32")]``),
+    ``tf.TensorSpec``s, or ``{name: (shape, dtype)}`` when ``call`` takes a dict. They name
+    the inputs of every exported form. Default None (functional models have their own).
+    """
+    return None
+
+
+@pytest.fixture(scope="session")
 def modelparity_export_options() -> dict:
     """Override in conftest.py (session scope) to pass options to the converters:
     ``{format: {option: value}}``, e.g. ``{"onnx": {"opset": 18}, "tflite": {"supported_ops":
@@ -571,11 +605,12 @@ def modelparity_reference_device(request: pytest.FixtureRequest, modelparity_dev
 
 @pytest.fixture(scope="module")
 def parity_reference(request: pytest.FixtureRequest, modelparity_source: Any, modelparity_reference_device: str,
-                     modelparity_load_options: dict) -> Any:
+                     modelparity_load_options: dict, modelparity_input_specs: Any) -> Any:
     """The source as a ``LoadedModel`` on ``modelparity_reference_device`` (built once per
     session): the candidate's device unless ``--modelparity-reference-device`` says otherwise."""
-    return get_state(request.config).reference_or_skip(modelparity_source, modelparity_reference_device,
-                                                       modelparity_load_options)
+    state = get_state(request.config)
+    state.declare_input_specs(modelparity_source, modelparity_input_specs)
+    return state.reference_or_skip(modelparity_source, modelparity_reference_device, modelparity_load_options)
 
 
 def _fail(text: str) -> NoReturn:
@@ -596,9 +631,11 @@ def _load_options_hint(exc: BaseException) -> str:
 @pytest.fixture(scope="module")
 def parity_candidate(request: pytest.FixtureRequest, modelparity_source: Any, modelparity_format: str,
                      modelparity_device: str, modelparity_load_options: dict,
-                     modelparity_export_options: dict, modelparity_elements: Any, modelparity_dataset: Any) -> Any:
+                     modelparity_export_options: dict, modelparity_elements: Any,
+                     modelparity_input_specs: Any, modelparity_dataset: Any) -> Any:
     """The source exported to ``modelparity_format`` (cached) and loaded on the device."""
     state = get_state(request.config)
+    state.declare_input_specs(modelparity_source, modelparity_input_specs)
     return state.candidate_or_skip(modelparity_source, modelparity_format, modelparity_device,
                                    named=_formats_named(request, state), load_options=modelparity_load_options,
                                    converter_options=converter_options_for(modelparity_export_options,
@@ -609,7 +646,8 @@ def parity_candidate(request: pytest.FixtureRequest, modelparity_source: Any, mo
 def skip_if_unreachable(exc: BaseException, format: str, *, named: bool) -> None:
     """Skip a default-matrix format the source cannot be converted to at all (a frozen .pb is
     not a Keras model): not applicable rather than broken. Named by the user, it is an error."""
-    unreachable = isinstance(exc, NotExportable) or (isinstance(exc, ModelLoadError) and exc.action == "convert")
+    unreachable = (isinstance(exc, (NotExportable, NotSerializable))
+                   or (isinstance(exc, ModelLoadError) and exc.action == "convert"))
     if unreachable and not named:
         pytest.skip(f"modelparity: format {format!r} cannot be made from this source "
                     f"({str(exc).splitlines()[0]}); name the formats to test with "

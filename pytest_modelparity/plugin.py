@@ -18,7 +18,7 @@ from . import recording
 from .errors import ParityError
 from .fixtures import (STATE_KEY, ParitySession, get_state, modelparity_device,  # noqa: F401 - fixtures
                        modelparity_dataset, modelparity_elements, modelparity_export_options, modelparity_format,
-                       modelparity_load_options,
+                       modelparity_input_specs, modelparity_load_options,
                        modelparity_reference_device, modelparity_source, parity_batch, parity_candidate,
                        parity_reference)
 from .matrix import item_matrix, left_out_line, matrix_pairs, select_matrix
@@ -411,6 +411,13 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     left_out = left_out_line(state.left_out)
     if left_out:
         terminalreporter.write_line(left_out)
+    from .summary import floor_line, route_lines
+
+    without_floor = floor_line(state.rows)
+    if without_floor:
+        terminalreporter.write_line(without_floor, yellow=True)
+    for line in route_lines(state.artifacts):
+        terminalreporter.write_line(line)
     # Once per damaged entry, even when several xdist workers found and repaired it.
     notes = {a["cache_note"].split(" was damaged")[0]: a["cache_note"] for a in reversed(state.artifacts)
              if a.get("cache_note")}

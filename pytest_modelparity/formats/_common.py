@@ -71,6 +71,10 @@ def pack_inputs(model: Any, xs: list[Any]) -> Any:
         return _keras().tree.pack_sequence_as(struct, list(xs))
     if isinstance(struct, (list, tuple)):
         return list(xs)
+    if struct is None and not hasattr(model, "_inputs_struct"):  # subclassed: as its specs say
+        from .keras_specs import pack_declared
+
+        return pack_declared(model, xs)
     return xs[0] if len(xs) == 1 else list(xs)
 
 

@@ -249,6 +249,17 @@ class SessionModel(LoadedModel):
     def weights(self) -> dict[str, np.ndarray] | None:
         return self._weights_fn() if self._weights_fn is not None else None
 
+    def frozen_graph(self) -> Any:
+        """The graph with its variables (restored in the session) as constants, for the graph twin."""
+        from .graph_twin import FrozenGraph, freeze_session
+
+        inputs, outputs = [t.name for t in self._in], [t.name for t in self._out]
+        with self.graph.as_default():
+            has_variables = bool(import_tf().compat.v1.global_variables())
+        if has_variables:
+            return freeze_session(self.session, self.graph, inputs, outputs)
+        return FrozenGraph(self.graph_defs()[0], inputs, outputs)
+
     def close(self) -> None:
         if self.session is not None:
             self.session.close()
@@ -286,24 +297,13 @@ def keras_signature(model: Any, format: str) -> tuple[list[Any], list[str]]:
     """``tf.TensorSpec`` per Keras input (batch dim ``None``) and the output names.
 
     Shared by the TFLite and ONNX exporters so both name inputs and outputs after the Keras
-    model (``image`` -> ``probs``), whatever the converter would have called them.
+    model (``image`` -> ``probs``), whatever the converter would have called them. A
+    subclassed model's inputs come from ``keras_specs`` (built shapes or declared specs).
     """
-    tf = import_tf()
-
-    inputs = getattr(model, "inputs", None)
-    if not inputs:
-        from .keras import SUBCLASSED_FIX, SUBCLASSED_WHAT
-
-        raise ModelLoadError(None, format, f"{SUBCLASSED_WHAT}: {type(model).__name__}", SUBCLASSED_FIX,
-                             action="export")
-    specs = []
-    for i, t in enumerate(inputs):
-        shape = (None, *[None if d is None else int(d) for d in tuple(t.shape)[1:]])
-        name = str(getattr(t, "name", None) or f"input_{i}").split(":", 1)[0]
-        specs.append(tf.TensorSpec(shape, tf.as_dtype(getattr(t, "dtype", "float32")), name=name))
     from .keras import keras_output_names
+    from .keras_specs import input_specs, tf_specs
 
-    return specs, unique(keras_output_names(model))
+    return tf_specs(input_specs(model, format=format, action="export")), unique(keras_output_names(model))
 
 
 @dataclass

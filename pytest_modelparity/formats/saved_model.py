@@ -66,6 +66,20 @@ class SavedModelModel(LoadedModel):
     def graph_defs(self) -> list[Any]:
         return [self.native.graph.as_graph_def()]
 
+    def frozen_graph(self) -> Any:
+        """The signature with its variables as constants (for the graph twin)."""
+        from .graph_twin import freeze_concrete
+
+        # A signature's inputs are keyword arguments and its outputs a dict: both flatten
+        # in sorted-name order; the specs follow the exporter's order.
+        flat_in = sorted(s.name for s in self.inputs)
+        frozen = freeze_concrete(self.native, [flat_in.index(s.name) for s in self.inputs])
+        outputs = self.native.structured_outputs
+        if isinstance(outputs, dict):
+            flat_out = sorted(outputs)
+            frozen.outputs = [frozen.outputs[flat_out.index(s.name)] for s in self.outputs]
+        return frozen
+
     def weights(self) -> dict[str, np.ndarray]:
         out = {}
         for v in self.native.variables:
