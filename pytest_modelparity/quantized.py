@@ -57,12 +57,16 @@ class Budget:
 
 
 # Measured on models trained on real data (bench/quantized.py, docs/tolerances.md): the
-# digits CNN (93-95% accurate) costs float16 1.8e-4 relative RMS, dynamic_range 3.6e-3,
-# int8 8.6e-3 (calibrated on training rows), top-1 >= 99.7%, <= 0.2% of elements beyond
-# 1e-2 of scale. Each budget is ~5x its cost, so a calibration on the wrong range (int8
-# relative RMS 0.3 and up) or a broken kernel fails while trained models pass.
+# digits CNN (93-95% accurate) costs dynamic_range 3.6e-3 relative RMS, int8 6.6e-3..8.6e-3
+# (calibrated on training rows), top-1 >= 99.7%, <= 0.2% of elements beyond 1e-2 of scale.
+# Those budgets are ~5x their cost, so a calibration on the wrong range (int8 relative RMS
+# 0.5 and up) fails while trained models pass. float16 is different: a float16 file whose
+# weights are not its sibling's is caught exactly by the float16-weights part, so its budget
+# only asks whether float16 is acceptable at all, and is set above what correct float16
+# files cost the deepest nets measured (MobileNetV2 with trained-like statistics, 64 px:
+# relative RMS 2.8e-2..3.5e-2, max 3.6e-2 of scale, top-1 100%; the digits CNN: 1.8e-4).
 DEFAULT_BUDGETS: dict[str, Budget] = {
-    "float16": Budget(rms=2e-3, scale=1e-2, beyond=0.01, top1=0.99),
+    "float16": Budget(rms=5e-2, scale=5e-2, beyond=0.01, top1=0.97),
     "dynamic_range": Budget(rms=2e-2, scale=5e-2, beyond=0.01, top1=0.97),
     "int8": Budget(rms=5e-2, scale=1e-1, beyond=0.02, top1=0.95),
 }
