@@ -314,3 +314,15 @@ def test_tf_data_dataset_feeds_rows():
     np.testing.assert_array_equal(as_dataset(labelled).arrays(specs)["x"], rows)
     unbatched = tf.data.Dataset.from_tensor_slices({"x": rows})  # one row per element
     np.testing.assert_array_equal(as_dataset(unbatched).arrays(specs)["x"], rows)
+
+
+def test_library_int8_without_sibling_names_the_file_input_range(digits):
+    """No sibling, no plugin: the range is read from the int8 file itself."""
+    ref, x_train, x_test, where, _ = digits
+    path = export_model(ref, "tflite", where / "narrow_alone.tflite", quantization="int8",
+                        representative_data=[x_train[:200] * 0.25])
+    with pytest.raises(ParityError) as info:
+        assert_outputs_close(load_model(path), ref, inputs=x_test[:64])
+    hint = next(h for h in info.value.report.hints if h.cause == "inputs_outside_calibration")
+    assert "input 'image' spans [0, 1]; the int8 file's input quantisation represents [0, 0.25" in hint.evidence
+    assert "representative_data" in hint.message
