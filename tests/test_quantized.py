@@ -90,7 +90,7 @@ def test_float16_kernel_bug_fails_on_the_float16_weights_line(digits):
     assert parts["conversion"]["passed"]
     hint = next(h for h in info.value.report.hints if h.cause == "float16_weights_differ")
     # the first layer whose weights differ: conv1, fused with its batch norm and relu
-    assert "`relu1 (fused: bn1, conv1)` (CONV_2D)" in hint.message, hint
+    assert "first at `relu1 (fused: bn1, conv1)` (CONV_2D)" in hint.message, hint
 
 
 def test_a_conversion_bug_fails_as_conversion_even_with_a_loose_budget(digits, tmp_path):

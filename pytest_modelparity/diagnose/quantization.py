@@ -24,6 +24,9 @@ import numpy as np
 # Rows of the batch the two files are run on (intermediates of every op are kept in memory).
 LAYER_ROWS = 8
 SHOWN = 3
+# The float16 file and its twin round the same weights: they agree bitwise (digits CNN) or
+# within float32 noise; a layer whose weights differ by 1% shows 1e-2.
+TWIN_AGREES = 1e-5
 _PASS_THROUGH = {"QUANTIZE", "DEQUANTIZE", "RESHAPE", "SQUEEZE", "EXPAND_DIMS"}
 _REQUANTIZE = {"QUANTIZE", "DEQUANTIZE"}
 
@@ -34,6 +37,7 @@ class LayerCost:
     op: str             # the op type in the quantised file
     error: float        # relative RMS error of the output vs the float32 sibling
     added: float        # error minus the largest error among its inputs
+    position: int = 0   # the op's place in execution order
 
     @property
     def layer(self) -> str:
@@ -77,7 +81,7 @@ def layer_costs(quantized: Any, sibling: Any, inputs: Any) -> list[LayerCost]:
     error: dict[str, float] = {}
     producer: dict[str, Any] = {}
     recorded: set[int] = set()
-    costs = []
+    costs: list[LayerCost] = []
     for op in q_ops:
         incoming = max((error.get(name, 0.0) for name in op.inputs), default=0.0)
         # An int8 file names an op's output "...:01" and its DEQUANTIZE's output as the float
@@ -100,7 +104,7 @@ def layer_costs(quantized: Any, sibling: Any, inputs: Any) -> list[LayerCost]:
             error[name] = err
             if owner.op not in _PASS_THROUGH and id(owner) not in recorded:
                 recorded.add(id(owner))
-                costs.append(LayerCost(name, owner.op, err, err - owner_incoming))
+                costs.append(LayerCost(name, owner.op, err, err - owner_incoming, len(costs)))
     return sorted(costs, key=lambda c: c.added, reverse=True)
 
 
@@ -148,13 +152,16 @@ def float16_weights_hint(quantized: Any, twin: Any, inputs: Any) -> tuple[str, s
     """(cause, message, evidence) naming where a float16 file first departs from its sibling's
     weights rounded to float16: the twin rounds what the file rounds, so every layer before
     the one whose weights differ agrees bitwise."""
-    costs = [c for c in layer_costs(quantized, twin, inputs) if c.error > 0]
+    costs = sorted((c for c in layer_costs(quantized, twin, inputs) if c.error > TWIN_AGREES),
+                   key=lambda c: c.position)
     if not costs:
         return None
+    first = costs[0]
     return ("float16_weights_differ",
-            f"the float16 file's weights are not its float32 sibling's rounded to float16 at {_top(costs)}: the "
-            "float16 export was made from other weights (or a converter changed them); re-export both from the "
-            "same model",
+            f"the float16 file's weights are not its float32 sibling's rounded to float16, first at `{first.layer}` "
+            f"({first.op}): the float16 export was made from other weights (or a converter changed them); "
+            "re-export both from the same model",
             "each op's output in the float16 file vs its sibling with weights rounded to float16 (relative RMS; "
-            f"0 where the weights agree), largest added error first:\n{_rows_text(costs)}")
+            f"every op before the first listed agrees within {TWIN_AGREES:g}), in execution order:\n"
+            f"{_rows_text(costs)}")
 
