@@ -95,7 +95,8 @@ def judge(candidate, reference, x) -> dict:
         diagnosis_s = time.perf_counter() - t0
     info = report.meta.get("quantized") or {}
     parts = info.get("parts", {})
-    named = next((h.message for h in hints if h.cause in ("float16_weights_differ", "quantization_cost")), "")
+    named = next((h.message for h in hints if h.cause in ("first_divergent_layer", "float16_weights_differ",
+                                                          "quantization_cost")), "")
     cost_hint = ", ".join(f"{layer} ({op})" for layer, op in re.findall(r"`([^`]+)` \((\w+)\)", named)) or None
     return {"passed": passed, "failed_parts": info.get("failed_parts"),
             "conversion": parts.get("conversion", {}).get("max_rel_of_scale"),
