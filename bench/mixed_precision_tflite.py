@@ -67,7 +67,7 @@ def float32_copy(model):
 def convert(model, **options) -> bytes:
     import tensorflow as tf
 
-    from pytest_modelparity.formats._tf import serving_function
+    from pytest_modelparity.formats.serving import serving_function
 
     serving = serving_function(model)
     converter = tf.lite.TFLiteConverter.from_concrete_functions([serving.function.get_concrete_function()],

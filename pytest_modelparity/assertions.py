@@ -21,7 +21,7 @@ from . import diagnose, quantized, recording, shadow, tree, validators
 from . import tolerances as tol_mod
 from .arrays import as_numpy
 from .compare import ComparisonReport, compare
-from .errors import BatchMismatchError, InvalidArgumentError, ParityError
+from .errors import BatchMismatchError, InvalidArgumentError, NotApplicable, ParityError
 from .tolerances import Tolerance
 
 __all__ = ["assert_outputs_close", "assert_deterministic", "assert_batch_invariant"]
@@ -193,6 +193,22 @@ def assert_deterministic(model: Callable, inputs: Any, *, runs: int = 3, rtol: f
         diagnose.diagnose_nondeterminism, model, inputs, outputs))
 
 
+def _require_batching(model: Any, sizes: Sequence[int]) -> None:
+    """Refuse, as not applicable, a model that runs every batch in fixed chunks the sub-batches
+    cannot regroup: a TFLite file converted at a fixed batch (``fixed_batch``; an LSTM's export
+    is traced at batch 1) computes the whole batch and its sub-batches by the same chunks, so the
+    comparison could not fail. A pass would claim an invariance nobody measured."""
+    fixed = getattr(model, "fixed_batch", None)
+    if not isinstance(fixed, int) or not (fixed == 1 or all(size % fixed == 0 for size in sizes)):
+        return
+    raise NotApplicable(
+        f"assert_batch_invariant does not apply to {_name(model)}: the file has a fixed batch of {fixed} "
+        f"(its inputs' first dimension), so every batch runs {fixed} row(s) at a time and the whole batch and "
+        f"its sub-batches of {', '.join(map(str, sizes))} are the same computation; it cannot fail. Check batch "
+        "invariance on the reference (e.g. the Keras model), or export with a dynamic batch "
+        "(converter_options={'route': 'dynamic'} where the graph allows)")
+
+
 def assert_batch_invariant(model: Callable, inputs: Any, *, batch_sizes: Sequence[int] = (1,),
                            rtol: float | None = None, atol: float | None = None,
                            tolerance: Tolerance | str | None = None,
@@ -214,6 +230,7 @@ def assert_batch_invariant(model: Callable, inputs: Any, *, batch_sizes: Sequenc
     _require_model(model, "assert_batch_invariant")
     n = validators.check_nonempty_batch(_batch_length(inputs), "assert_batch_invariant")
     sizes = validators.check_batch_sizes(batch_sizes)
+    _require_batching(model, sizes)
     batched = _run(model, inputs)
     splits = {}
     for size in sizes:

@@ -97,6 +97,9 @@ class ParitySession:
     _tmp: Path | None = None
     _cache: Any = None
     left_out: list[list[str]] = field(default_factory=list)  # [format, device] pairs a format cannot run on
+    started: float = field(default_factory=time.time)  # wall clock: what this run installed (tfjs npm ci)
+    # node id -> (device, outcome, skip/failure reason) of every matrix test: "nothing ran on a GPU"
+    device_outcomes: dict[str, tuple[str, str, str | None]] = field(default_factory=dict)
     _precision_set: bool = False
     _tf32_before: bool | None = None  # TF's TF32 setting before --modelparity-tf32=off changed it
 
@@ -354,7 +357,10 @@ class ParitySession:
         try:
             return self.reference(source, device, load_options)
         except (RuntimeMissing, DeviceUnavailable) as exc:
-            self.unavailable(exc, f"reference on {device}")
+            # parity_batch is drawn from the reference's inputs: a test that only checks the
+            # candidate (assert_deterministic) skips too, and would not know why.
+            self.unavailable(exc, f"reference on {device} (parity_reference, and parity_batch, which is drawn "
+                                  "from the reference's inputs)")
         except ModelLoadError as exc:  # the message names the file, the format and the fix
             _fail(f"modelparity: reference: {explain(exc) if explain else f'{exc}{_load_options_hint(exc)}'}")
 
@@ -645,10 +651,17 @@ def parity_candidate(request: pytest.FixtureRequest, modelparity_source: Any, mo
 
 def skip_if_unreachable(exc: BaseException, format: str, *, named: bool) -> None:
     """Skip a default-matrix format the source cannot be converted to at all (a frozen .pb is
-    not a Keras model): not applicable rather than broken. Named by the user, it is an error."""
-    unreachable = (isinstance(exc, (NotExportable, NotSerializable))
-                   or (isinstance(exc, ModelLoadError) and exc.action == "convert"))
-    if unreachable and not named:
+    not a Keras model), or that cannot carry this kind of model (a string input on tfjs, a
+    lookup table on graphdef/onnx): not applicable rather than broken. Named by the user, it
+    is an error."""
+    if named:
+        return
+    if isinstance(exc, ModelLoadError) and exc.not_applicable:
+        fix = f"; {exc.fix}" if exc.fix else ""
+        pytest.skip(f"modelparity: format {format!r} does not apply to this model ({exc.problem}){fix}. "
+                    "Naming the formats (--modelparity-formats, or the marker's formats=) makes this a failure")
+    if isinstance(exc, (NotExportable, NotSerializable)) or (isinstance(exc, ModelLoadError)
+                                                              and exc.action == "convert"):
         pytest.skip(f"modelparity: format {format!r} cannot be made from this source "
                     f"({str(exc).splitlines()[0]}); name the formats to test with "
                     "--modelparity-formats to make this a failure")
@@ -661,15 +674,16 @@ def _formats_named(request: pytest.FixtureRequest, state: ParitySession) -> bool
 
 
 @pytest.fixture(scope="session")
-def modelparity_elements() -> Any:
+def modelparity_elements(request: pytest.FixtureRequest) -> Any:
     """Override in conftest.py (session scope) to return the element range of your batches:
     ``(low, high)`` or ``{input name: (low, high)}`` (e.g. ``(0, 255)`` for raw pixels).
 
     One source of truth for input ranges: ``parity_batch`` draws from it, a ``tflite:int8``
     candidate is calibrated on rows drawn from it, and your own ``batches(parity_reference,
-    elements=modelparity_elements)`` should too. Default None: each dtype's default range.
+    elements=modelparity_elements)`` should too. Default: ``--modelparity-input-range`` (ini
+    ``modelparity_input_range``), else None: each dtype's default range.
     """
-    return None
+    return get_state(request.config).options.input_range
 
 
 @pytest.fixture(scope="session")

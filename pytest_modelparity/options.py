@@ -8,6 +8,7 @@ read the same parsed, validated values instead of re-reading ``config.getoption`
 from __future__ import annotations
 
 import difflib
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +59,10 @@ _OPTIONS: tuple[tuple[str, Literal["string", "bool"], str], ...] = (
      "loosen what quantisation may cost against the float32 tflite sibling, per variant, without "
      "loosening the conversion check: 'int8:rms=0.1,top1=0.9; dynamic_range:scale=0.1' "
      "(keys rms, scale, beyond, top1; docs/tolerances.md)"),
+    ("input-range", "string",
+     "LOW,HIGH: the range the input values are drawn from (e.g. 0,255 for raw pixels), or per input "
+     "NAME=LOW,HIGH;NAME=LOW,HIGH; used by zero-code mode, parity_batch and tflite:int8 calibration "
+     "(a modelparity_elements fixture in conftest.py wins). Default: [-1, 1] for floats, [0, 10] for ints"),
 )
 # ini-only keys: the "ini" tolerance layer (below a marker, above the built-in table).
 _INI_ONLY: tuple[tuple[str, str], ...] = (
@@ -85,6 +90,8 @@ class ParityOptions:
     atol: float | None = None
     data: str | None = None          # --modelparity-data: an .npz/.npy of real rows
     quant_budget: str | None = None  # --modelparity-quant-budget (checked by quantized.parse_budget)
+    # (low, high) or {input name: (low, high)}: what the batches are drawn from (None: per dtype)
+    input_range: tuple[float, float] | dict[str, tuple[float, float]] | None = None
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -290,6 +297,7 @@ def parse_options(config: pytest.Config) -> ParityOptions:
         atol=_float(config, "modelparity_atol"),
         data=_data_path(config, _value(config, "modelparity_data")),
         quant_budget=_quant_budget(_value(config, "modelparity_quant_budget")),
+        input_range=parse_input_range(_value(config, "modelparity_input_range")),
     )
 
 
@@ -314,6 +322,34 @@ def _quant_budget(value: Any) -> str | None:
     except InvalidArgumentError as exc:
         raise pytest.UsageError(str(exc)) from None
     return str(value)
+
+
+def _range_pair(text: str, where: str) -> tuple[float, float]:
+    parts = [p.strip() for p in text.split(",")]
+    try:
+        low, high = (float(p) for p in parts)
+    except ValueError:
+        raise pytest.UsageError(f"{where}: {text!r} is not LOW,HIGH (two numbers, e.g. 0,255)") from None
+    if not (math.isfinite(low) and math.isfinite(high)) or low > high:
+        raise pytest.UsageError(f"{where}: {text!r} needs two finite numbers with LOW <= HIGH, e.g. 0,255")
+    return low, high
+
+
+def parse_input_range(text: str | None) -> tuple[float, float] | dict[str, tuple[float, float]] | None:
+    """``--modelparity-input-range``: ``0,255`` for every input, or ``image=0,255;mask=0,1``."""
+    if text is None or not str(text).strip():
+        return None
+    where = "--modelparity-input-range"
+    text = str(text).strip()
+    if "=" not in text:
+        return _range_pair(text, where)
+    ranges: dict[str, tuple[float, float]] = {}
+    for entry in (e.strip() for e in text.split(";") if e.strip()):
+        name, sep, pair = entry.partition("=")
+        if not sep or not name.strip():
+            raise pytest.UsageError(f"{where}: {entry!r} is not NAME=LOW,HIGH (entries are separated by ';')")
+        ranges[name.strip()] = _range_pair(pair, f"{where} ({name.strip()})")
+    return ranges
 
 
 def strict_gpu_problem(options: ParityOptions) -> str | None:

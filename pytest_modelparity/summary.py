@@ -239,6 +239,23 @@ def environment() -> dict:
     }
 
 
+def hidden_rows_line(rows: Sequence[dict], shown: Sequence[dict]) -> str:
+    """What a shortened table left out, counted by verdict. When nothing was shown (a green
+    run), it says so: "N more rows not shown" above no row at all read as a lost table."""
+    hidden = [r for r in rows if not any(r is s for s in shown)]
+    counts = {v: sum(r["verdict"] == v for r in hidden) for v in ("pass", "expected", "fail")}
+    parts = [f"{counts['pass']} passed"] if counts["pass"] else []
+    if counts["expected"]:
+        parts.append(f"{counts['expected']} failed as the test expected")
+    if counts["fail"]:
+        parts.append(f"{counts['fail']} more failed")
+    what = ", ".join(parts) or "no verdict"
+    where = "-v shows every row, --modelparity-report/--modelparity-html write them all"
+    if not shown:
+        return f"{len(rows)} rows, none failed, so none shown ({what}); {where}"
+    return f"... {len(hidden)} more rows not shown ({what}); {where}"
+
+
 # Words of an export route that changes what the candidate computes (formats/mixed_precision.py).
 CHANGED_COMPUTATION = "with a float32 policy"
 

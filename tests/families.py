@@ -58,6 +58,22 @@ def gelu_encoder():
     return model, np.random.default_rng(0).normal(size=(4, 8, 16)).astype("float32")
 
 
+def gpt_decoder(causal: bool = True):
+    """A GPT-style decoder: token and position embeddings, 2 blocks of MultiHeadAttention with
+    a causal mask (Keras builds it with ``tf.linalg.band_part``), per-token logits."""
+    keras = _keras()
+    keras.utils.set_random_seed(0)
+    t = keras.Input((TOKENS,), dtype="int32", name="tokens")
+    x = keras.layers.Embedding(VOCAB, 16)(t)
+    x = x + keras.layers.Embedding(TOKENS, 16)(keras.ops.arange(TOKENS)[None, :])
+    for i in range(2):
+        a = keras.layers.MultiHeadAttention(2, 8, name=f"mha{i}")(x, x, use_causal_mask=causal)
+        x = keras.layers.LayerNormalization()(x + a)
+        x = keras.layers.LayerNormalization()(x + keras.layers.Dense(16)(keras.layers.Dense(32, activation="relu")(x)))
+    model = keras.Model(t, keras.layers.Dense(VOCAB, name="logits")(x), name="gpt_decoder")
+    return model, np.random.default_rng(0).integers(0, VOCAB, (4, TOKENS)).astype("int32")
+
+
 def two_input():
     """A dict-input model (image + meta vector): converters reorder its inputs."""
     keras = _keras()
@@ -161,5 +177,6 @@ FAMILIES: dict[str, Callable[[], tuple[Any, Any]]] = {
     "string input (StringLookup)": string_input,
     "subclassed CNN (built by a call)": subclassed_cnn,
     "mixed_float16 CNN": mixed_float16_cnn,
+    "GPT decoder, causal mask": gpt_decoder,
 }
 SMALL = ("LSTM (masked)", "GRU (masked)", "BiLSTM (masked)", "Transformer encoder, exact GELU")

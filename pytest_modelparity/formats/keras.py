@@ -16,10 +16,10 @@ import numpy as np
 
 from ..errors import ModelLoadError
 from ..devices import require_tf_device
-from ._common import first_line, is_keras_model, name_outputs, pack_inputs, quiet
-from ._tf import import_tf, require_path
+from ._common import first_line, is_keras_model, name_outputs, quiet
+from ._tf import freeze_concrete, import_tf, require_path
 from .base import LoadedModel
-from .keras_specs import declare_input_specs, input_specs, is_subclassed, output_specs
+from .keras_specs import declare_input_specs, input_specs, is_subclassed, keras_output_names, output_specs, pack_inputs
 
 NAME = "keras"
 EXPORT_REQUIRES: tuple[tuple[str, str], ...] = ()
@@ -68,8 +68,6 @@ class KerasModel(LoadedModel):
 
     def frozen_graph(self) -> Any:
         """The traced inference function with its weights as constants (for the graph twin)."""
-        from .graph_twin import freeze_concrete
-
         frozen = freeze_concrete(self.traced_function())
         # A dict-returning function flattens its outputs by sorted key.
         flat = sorted(s.name for s in self.outputs)
@@ -117,19 +115,6 @@ def _compute_dtype(model: Any) -> str | None:
 
 
 
-def keras_output_names(model: Any) -> list[str]:
-    """The output names every form uses: the keys a dict-output model returns, else Keras'
-    ``output_names`` (layer names), else ``output_<i>``; in ``model.outputs`` order."""
-    if is_subclassed(model):
-        from .keras_specs import subclassed_output_names
-
-        return subclassed_output_names(model)
-    n = len(getattr(model, "outputs", None) or []) or 1
-    struct = getattr(model, "_outputs_struct", None)
-    if isinstance(struct, dict) and len(struct) == n:
-        return sorted(str(k) for k in struct)  # Keras flattens a dict by sorted key
-    names = [str(n_) for n_ in (getattr(model, "output_names", None) or [])]
-    return names if len(names) == n and len(set(names)) == n else [f"output_{i}" for i in range(n)]
 
 
 

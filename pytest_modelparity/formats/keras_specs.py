@@ -18,6 +18,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..errors import ModelLoadError
+from ._common import import_tf
 from .base import TensorSpec
 
 FIXTURE_FIX = ("call the model once on a batch (model(x)) or build it (model.build((None, ...))) before "
@@ -176,7 +177,6 @@ def _symbolic_input_specs(model: Any) -> list[TensorSpec]:
 
 def tf_specs(specs: Sequence[TensorSpec]) -> list[Any]:
     """``tf.TensorSpec`` per input, batch dim ``None`` (object dtype: TensorFlow's string)."""
-    from ._tf import import_tf
 
     tf = import_tf()
     return [tf.TensorSpec((None, *s.shape[1:]), tf.string if s.dtype.kind == "O" else tf.as_dtype(s.dtype), name=s.name)
@@ -199,7 +199,6 @@ def output_specs(model: Any) -> list[TensorSpec]:
     """The model's outputs named like every exported form names them (``keras_output_names``):
     for a subclassed model, found by tracing it once on its input specs."""
     if has_symbolic_inputs(model):
-        from .keras import keras_output_names
 
         return [TensorSpec(n, tuple(t.shape), t.dtype) for n, t in zip(keras_output_names(model), model.outputs)]
     inputs = tuple(input_specs(model, action="export"))
@@ -212,7 +211,6 @@ def output_specs(model: Any) -> list[TensorSpec]:
 
 
 def _traced_outputs(model: Any, inputs: list[TensorSpec]) -> list[TensorSpec]:
-    from ._tf import import_tf
 
     tf = import_tf()
     signature = tf_specs(inputs)
@@ -233,3 +231,37 @@ def _traced_outputs(model: Any, inputs: list[TensorSpec]) -> list[TensorSpec]:
 
 def subclassed_output_names(model: Any) -> list[str]:
     return [s.name for s in output_specs(model)]
+
+
+def keras_output_names(model: Any) -> list[str]:
+    """The output names every form uses: the keys a dict-output model returns, else Keras'
+    ``output_names`` (layer names), else ``output_<i>``; in ``model.outputs`` order."""
+    if is_subclassed(model):
+        return subclassed_output_names(model)
+    n = len(getattr(model, "outputs", None) or []) or 1
+    struct = getattr(model, "_outputs_struct", None)
+    if isinstance(struct, dict) and len(struct) == n:
+        return sorted(str(k) for k in struct)  # Keras flattens a dict by sorted key
+    names = [str(n_) for n_ in (getattr(model, "output_names", None) or [])]
+    return names if len(names) == n and len(set(names)) == n else [f"output_{i}" for i in range(n)]
+
+
+def pack_inputs(model: Any, xs: list[Any]) -> Any:
+    """Arrange flat inputs the way the model was built (single tensor, list or dict)."""
+    struct = getattr(model, "_inputs_struct", None)
+    if isinstance(struct, dict):
+        # model.inputs (the order of xs) is Keras' flattening of the dict, sorted by key, not
+        # the dict's insertion order: pack with Keras' own inverse of that flattening.
+        return keras_module().tree.pack_sequence_as(struct, list(xs))
+    if isinstance(struct, (list, tuple)):
+        return list(xs)
+    if struct is None and not hasattr(model, "_inputs_struct"):  # subclassed: as its specs say
+        return pack_declared(model, xs)
+    return xs[0] if len(xs) == 1 else list(xs)
+
+
+def keras_module() -> Any:
+    import_tf()
+    import keras
+
+    return keras

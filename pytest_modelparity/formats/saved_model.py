@@ -15,9 +15,10 @@ import numpy as np
 
 from ..errors import ModelLoadError
 from ..devices import require_tf_device
-from ._common import first_line, name_outputs, pack_inputs, quiet
-from ._tf import import_tf, require_path, spec
+from ._common import first_line, name_outputs, quiet
+from ._tf import freeze_concrete, import_tf, require_path, spec
 from .base import LoadedModel
+from .keras_specs import pack_inputs
 
 NAME = "saved_model"
 EXPORT_REQUIRES: tuple[tuple[str, str], ...] = ()
@@ -68,8 +69,6 @@ class SavedModelModel(LoadedModel):
 
     def frozen_graph(self) -> Any:
         """The signature with its variables as constants (for the graph twin)."""
-        from .graph_twin import freeze_concrete
-
         # A signature's inputs are keyword arguments and its outputs a dict: both flatten
         # in sorted-name order; the specs follow the exporter's order.
         flat_in = sorted(s.name for s in self.inputs)

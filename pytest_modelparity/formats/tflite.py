@@ -26,7 +26,7 @@ import numpy as np
 
 from ..errors import ExportError, ModelLoadError
 from ._common import TF_INSTALL, ConverterLog, finish_export, first_line, read_model_bytes, unique
-from ._tf import begin_export, graph_op_types
+from .serving import begin_export, graph_op_types
 from .base import LoadedModel, TensorSpec
 
 NAME = "tflite"

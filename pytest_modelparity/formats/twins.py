@@ -22,12 +22,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ._common import is_keras_model, name_outputs, pack_inputs
-from ._tf import import_tf
+from ._common import import_tf, is_keras_model, name_outputs
+from ._tf import GraphUnavailable, freeze_concrete, spec
 from .base import LoadedModel
+from .keras_specs import pack_inputs
 
 Runner = Callable[[Any], dict]
-METHODS = ("keras", "graph")
 
 
 class TwinUnavailable(Exception):
@@ -48,7 +48,7 @@ def build_runner(reference: Any, kind: str, method: str) -> tuple[Runner, bool]:
         return _keras_runner(loaded, kind)
     if method == "graph":
         return _graph_runner(loaded, kind)
-    raise ValueError(f"twin method {method!r}; expected one of {METHODS}")
+    raise ValueError(f"twin method {method!r}; expected 'keras' or 'graph'")
 
 
 def as_loaded(reference: Any) -> LoadedModel:
@@ -76,8 +76,6 @@ class TracedFunction(LoadedModel):
     format = "tf.function"
 
     def __init__(self, function: Any) -> None:
-        from ._tf import spec
-
         tf = import_tf()
         try:
             self.native = function.get_concrete_function()
@@ -99,8 +97,6 @@ class TracedFunction(LoadedModel):
         return {s.name: np.asarray(v) for s, v in zip(self.outputs, tf.nest.flatten(result))}
 
     def frozen_graph(self) -> Any:
-        from .graph_twin import freeze_concrete
-
         return freeze_concrete(self.native)
 
 
@@ -145,14 +141,14 @@ def _graph_runner(loaded: LoadedModel, kind: str) -> tuple[Runner, bool]:
     frozen = frozen_graph(loaded)
     try:
         twin = graph_twin.build(frozen, "float64" if kind == "float64" else "float16 weights")
-    except graph_twin.GraphTwinUnavailable as exc:
+    except GraphUnavailable as exc:
         raise TwinUnavailable(str(exc)) from exc
     feed, names = _feeder(loaded), [s.name for s in loaded.outputs]
 
     def run(batch: Any) -> dict:
         try:
             return dict(zip(names, twin.run(feed(batch))))
-        except graph_twin.GraphTwinUnavailable as exc:
+        except GraphUnavailable as exc:
             raise TwinUnavailable(str(exc)) from exc
 
     return run, bool(frozen.op_types() & graph_twin.ACCUMULATING_OPS)
@@ -167,7 +163,7 @@ def frozen_graph(loaded: LoadedModel) -> Any:
         raise TwinUnavailable(f"the {loaded.format} form has no TensorFlow graph to run in float64")
     try:
         frozen = hook()
-    except graph_twin.GraphTwinUnavailable as exc:
+    except GraphUnavailable as exc:
         raise TwinUnavailable(str(exc)) from exc
     if frozen is None:
         raise TwinUnavailable(f"this {loaded.format} model exposes no TensorFlow graph")
