@@ -207,11 +207,20 @@ DIGITS_CONFTEST = textwrap.dedent('''
 ''')
 
 SUITE = textwrap.dedent('''
-    from pytest_modelparity import assert_outputs_close
+    from hypothesis import given, settings, strategies as st
+    from pytest_modelparity import assert_outputs_close, strategies
 
     def test_parity(parity_candidate, parity_reference, parity_batch):
         assert parity_batch["image"].shape[0] == 64  # real rows from modelparity_dataset
         assert_outputs_close(parity_candidate, parity_reference, inputs=parity_batch)
+
+    @settings(max_examples=3, deadline=None, database=None)
+    @given(data=st.data())
+    def test_real_rows(parity_candidate, parity_reference, modelparity_dataset, data):
+        batch = data.draw(strategies.dataset_batches(parity_reference, modelparity_dataset, batch_size=16,
+                                                     perturb=0.01))
+        assert batch["image"].min() >= 0.0 and batch["image"].max() <= 1.0  # stays in the data's range
+        assert_outputs_close(parity_candidate, parity_reference, inputs=batch)
 ''')
 
 
@@ -222,7 +231,7 @@ def test_plugin_digits_suite_with_a_dataset_passes_every_variant(pytester, _heav
     result = pytester.runpytest_inprocess(
         "-p", "no:cacheprovider", "--modelparity-formats=tflite:int8,tflite:float16,tflite:dynamic_range",
         "--modelparity-report=r.json")
-    result.assert_outcomes(passed=3)
+    result.assert_outcomes(passed=6)
     doc = json.loads((pytester.path / "r.json").read_text())
     text = json.dumps(doc)
     assert "modelparity_dataset" in text and "judged in two parts" in text
