@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from . import diagnose, recording, shadow, tree, validators
+from . import diagnose, quantized, recording, shadow, tree, validators
 from . import tolerances as tol_mod
 from .arrays import as_numpy
 from .compare import ComparisonReport, compare
@@ -78,6 +78,10 @@ def assert_outputs_close(actual: Any, expected: Any, *, inputs: Any = None, rtol
     meta: dict[str, Any] = {"check": "outputs_close", "device": device, "format": fmt}
     if alignment:
         meta["alignment"] = alignment
+    if actual_model is not None and inputs is not None and _uses_default(tolerance, rtol, atol) \
+            and quantized.sibling_of(actual_model) is not None:
+        return _quantized_two_part(actual_model, expected_model, inputs, act, exp_raw, device, meta, msg,
+                                   equal_nan, allow_vacuous)
     calibration = None
     if isinstance(tolerance, str):
         _check_calibrated(tolerance, rtol, atol)
@@ -109,6 +113,39 @@ def assert_outputs_close(actual: Any, expected: Any, *, inputs: Any = None, rtol
 
     return _finish("outputs_close", report, msg, why, lambda: _memo_key(
         diagnose.diagnose_comparison, act, exp, actual_model, expected_model, inputs))
+
+
+def _quantized_two_part(cand: Any, ref_model: Any, inputs: Any, act: Any, exp_raw: Any, device: str,
+                        meta: dict[str, Any], msg: str | None, equal_nan: bool, allow_vacuous: bool) -> ComparisonReport:
+    """A quantised TFLite candidate with its float32 sibling (``quantized.py``): conversion
+    judged by this module's default (float64 floor) path, quantisation cost by the budget."""
+    __tracebackhide__ = True
+    sibling = quantized.sibling_of(cand)
+    variant = quantized.variant_of(cand)
+    assert variant is not None
+    sib, exp, _ = _align_structures(_run(sibling, inputs), exp_raw, from_models=True)
+    floors = _shadow_floors(ref_model, inputs, exp_raw, _leaf_paths(exp), "tflite:float32", meta)
+    conv_tol = _tolerance_fn(sib, None, rtol=None, atol=None, device=device, fmt="tflite:float32",
+                             compute=_compute_dtype(ref_model), floors=floors, allow_vacuous=allow_vacuous,
+                             floor_missing=meta.get("noise_floor_missing"), twin=meta.get("shadow", {}).get("twin"))
+    twin = quantized.float16_twin_of(sibling) if variant == "float16" else None
+    report = quantized.two_part_report(quantized=act, sibling=sib, reference=exp, variant=variant,
+                                       conversion_tolerance=conv_tol, equal_nan=equal_nan,
+                                       calibration=getattr(cand, "calibration", None),
+                                       twin=None if twin is None else
+                                       _align_structures(_run(twin, inputs), exp_raw, from_models=True)[0])
+    report.title = f"{_name(cand)} vs {_name(ref_model) if ref_model is not None else 'expected'}"
+    report.meta.update({k: v for k, v in meta.items() if k != "summary"})
+
+    def why() -> list:
+        conversion = compare(sib, exp, tolerance=conv_tol, equal_nan=equal_nan)
+        hints = diagnose.diagnose_comparison(conversion, actual=sib, expected=exp, actual_model=sibling,
+                                             expected_model=ref_model, inputs=inputs)
+        quant = diagnose.diagnose_quantization(report, candidate=cand, sibling=sibling, inputs=inputs,
+                                               variant=variant, twin=twin)
+        return hints + quant if "conversion" in report.meta["quantized"]["failed_parts"] else quant + hints
+
+    return _finish("outputs_close", report, msg, why)
 
 
 def assert_deterministic(model: Callable, inputs: Any, *, runs: int = 3, rtol: float = 0.0,

@@ -92,6 +92,8 @@ class ParitySession:
     logs: Any = None  # a quiet.LogSink: TensorFlow and converter output while building
     # format -> {input name: (low, high)} of the rows a quantised export was calibrated on
     calibration_ranges: dict[str, dict] = field(default_factory=dict)
+    # format -> {"rows", "source", "default"}: how those rows were chosen (said in the report)
+    calibrations: dict[str, dict] = field(default_factory=dict)
     _tmp: Path | None = None
     _cache: Any = None
     left_out: list[list[str]] = field(default_factory=list)  # [format, device] pairs a format cannot run on
@@ -169,14 +171,16 @@ class ParitySession:
                           self._quietly(f"loading the reference on {device}", lambda: _load_reference(src, device, opts)))
 
     def candidate(self, obj: Any, format: str, device: str, load_options: dict | None = None,
-                  converter_options: dict | None = None, elements: Any = None) -> Any:
+                  converter_options: dict | None = None, elements: Any = None, dataset: Any = None) -> Any:
         """The source exported to ``format`` (once) and loaded on ``device`` (once).
 
         ``load_options`` apply where the source file itself is loaded: as the candidate of its
         own format (loaded as is), or as the Keras model the exports are made from.
         ``converter_options`` (from ``modelparity_export_options``) go to the converter.
         ``elements`` (``modelparity_elements``): the range an int8 export's calibration rows
-        are drawn from, the same as the test batches'.
+        are drawn from, the same as the test batches'. ``dataset`` (``modelparity_dataset``):
+        real rows, which an int8 export calibrates on instead. A quantised tflite candidate
+        gets its float32 sibling (``float_sibling``): judged in two parts (``quantized.py``).
         """
         src = self.source(obj)  # resolve the source first: a bad source is reported as such
         opts = dict(load_options or {})
@@ -189,7 +193,7 @@ class ParitySession:
             missing = missing_runtime(base)
             if missing is not None:
                 raise missing
-            path = self.export(obj, format, opts, conv, elements)
+            path = self.export(obj, format, opts, conv, elements, dataset)
             as_is = src.path is not None and path == src.path
             self._set_precision()
             loaded = _load_source(path, base, device, opts if as_is else {})
@@ -197,22 +201,37 @@ class ParitySession:
             if ranges:  # diagnosis names inputs outside them (diagnose.calibration)
                 with contextlib.suppress(AttributeError):
                     loaded.calibration_ranges = ranges
+            if format in self.calibrations:
+                with contextlib.suppress(AttributeError):
+                    loaded.calibration = self.calibrations[format]
+            if base == "tflite" and _variant in QUANTIZED_VARIANTS and not as_is:
+                self._attach_sibling(loaded, obj, device, opts, conv, elements, dataset)
             return loaded
 
         return self._once(self.candidates, (id(obj), format, device, _options_key(opts), _options_key(conv),
-                                            repr(elements)),
+                                            repr(elements), _dataset_key(dataset)),
                           self._quietly(f"exporting to {format} and loading on {device}", build))
 
+    def _attach_sibling(self, loaded: Any, obj: Any, device: str, opts: dict, conv: dict, elements: Any,
+                        dataset: Any) -> None:
+        """The float32 tflite of the same source (cached like any candidate) on ``loaded``; when
+        it cannot be had, the quantised candidate keeps the one fixed rule and says why."""
+        try:
+            loaded.float_sibling = self.candidate(obj, "tflite", device, opts, conv, elements, dataset)
+        except Exception as exc:  # noqa: BLE001 - the sibling is extra evidence, never a new failure
+            loaded.float_sibling_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
     def export(self, obj: Any, format: str, load_options: dict | None = None,
-               converter_options: dict | None = None, elements: Any = None) -> Path:
+               converter_options: dict | None = None, elements: Any = None, dataset: Any = None) -> Path:
         src = self.source(obj)
         opts = dict(load_options or {})
         conv = dict(converter_options or {})
-        return self._once(self.exports, (id(obj), format, _options_key(opts), _options_key(conv), repr(elements)),
-                          lambda: self._export(src, format, opts, conv, elements))
+        return self._once(self.exports, (id(obj), format, _options_key(opts), _options_key(conv), repr(elements),
+                                         _dataset_key(dataset)),
+                          lambda: self._export(src, format, opts, conv, elements, dataset))
 
     def _export(self, src: Source, format: str, load_options: dict, converter_options: dict | None = None,
-                elements: Any = None) -> Path:
+                elements: Any = None, dataset: Any = None) -> Path:
         from .formats import missing_runtime
 
         if src.path is not None and src.path_format == format:
@@ -229,7 +248,10 @@ class ParitySession:
         if missing is not None:
             raise missing
         model = src.keras_model if src.keras_model is not None else _keras_from_path(src, load_options)
-        options = _variant_options(model, variant, elements)
+        options, calibration = _variant_options(model, variant, elements, dataset,
+                                                specs=lambda: _load_reference(src, "cpu", load_options))
+        if calibration is not None:
+            self.calibrations[format] = calibration
         for rows in options.get("representative_data") or []:
             if isinstance(rows, dict):
                 import numpy as np
@@ -312,7 +334,7 @@ class ParitySession:
 
     def candidate_or_skip(self, source: Any, format: str, device: str, *, named: bool,
                           load_options: dict | None = None, explain: Any = None,
-                          converter_options: dict | None = None, elements: Any = None) -> Any:
+                          converter_options: dict | None = None, elements: Any = None, dataset: Any = None) -> Any:
         """The candidate model, or the one skip/failure that says why it cannot be had.
 
         Shared by the ``parity_candidate`` fixture and the zero-code items: a missing runtime
@@ -322,7 +344,7 @@ class ParitySession:
         has no fixture to name in the fix).
         """
         try:
-            return self.candidate(source, format, device, load_options, converter_options, elements)
+            return self.candidate(source, format, device, load_options, converter_options, elements, dataset)
         except (RuntimeMissing, DeviceUnavailable) as exc:
             self.unavailable(exc, f"format {format!r} on {device}")
         except (NotExportable, ExportFailed, ModelLoadError) as exc:
@@ -412,21 +434,51 @@ def resolve_source(obj: Any, *, _depth: int = 0) -> Source:
         ".tflite, model.json, .onnx)")
 
 
-def _variant_options(model: Any, variant: str | None, elements: Any = None) -> dict[str, Any]:
+def _variant_options(model: Any, variant: str | None, elements: Any = None, dataset: Any = None,
+                     specs: Any = None) -> tuple[dict[str, Any], dict | None]:
     """Export options of a format variant: ``quantization=<variant>``, and for int8 the
-    calibration rows (arrays, so the export cache keys them by content)."""
+    calibration rows (arrays, so the export cache keys them by content), with how they were
+    chosen: the ``modelparity_dataset``'s first rows, else rows drawn like ``parity_batch``
+    (``modelparity_elements``) and said to be default rows. A path source (a SavedModel
+    directory) calibrates the same way, on its loaded form's inputs (``specs()``)."""
     if variant is None:
-        return {}
+        return {}, None
     options: dict[str, Any] = {"quantization": variant}
-    if variant == "int8" and not isinstance(model, (str, Path)):
-        from .formats.keras_specs import input_specs
-        from .strategies import seeded_batch
+    if variant != "int8":
+        return options, None
+    from .dataset import as_dataset
+    from .formats.keras_specs import input_specs
+    from .strategies import seeded_batch, specs_of
 
-        # By input name: the converter's input order is not the model's (tflite._representative).
-        options["representative_data"] = [dict(seeded_batch(input_specs(model, action="export"),
-                                                            batch_size=INT8_CALIBRATION_ROWS, seed=INT8_CALIBRATION_SEED,
-                                                            elements=elements))]
-    return options
+    if isinstance(model, (str, Path)):
+        shaped = specs() if specs is not None else model
+    else:
+        shaped = input_specs(model, action="export")
+    data = as_dataset(dataset)
+    # By input name: the converter's input order is not the model's (tflite._representative).
+    if data is not None:
+        rows = data.calibration(specs_of(shaped))
+        info = {"rows": len(next(iter(rows.values()))), "source": f"the first rows of modelparity_dataset {data.label}",
+                "default": False}
+    else:
+        rows = dict(seeded_batch(shaped, batch_size=INT8_CALIBRATION_ROWS, seed=INT8_CALIBRATION_SEED,
+                                 elements=elements))
+        where = "modelparity_elements" if elements is not None else "each input dtype's default range"
+        info = {"rows": INT8_CALIBRATION_ROWS, "default": True,
+                "source": f"seeded random rows drawn from {where}, like parity_batch (no modelparity_dataset)"}
+    options["representative_data"] = [rows]
+    return options, info
+
+
+# Variants of a tflite candidate judged against their float32 sibling (quantized.py).
+QUANTIZED_VARIANTS = ("float16", "dynamic_range", "int8")
+
+
+def _dataset_key(dataset: Any) -> str | None:
+    from .dataset import as_dataset
+
+    data = as_dataset(dataset)
+    return data.digest() if data is not None else None
 
 
 def _options_key(options: dict) -> str:
@@ -586,7 +638,7 @@ def _load_options_hint(exc: BaseException) -> str:
 def parity_candidate(request: pytest.FixtureRequest, modelparity_source: Any, modelparity_format: str,
                      modelparity_device: str, modelparity_load_options: dict,
                      modelparity_export_options: dict, modelparity_elements: Any,
-                     modelparity_input_specs: Any) -> Any:
+                     modelparity_input_specs: Any, modelparity_dataset: Any) -> Any:
     """The source exported to ``modelparity_format`` (cached) and loaded on the device."""
     state = get_state(request.config)
     state.declare_input_specs(modelparity_source, modelparity_input_specs)
@@ -594,7 +646,7 @@ def parity_candidate(request: pytest.FixtureRequest, modelparity_source: Any, mo
                                    named=_formats_named(request, state), load_options=modelparity_load_options,
                                    converter_options=converter_options_for(modelparity_export_options,
                                                                            modelparity_format),
-                                   elements=modelparity_elements)
+                                   elements=modelparity_elements, dataset=modelparity_dataset)
 
 
 def skip_if_unreachable(exc: BaseException, format: str, *, named: bool) -> None:
@@ -634,12 +686,32 @@ def modelparity_elements(request: pytest.FixtureRequest) -> Any:
     return get_state(request.config).options.input_range
 
 
-@pytest.fixture(scope="module")
-def parity_batch(parity_reference: Any, modelparity_elements: Any) -> Any:
-    """A seeded batch (size 4) fitting the reference's inputs; read-only because it is shared."""
-    from .strategies import seeded_batch
+@pytest.fixture(scope="session")
+def modelparity_dataset(request: pytest.FixtureRequest) -> Any:
+    """Override in conftest.py (session scope) to return real rows: an array, a tuple of arrays
+    (one per input), a dict by input name, an ``.npz`` path, a ``tf.data.Dataset`` or an
+    iterable of batches (``dataset.py``). They feed a ``tflite:int8`` candidate's calibration
+    (the first rows), ``parity_batch`` (up to 64 rows after those) and
+    ``strategies.dataset_batches``. Default: ``--modelparity-data=PATH.npz``, else None
+    (random rows, and an int8 calibration the report calls default rows).
+    """
+    return get_state(request.config).options.data
 
-    batch = seeded_batch(parity_reference, batch_size=BATCH_SIZE, seed=BATCH_SEED, elements=modelparity_elements)
+
+@pytest.fixture(scope="module")
+def parity_batch(parity_reference: Any, modelparity_elements: Any, modelparity_dataset: Any) -> Any:
+    """A seeded batch (size 4) fitting the reference's inputs, or up to 64 rows of
+    ``modelparity_dataset`` (not those an int8 candidate calibrated on); read-only (shared)."""
+    import numpy as np
+
+    from .dataset import as_dataset
+    from .strategies import Batch, seeded_batch, specs_of
+
+    data = as_dataset(modelparity_dataset)
+    if data is not None:
+        batch = Batch({k: np.array(v) for k, v in data.batch(specs_of(parity_reference)).items()})
+    else:
+        batch = seeded_batch(parity_reference, batch_size=BATCH_SIZE, seed=BATCH_SEED, elements=modelparity_elements)
     for arr in batch.values():
         arr.setflags(write=False)
     return batch

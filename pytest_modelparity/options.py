@@ -52,6 +52,13 @@ _OPTIONS: tuple[tuple[str, Literal["string", "bool"], str], ...] = (
      "off runs full float32 and judges GPU float32 by the tighter measured rule"),
     ("model", "string",
      "zero-code mode: run the built-in parity suite on SOURCE = a model path, module:factory, or 'demo'"),
+    ("data", "string",
+     "real rows as an .npz (arrays by input name) or .npy: the default modelparity_dataset, so int8 "
+     "calibration, parity_batch and the zero-code suite use them instead of random rows"),
+    ("quant-budget", "string",
+     "loosen what quantisation may cost against the float32 tflite sibling, per variant, without "
+     "loosening the conversion check: 'int8:rms=0.1,top1=0.9; dynamic_range:scale=0.1' "
+     "(keys rms, scale, beyond, top1; docs/tolerances.md)"),
     ("input-range", "string",
      "LOW,HIGH: the range the input values are drawn from (e.g. 0,255 for raw pixels), or per input "
      "NAME=LOW,HIGH;NAME=LOW,HIGH; used by zero-code mode, parity_batch and tflite:int8 calibration "
@@ -81,6 +88,8 @@ class ParityOptions:
     model: str | None = None
     rtol: float | None = None
     atol: float | None = None
+    data: str | None = None          # --modelparity-data: an .npz/.npy of real rows
+    quant_budget: str | None = None  # --modelparity-quant-budget (checked by quantized.parse_budget)
     # (low, high) or {input name: (low, high)}: what the batches are drawn from (None: per dtype)
     input_range: tuple[float, float] | dict[str, tuple[float, float]] | None = None
 
@@ -286,8 +295,33 @@ def parse_options(config: pytest.Config) -> ParityOptions:
         model=str(model) if model else None,
         rtol=_float(config, "modelparity_rtol"),
         atol=_float(config, "modelparity_atol"),
+        data=_data_path(config, _value(config, "modelparity_data")),
+        quant_budget=_quant_budget(_value(config, "modelparity_quant_budget")),
         input_range=parse_input_range(_value(config, "modelparity_input_range")),
     )
+
+
+def _data_path(config: pytest.Config, value: Any) -> str | None:
+    """``--modelparity-data``: an existing .npz/.npy file (relative to the invocation dir)."""
+    path = _path(config, value)
+    if path is None:
+        return None
+    if not path.is_file() or path.suffix.lower() not in (".npz", ".npy"):
+        raise pytest.UsageError(f"--modelparity-data={value}: {'not an .npz or .npy file' if path.is_file() else 'no such file'} "
+                                f"({path}); save real rows with np.savez(path, **{{input name: array}})")
+    return str(path)
+
+
+def _quant_budget(value: Any) -> str | None:
+    if not value:
+        return None
+    from .quantized import parse_budget
+
+    try:
+        parse_budget(value)
+    except InvalidArgumentError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    return str(value)
 
 
 def _range_pair(text: str, where: str) -> tuple[float, float]:

@@ -17,15 +17,16 @@ import pytest
 from . import recording
 from .errors import NotApplicable, ParityError
 from .fixtures import (STATE_KEY, ParitySession, get_state, modelparity_device,  # noqa: F401 - fixtures
-                       modelparity_elements, modelparity_export_options, modelparity_format,
+                       modelparity_dataset, modelparity_elements, modelparity_export_options, modelparity_format,
                        modelparity_input_specs, modelparity_load_options,
                        modelparity_reference_device, modelparity_source, parity_batch, parity_candidate,
                        parity_reference)
 from .matrix import item_matrix, left_out_line, matrix_pairs, nothing_on_gpu_line, select_matrix
 from .options import add_options, parse_options, strict_gpu_problem
 
-MARKER = ("modelparity(formats=None, devices=None, rtol=None, atol=None): narrow the format x device "
-          "matrix of this test and set its tolerance (above the ini value, below explicit arguments)")
+MARKER = ("modelparity(formats=None, devices=None, rtol=None, atol=None, quant_budget=None): narrow the format x "
+          "device matrix of this test and set its tolerance (above the ini value, below explicit arguments); "
+          "quant_budget={'int8': {'rms': 0.1}} loosens what quantisation may cost (docs/tolerances.md)")
 _ROWS_KEY = "modelparity_rows"
 # Rows the terminal summary shows without -v before it keeps only the failures.
 SUMMARY_ROWS = 40
@@ -151,6 +152,17 @@ def _layers(item: pytest.Item, state: ParitySession) -> list[tuple]:
     return layers
 
 
+def _budget_layers(item: pytest.Item, state: ParitySession) -> list[tuple[str, Any]]:
+    """Quantisation budgets: the marker's ``quant_budget=`` over the option/ini value."""
+    marker = item.get_closest_marker("modelparity")
+    layers: list[tuple[str, Any]] = []
+    if marker is not None and marker.kwargs.get("quant_budget"):
+        layers.append(("marker", marker.kwargs["quant_budget"]))
+    if state.options.quant_budget:
+        layers.append(("--modelparity-quant-budget/ini", state.options.quant_budget))
+    return layers
+
+
 _ACTIVE: list[Any] = []  # listeners of the tests running now, innermost last
 
 
@@ -162,7 +174,7 @@ def collecting(item: pytest.Item) -> Iterator[None]:
     the failure text pytest renders); the other failing reports (Hypothesis examples that
     are not the one reported, failures the test caught) keep their rows without hints.
     """
-    from . import tolerances
+    from . import quantized, tolerances
     from .summary import merge_rows, rows_from_report
 
     state = get_state(item.config)
@@ -177,7 +189,8 @@ def collecting(item: pytest.Item) -> Iterator[None]:
     recording.subscribe(listener)
     _ACTIVE.append(listener)
     try:
-        with tolerances.tolerance_layers(_layers(item, state)), tolerances.gpu_tf32(state.options.tf32):
+        with tolerances.tolerance_layers(_layers(item, state)), tolerances.gpu_tf32(state.options.tf32), \
+                quantized.budget_layers(_budget_layers(item, state)):
             yield
     except BaseException as exc:
         raised.extend(_escaped_reports(exc))

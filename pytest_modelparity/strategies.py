@@ -233,3 +233,44 @@ def seeded_batch(model_or_specs: Any, *, batch_size: int = 4, seed: int = 0, ele
             raise InvalidArgument("seeded_batch takes (low, high) ranges, not strategies")
         batch[spec.name] = _fill(np.random.default_rng([seed, i]), spec, shape, rule)
     return batch
+
+
+def dataset_batches(model_or_specs: Any, dataset: Any, *, batch_size: Any = None, perturb: float = 0.0) -> st.SearchStrategy:
+    """Draw ``Batch`` dicts of real rows from ``dataset`` (what ``modelparity_dataset`` takes:
+    arrays, a dict, an ``.npz`` path, a ``tf.data.Dataset``, an iterable of batches).
+
+    Rows are drawn by index (shrinking towards the first rows); ``perturb`` > 0 adds uniform
+    noise of up to ``perturb`` x each float input's span (clipped to it), so the rows stay
+    near the data a model was trained on. ``batch_size``: an int or a strategy (default
+    ``st.integers(1, 16)``).
+    """
+    from .dataset import as_dataset
+
+    if not isinstance(perturb, (int, float)) or not 0 <= perturb < 1:
+        raise InvalidArgument(f"perturb={perturb!r}; pass a share of each input's span in [0, 1), e.g. 0.01")
+    specs = specs_of(model_or_specs)
+    data = as_dataset(dataset)
+    if data is None:
+        raise InvalidArgument("dataset is None; pass the rows (or use batches() for random rows)")
+    arrays = data.arrays(specs)
+    total = data.rows(specs)
+    size = _check_batch_size(st.integers(1, 16) if batch_size is None else batch_size)
+    fixed = fixed_batch(specs)
+    if fixed is not None:
+        size = st.just(fixed)
+    spans = {k: (float(np.min(v)), float(np.max(v))) for k, v in arrays.items() if v.dtype.kind == "f" and v.size}
+
+    @st.composite
+    def draw_batch(draw: Any) -> Batch:
+        n = int(draw(size))
+        index = np.array(draw(st.lists(st.integers(0, total - 1), min_size=n, max_size=n)))
+        batch = Batch({k: v[index].copy() for k, v in arrays.items()})
+        if perturb:
+            seed = draw(st.integers(0, 2**32 - 1))
+            rng = np.random.default_rng(seed)
+            for k, (lo, hi) in spans.items():
+                noise = rng.uniform(-1.0, 1.0, batch[k].shape) * perturb * (hi - lo)
+                batch[k] = np.clip(batch[k] + noise, lo, hi).astype(batch[k].dtype)
+        return batch
+
+    return draw_batch()

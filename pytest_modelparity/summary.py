@@ -101,9 +101,21 @@ def rows_from_report(report: Any, *, nodeid: str, format: str | None, device: st
             "rtol": tol.get("rtol"),
             "atol": tol.get("atol"),
             "scale": tol.get("scale"),
+            "quantized": _quantized_row(meta, d["path"] or ""),
         }
         rows.append(row)
     return rows
+
+
+def _quantized_row(meta: dict, path: str) -> dict | None:
+    """For a quantised candidate judged in two parts (quantized.py): which part this output
+    row is, the verdict's summary and how the int8 file was calibrated; else None."""
+    info = meta.get("quantized")
+    if not isinstance(info, dict):
+        return None
+    part = path[2:].split("'", 1)[0] if path.startswith("['") else ""
+    return {"part": part, "variant": info.get("variant"), "failed_parts": info.get("failed_parts"),
+            "summary": meta.get("summary"), "calibration": info.get("calibration")}
 
 
 def _badness(row: dict) -> tuple:

@@ -50,7 +50,8 @@ class ParityCheck(pytest.Item):
         # The candidate first: its reason is the specific one ("TFLite runs on CPU only").
         explain = lambda exc: str(zero_code_error(exc))  # noqa: E731
         candidate = state.candidate_or_skip(source, fmt, device, named=state.options.formats_explicit,
-                                            explain=explain, elements=state.options.input_range)
+                                            explain=explain, elements=state.options.input_range,
+                                            dataset=state.options.data)
         reference = state.reference_or_skip(source, state.reference_device(device), explain=explain)
         getattr(self, f"_{self.check}")(reference, candidate)
 
@@ -64,10 +65,14 @@ class ParityCheck(pytest.Item):
         from hypothesis import strategies as st
 
         from .assertions import assert_outputs_close
-        from .strategies import PROFILE, batches
+        from .strategies import PROFILE, batches, dataset_batches
+
+        data = get_state(self.config).options.data  # --modelparity-data: real rows, not random ones
+        drawn = (dataset_batches(reference, data, batch_size=st.integers(1, MAX_BATCH)) if data
+                 else batches(reference, batch_size=st.integers(1, MAX_BATCH), elements=self._elements))
 
         @settings(settings.get_profile(PROFILE), max_examples=HYPOTHESIS_EXAMPLES, database=None)
-        @given(batch=batches(reference, batch_size=st.integers(1, MAX_BATCH), elements=self._elements))
+        @given(batch=drawn)
         def outputs_close(batch: Any) -> None:
             assert_outputs_close(candidate, reference, inputs=batch)
 

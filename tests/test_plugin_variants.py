@@ -62,13 +62,17 @@ def test_variants_parametrize_export_quantised_and_pass_at_their_default(pyteste
     doc = json.loads((pytester.path / "r.json").read_text())
     assert sorted(a["format"] for a in doc["artifacts"]) == [
         "tflite", "tflite:dynamic_range", "tflite:float16", "tflite:int8"]
-    rows = {r["format"]: r for r in doc["rows"]}
-    # Each is judged by its own variant's default: int8 looser than float32.
-    assert set(rows) == {"tflite", "tflite:float16", "tflite:dynamic_range", "tflite:int8"}
+    rows = {(r["format"], (r["quantized"] or {}).get("part")): r for r in doc["rows"]}
+    # A quantised variant is judged in two parts (quantized.py): its float32 sibling by the
+    # float32 rule, and what quantisation costs by its own variant's budget, int8 the loosest.
+    assert set(rows) == {("tflite", None), *((f"tflite:{v}", part) for v in ("float16", "dynamic_range", "int8")
+                                              for part in ("conversion", "quantisation")),
+                         ("tflite:float16", "float16 weights")}
     assert all(r["verdict"] == "pass" for r in rows.values())
-    int8, f32 = rows["tflite:int8"], rows["tflite"]
+    int8, f16, f32 = rows["tflite:int8", "quantisation"], rows["tflite:float16", "quantisation"], rows["tflite", None]
     assert "tflite:int8" in int8["tolerance_source"] and "tflite" not in f32["tolerance_source"], (int8, f32)
-    assert int8["scale"] > rows["tflite:float16"]["scale"] > f32["scale"], (int8, f32)
+    assert int8["scale"] > f16["scale"] > f32["scale"], (int8, f32)
+    assert rows["tflite:int8", "conversion"]["scale"] == f32["scale"]
 
 
 def test_marker_selects_a_variant_and_ini_accepts_one(pytester: pytest.Pytester) -> None:
@@ -131,7 +135,8 @@ def test_an_int8_candidate_fed_inputs_outside_its_calibration_range_says_so(pyte
     result = pytester.runpytest("-p", "no:cacheprovider", "--modelparity-no-cache", "--modelparity-formats=tflite:int8")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*leave the range the int8 model was calibrated on*",
-                                 "*input 'x' spans [[]*, 254*], calibration rows spanned [[]-0.99*, 0.99*]*"])
+                                 "*input 'x' spans [[]*, 254*]; the int8 file's input quantisation represents [[]-0.99*, 1.0*] "
+                                 "(its calibration rows spanned [[]-0.99*, 0.99*])*"])
 
 
 def test_int8_calibration_draws_from_the_batches_element_range(pytester: pytest.Pytester) -> None:

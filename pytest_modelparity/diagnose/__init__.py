@@ -29,16 +29,17 @@ import numpy as np
 from .. import tree
 from ._util import (batch_size, fit_inputs, fits, measuring, flatten, is_keras_model, max_abs_diff, native_of, pick,
                     rows, run_model)
-from .calibration import outside_calibration
+from .calibration import default_rows_hint, outside_calibration
 from .converter import converter_defect
 from .localize import DIVERGE_REL, LayerDiff, first_divergence, format_rows, localize_divergence
+from .quantization import cost_hint, float16_weights_hint
 from .noise import accumulation_noise, noise_hint, reduction_length
 from .random_ops import RandomOp, describe_ops, find_random_ops
 from .transforms import input_transform, output_transform
 from .weights import weight_hint_parts, weights_of
 
 __all__ = ["Hint", "LayerDiff", "RandomOp", "diagnose_batch_variance", "diagnose_comparison",
-           "diagnose_nondeterminism", "find_random_ops", "fit_inputs", "format_rows", "localize_divergence"]
+           "diagnose_nondeterminism", "diagnose_quantization", "find_random_ops", "fit_inputs", "format_rows", "localize_divergence"]
 
 
 @dataclass(frozen=True)
@@ -340,6 +341,29 @@ def _localize_hint(ref: Any, cand: Any, inputs: Any, rel: float = DIVERGE_REL) -
     return Hint("first_divergent_layer",
                 f"the forms start to differ at layer `{row.layer}` ({row.op}){cand}",
                 f"max abs {row.max_abs:.3g} (rel {row.max_rel:.3g}) there while {inputs_note}\n" + format_rows(diffs))
+
+
+# -- a quantised candidate judged against its float32 sibling ---------------------------
+
+def diagnose_quantization(report: Any, *, candidate: Any, sibling: Any, inputs: Any, variant: str,
+                          twin: Any = None) -> list[Hint]:
+    """Hints for a failed quantisation part (``quantized.two_part_report``): inputs outside
+    the file's calibration range, a calibration on default rows, a float16 file whose weights
+    are not its sibling's (against ``twin``), the costliest layers."""
+    failed = (getattr(report, "meta", {}).get("quantized") or {}).get("failed_parts") or []
+    if not any(part != "conversion" for part in failed):
+        return []
+    hints: list[Hint] = []
+    checks = [lambda: outside_calibration(candidate, inputs), lambda: default_rows_hint(candidate)]
+    if twin is not None and "float16 weights" in failed:
+        checks.append(lambda: float16_weights_hint(candidate, twin, inputs))
+    if "quantisation" in failed:
+        checks.append(lambda: cost_hint(candidate, sibling, inputs, variant))
+    for check in checks:
+        found = _safe(hints, check)
+        if found is not None:
+            hints.append(_hint(found))
+    return hints
 
 
 # -- assert_deterministic ----------------------------------------------------------------

@@ -2,8 +2,11 @@
 
 An int8 TFLite model stores one quantisation range per tensor, measured on the calibration
 rows: an input beyond that range is clipped, and the outputs drift for a reason nothing in
-the comparison names. The plugin records the calibration rows' range per input on the
-candidate (``LoadedModel.calibration_ranges``: ``{input name: (low, high)}``).
+the comparison names. The range of each input is read from the file itself
+(``formats.tflite_quant.input_ranges``: its scale and zero point), so a file exported by
+anyone, calibrated on anything, is checked; the plugin also records the range of the rows
+it calibrated on (``LoadedModel.calibration_ranges``) and how they were chosen
+(``LoadedModel.calibration``: ``{"rows", "source", "default"}``).
 """
 
 from __future__ import annotations
@@ -15,11 +18,32 @@ import numpy as np
 # Beyond the calibration range by more than this share of its span: clipped for real.
 OUTSIDE_SHARE = 0.05
 
+CALIBRATION_FIX = ("calibrate on rows like the data it will see: in a suite, return them from a "
+                   "modelparity_dataset fixture (or pass --modelparity-data=PATH.npz, or set "
+                   "modelparity_elements to the inputs' range); in the library, pass "
+                   "export_model(..., quantization='int8', representative_data=[rows])")
+
+
+def _file_ranges(candidate: Any) -> dict[str, tuple[float, float]]:
+    if not hasattr(candidate, "input_tensor_index"):
+        return {}
+    from ..formats.tflite_quant import input_ranges
+
+    return input_ranges(candidate)
+
 
 def outside_calibration(candidate: Any, inputs: Any) -> tuple[str, str, str] | None:
     """(cause, message, evidence) naming each input whose values leave the calibration range."""
-    ranges = getattr(candidate, "calibration_ranges", None)
-    if not isinstance(ranges, Mapping) or not ranges or inputs is None:
+    if inputs is None:
+        return None
+    rows_ranges = getattr(candidate, "calibration_ranges", None)
+    rows_ranges = rows_ranges if isinstance(rows_ranges, Mapping) else {}
+    try:
+        file_ranges = _file_ranges(candidate)
+    except Exception:  # noqa: BLE001 - a file that cannot be read this way: the rows' ranges only
+        file_ranges = {}
+    ranges = {**rows_ranges, **file_ranges}
+    if not ranges:
         return None
     named = inputs if isinstance(inputs, Mapping) else ({next(iter(ranges)): inputs} if len(ranges) == 1 else {})
     found = []
@@ -33,10 +57,24 @@ def outside_calibration(candidate: Any, inputs: Any) -> tuple[str, str, str] | N
         lo, hi = float(np.min(arr)), float(np.max(arr))
         margin = OUTSIDE_SHARE * max(high - low, 1e-12)
         if lo < low - margin or hi > high + margin:
-            found.append(f"input {name!r} spans [{lo:.4g}, {hi:.4g}], calibration rows spanned [{low:.4g}, {high:.4g}]")
+            where = "the int8 file's input quantisation represents" if name in file_ranges else "calibration rows spanned"
+            rows = rows_ranges.get(name)
+            extra = (f" (its calibration rows spanned [{rows[0]:.4g}, {rows[1]:.4g}])"
+                     if name in file_ranges and rows is not None else "")
+            found.append(f"input {name!r} spans [{lo:.4g}, {hi:.4g}]; {where} [{low:.4g}, {high:.4g}]{extra}")
     if not found:
         return None
     return ("inputs_outside_calibration",
-            "the inputs leave the range the int8 model was calibrated on: values outside it are clipped by "
-            "the quantisation ranges; calibrate on rows drawn like the test's batches (same element range)",
+            "the inputs leave the range the int8 model was calibrated on: values outside it are clipped at the "
+            f"input's quantisation; {CALIBRATION_FIX}",
             "; ".join(found))
+
+
+def default_rows_hint(candidate: Any) -> tuple[str, str, str] | None:
+    """(cause, message, evidence) when the candidate was calibrated on default rows, not data."""
+    info = getattr(candidate, "calibration", None)
+    if not isinstance(info, Mapping) or not info.get("default"):
+        return None
+    return ("calibration_default_rows",
+            f"the int8 file was calibrated on default rows, not on data: {CALIBRATION_FIX}",
+            f"{info.get('rows', '?')} calibration rows: {info.get('source', 'default rows')}")

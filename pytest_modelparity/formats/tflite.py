@@ -68,7 +68,7 @@ def _check_magic(path: Path, content: bytes) -> None:
 
 def load(source: Any, *, device: str = "cpu", preserve_all_tensors: bool = False,
          num_threads: int | None = None, max_interpreters: int = 8, signature: str | None = None,
-         dequantize_io: bool = True, **options: Any) -> "TFLiteModel":
+         dequantize_io: bool = True, float_sibling: Any = None, **options: Any) -> "TFLiteModel":
     """Load ``source`` (a ``.tflite`` path) on the CPU.
 
     ``preserve_all_tensors=True`` keeps every intermediate tensor readable (LiteRT's
@@ -77,15 +77,27 @@ def load(source: Any, *, device: str = "cpu", preserve_all_tensors: bool = False
     ``dequantize_io`` (default True): a fully quantised model with int8/uint8 inputs or
     outputs takes and returns float32, quantised with the file's own scale and zero point,
     so it compares directly with the float model; False exposes the raw integer tensors.
+    ``float_sibling``: the float32 ``.tflite`` of the same source (a path or a loaded model);
+    a quantised file with one is judged in two parts by ``assert_outputs_close`` (conversion:
+    the sibling vs the reference; quantisation cost: this file vs the sibling, ``quantized.py``).
     """
     if options:
         raise TypeError(f"unknown option(s) for format 'tflite': {', '.join(sorted(options))}; "
-                        "known: preserve_all_tensors, num_threads, max_interpreters, signature, dequantize_io")
+                        "known: preserve_all_tensors, num_threads, max_interpreters, signature, dequantize_io, "
+                        "float_sibling")
     device = check_cpu_device(device)
     path, content = read_model_bytes(source, NAME, ".tflite", _check_magic)
-    return TFLiteModel(content, path=path, device=device, preserve_all_tensors=preserve_all_tensors,
-                       num_threads=num_threads, max_interpreters=max_interpreters, signature=signature,
-                       dequantize_io=dequantize_io)
+    model = TFLiteModel(content, path=path, device=device, preserve_all_tensors=preserve_all_tensors,
+                        num_threads=num_threads, max_interpreters=max_interpreters, signature=signature,
+                        dequantize_io=dequantize_io)
+    if float_sibling is not None:
+        sibling = float_sibling if isinstance(float_sibling, TFLiteModel) else load(float_sibling, device=device)
+        if sibling.format_variant != f"{NAME}:float32":
+            raise ModelLoadError(sibling.source, NAME, f"float_sibling is {sibling.format_variant}, not float32",
+                                 "pass the float32 .tflite exported from the same source (export_model(model, "
+                                 "'tflite', path) without quantization)")
+        model.float_sibling = sibling
+    return model
 
 
 def _new_interpreter(content: bytes, *, preserve_all_tensors: bool = False, num_threads: int | None = None,
@@ -168,6 +180,7 @@ class TFLiteModel(LoadedModel):
         self._pool: OrderedDict[tuple, Any] = OrderedDict()
         self._pool[self._shape_key_of(native)] = native
         self._debug: tuple[tuple, Any] | None = None   # (input shapes, interpreter keeping all tensors)
+        self.float_sibling: TFLiteModel | None = None  # the float32 file of the same source (quantized.py)
 
     # -- names ----------------------------------------------------------------------
     @staticmethod
@@ -279,6 +292,19 @@ class TFLiteModel(LoadedModel):
         (a delegate fuses ops and never writes their intermediates), so the final values can
         differ from ``predict`` by float noise (measured: 6e-8 on the tiny CNN).
         """
+        interp = self.preserved_run(batch)
+        names = {int(d["index"]): d["name"] for d in interp.get_tensor_details()}
+        result = []
+        for op in self._ops(interp):
+            for idx in (int(i) for i in op["outputs"]):
+                if idx >= 0:
+                    result.append((names.get(idx, f"tensor_{idx}"), op["op_name"], np.array(interp.get_tensor(idx))))
+        return result
+
+    def preserved_run(self, batch: Any) -> Any:
+        """Run ``batch`` on an interpreter that keeps every tensor (no XNNPACK delegate, which
+        fuses ops and never writes their intermediates) and return that interpreter, for
+        reading intermediates and their quantisation parameters (``tflite_quant``)."""
         feeds = self.prepare_batch(batch)
         shapes = tuple(tuple(feeds[s.name].shape) for s in self.inputs)
         if self._debug is None or self._debug[0] != shapes:
@@ -290,13 +316,16 @@ class TFLiteModel(LoadedModel):
             self._debug = (shapes, interp)
         interp = self._debug[1]
         self._run(interp, feeds)
-        names = {int(d["index"]): d["name"] for d in interp.get_tensor_details()}
-        result = []
-        for op in self._ops(interp):
-            for idx in (int(i) for i in op["outputs"]):
-                if idx >= 0:
-                    result.append((names.get(idx, f"tensor_{idx}"), op["op_name"], np.array(interp.get_tensor(idx))))
-        return result
+        return interp
+
+    @property
+    def content(self) -> bytes:
+        """The file's bytes (a float16 twin is built from a float32 file's, ``tflite_quant``)."""
+        return self._content
+
+    def input_tensor_index(self, name: str) -> int:
+        """The tensor index of input ``name`` in the file."""
+        return self._in_index[name]
 
     def weights(self) -> dict[str, np.ndarray]:
         """Constant tensors (weights, biases, quantisation-free or not) by tensor name."""
@@ -341,15 +370,19 @@ def _interpreter_error(path: Path | None, content: bytes, exc: BaseException) ->
 def _variant(interp) -> str:
     """Read the quantisation scheme from the file: int8 activations, int8 or float16 weights."""
     produced = {int(i) for op in interp._get_ops_details() for i in op["outputs"]}
-    kinds_act: set[str] = set()
-    kinds_const: set[str] = set()
-    for det in interp.get_tensor_details():
-        name = np.dtype(det["dtype"]).name
-        (kinds_act if int(det["index"]) in produced else kinds_const).add(name)
-    for d in interp.get_input_details():
-        kinds_act.add(np.dtype(d["dtype"]).name)
+    kinds_const = {np.dtype(det["dtype"]).name for det in interp.get_tensor_details()
+                   if int(det["index"]) not in produced}
     quantized = {"int8", "uint8", "int16"}
-    if kinds_act & quantized:
+    # int8 means quantised activations: integer inputs, or a QUANTIZE op turning a float
+    # tensor into an integer one. Dynamic-range files also produce integer tensors (a GATHER
+    # over int8 embedding weights in a GPT decoder), which must not make them "int8".
+    dtypes = {int(d["index"]): np.dtype(d["dtype"]).name for d in interp.get_tensor_details()}
+    inputs_quantized = any(np.dtype(d["dtype"]).name in quantized and d["quantization"][0]
+                           for d in interp.get_input_details())
+    quantize_ops = any(op["op_name"] == "QUANTIZE" and any(dtypes.get(int(i)) == "float32" for i in op["inputs"])
+                       and any(dtypes.get(int(o)) in quantized for o in op["outputs"])
+                       for op in interp._get_ops_details())
+    if inputs_quantized or quantize_ops:
         return "int8"
     if kinds_const & quantized:
         return "dynamic_range"
@@ -359,6 +392,10 @@ def _variant(interp) -> str:
 
 
 # -- export ----------------------------------------------------------------------------
+class DefaultCalibration(UserWarning):
+    """An int8 export calibrated on generated uniform [0, 1) rows, not on data."""
+
+
 def _representative(specs: list[Any], data: Iterable[Any] | None, samples: int, batch: int = 1):
     """Calibration samples of ``batch`` rows, as dicts by input name.
 
@@ -443,6 +480,11 @@ def export(model: Any, path: Path, *, quantization: str | None = None,
         raise ValueError(f"unknown tflite route {route!r}; use one of {', '.join(ROUTES)}")
     if static_batch is not None and (not isinstance(static_batch, int) or static_batch < 1):
         raise ValueError(f"static_batch must be a positive int, got {static_batch!r}")
+    if variant == "int8" and representative_data is None:
+        warnings.warn(DefaultCalibration(
+            f"tflite int8 export to {path}: no representative_data, so the file is calibrated on "
+            f"{representative_samples} uniform [0, 1) rows; inputs outside [0, 1] are clipped at the input's "
+            "quantisation. Pass representative_data=[rows like the model's inputs]"), stacklevel=3)
     from .mixed_precision import float32_plan
 
     # A half-precision model computes in float32 with the same weights: TFLite has no float16

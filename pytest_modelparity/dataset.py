@@ -1,0 +1,176 @@
+"""Real rows for a suite: what ``modelparity_dataset`` (or ``--modelparity-data``) returns, as
+arrays fitted to a model's inputs.
+
+Why: what quantisation costs a trained model depends on the data it sees; judged on random
+uniform rows it says little (a model trained on [0, 1] pixels, calibrated on them, can be
+fed [-1, 1] noise by ``parity_batch``). One loader serves the three users of real rows: the
+calibration of a ``tflite:int8`` candidate, ``parity_batch``, and
+``strategies.dataset_batches`` (Hypothesis draws real rows, optionally perturbed).
+
+Accepted: an array (one input); a tuple of arrays (one per input, in input order; a pair
+``(x, y)`` for a one-input model takes ``x``); a dict by input name; a path to an ``.npz``
+(keys = input names, or one array) or ``.npy``; a ``tf.data.Dataset`` or any other iterable
+of batches (a list counts as batches), each batch one of the above. Nothing here imports
+TensorFlow: a ``tf.data.Dataset`` is read through its own ``as_numpy_iterator``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from .errors import InvalidArgumentError
+
+# Rows read at most (a long dataset is cut here: calibration and batches need few).
+MAX_ROWS = 2048
+# Calibration takes the first rows, up to this many and at most half the data; the test
+# batch takes the rows after them, so the rows judged were not the rows calibrated on.
+CALIBRATION_ROWS = 100
+BATCH_ROWS = 64
+
+
+class Dataset:
+    """The user's rows, read once; ``arrays(specs)`` fits them to a model's inputs."""
+
+    def __init__(self, raw: Any, label: str) -> None:
+        self.label = label
+        self._parts = _read_parts(raw, label)
+        if not self._parts:
+            raise InvalidArgumentError(f"modelparity_dataset {label}: no rows; return at least one batch")
+        self._fitted: dict[tuple, dict[str, np.ndarray]] = {}
+        self._digest: str | None = None
+
+    def arrays(self, specs: list[Any]) -> dict[str, np.ndarray]:
+        """{input name: all rows (at most MAX_ROWS)} cast to each input's dtype."""
+        key = tuple((s.name, tuple(s.shape), str(s.dtype)) for s in specs)
+        if key not in self._fitted:
+            pieces = [_fit(part, specs, self.label) for part in self._parts]
+            joined = {s.name: np.concatenate([p[s.name] for p in pieces])[:MAX_ROWS] for s in specs}
+            self._fitted[key] = joined
+        return self._fitted[key]
+
+    def rows(self, specs: list[Any]) -> int:
+        return len(next(iter(self.arrays(specs).values())))
+
+    def calibration(self, specs: list[Any]) -> dict[str, np.ndarray]:
+        """The calibration rows: the first ``min(CALIBRATION_ROWS, rows // 2)`` (at least 1)."""
+        n = max(1, min(CALIBRATION_ROWS, self.rows(specs) // 2))
+        return {k: v[:n] for k, v in self.arrays(specs).items()}
+
+    def batch(self, specs: list[Any], size: int = BATCH_ROWS) -> dict[str, np.ndarray]:
+        """Up to ``size`` rows after the calibration rows (all rows of a dataset too small to split)."""
+        total = self.rows(specs)
+        start = max(1, min(CALIBRATION_ROWS, total // 2)) if total > 1 else 0
+        start = start if total - start >= 1 else 0
+        return {k: v[start:start + size] for k, v in self.arrays(specs).items()}
+
+    def digest(self) -> str:
+        """A key of the rows (the session keys its exports and candidates by it), computed once."""
+        if self._digest is None:
+            import hashlib
+
+            h = hashlib.blake2b(digest_size=12)
+            for part in self._parts:
+                for name, arr in sorted(_named(part).items()):
+                    h.update(f"{name}{arr.shape}{arr.dtype}".encode())
+                    h.update(np.ascontiguousarray(arr).tobytes())
+            self._digest = h.hexdigest()
+        return self._digest
+
+
+def _named(part: Any) -> dict[str, np.ndarray]:
+    if isinstance(part, Mapping):
+        return {str(k): np.asarray(v) for k, v in part.items()}
+    if isinstance(part, tuple):
+        return {str(i): np.asarray(v) for i, v in enumerate(part)}
+    return {"": np.asarray(part)}
+
+
+def _read_parts(raw: Any, label: str) -> list[Any]:
+    if isinstance(raw, (str, Path)):
+        path = Path(raw).expanduser()
+        if not path.is_file():
+            raise InvalidArgumentError(f"modelparity dataset {str(path)!r}: no such file; pass an .npz (arrays by "
+                                       "input name) or .npy file")
+        try:
+            loaded = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise InvalidArgumentError(f"modelparity dataset {str(path)!r}: numpy cannot read it ({exc}); write it "
+                                       "with np.savez(path, **{input name: array})") from exc
+        if isinstance(loaded, np.ndarray):
+            return [loaded]
+        with loaded:
+            return [{k: loaded[k] for k in loaded.files}]
+    if isinstance(raw, (np.ndarray, Mapping, tuple)):
+        return [raw]
+    iterator = getattr(raw, "as_numpy_iterator", None)  # tf.data.Dataset, without importing TF
+    items = iterator() if callable(iterator) else raw
+    try:
+        parts, rows = [], 0
+        for item in items:
+            parts.append(item)
+            rows += len(next(iter(_named(item).values())))
+            if rows >= MAX_ROWS:
+                break
+    except TypeError:
+        raise InvalidArgumentError(
+            f"modelparity_dataset {label}: a {type(raw).__name__} is not rows; return an array, a tuple of arrays, a "
+            "dict by input name, an .npz path, a tf.data.Dataset or an iterable of batches") from None
+    return parts
+
+
+def _fit(part: Any, specs: list[Any], label: str) -> dict[str, np.ndarray]:
+    """One batch of the dataset as {input name: array} of each input's dtype and rank."""
+    names = [s.name for s in specs]
+    if isinstance(part, Mapping):
+        if all(n in part for n in names):
+            arrays = [part[n] for n in names]
+        elif len(part) == 1 and len(names) == 1:
+            arrays = [next(iter(part.values()))]
+        elif len(names) == 1 and "x" in part:
+            arrays = [part["x"]]
+        else:
+            raise InvalidArgumentError(f"modelparity_dataset {label}: a batch has keys {sorted(map(str, part))}; "
+                                       f"the model's inputs are {names}: name the arrays after them")
+    elif isinstance(part, (tuple, list)):
+        if len(part) == len(names):
+            arrays = list(part)
+        elif len(names) == 1 and len(part) == 2:
+            arrays = [part[0]]  # (x, y): features and labels
+        else:
+            raise InvalidArgumentError(f"modelparity_dataset {label}: a batch holds {len(part)} arrays; the model "
+                                       f"has {len(names)} input(s) {names}")
+    else:
+        if len(names) != 1:
+            raise InvalidArgumentError(f"modelparity_dataset {label}: one array given; the model has inputs {names}: "
+                                       "return a dict by input name")
+        arrays = [part]
+    fitted = {}
+    for spec, value in zip(specs, arrays):
+        arr = np.asarray(value)
+        if len(spec.shape) and arr.ndim == len(spec.shape) - 1:
+            arr = arr[None]  # one row (an unbatched tf.data element)
+        if len(spec.shape) and arr.ndim != len(spec.shape):
+            raise InvalidArgumentError(f"modelparity_dataset {label}: input {spec.name!r} has shape {arr.shape}; the "
+                                       f"model takes {tuple(spec.shape)} (None: any size)")
+        fitted[spec.name] = arr.astype(spec.dtype, copy=False)
+    return fitted
+
+
+_CACHE: dict[int, tuple[Any, Dataset]] = {}
+
+
+def as_dataset(raw: Any, label: str | None = None) -> Dataset | None:
+    """``raw`` as a ``Dataset`` (read once per object), None for None."""
+    if raw is None:
+        return None
+    if isinstance(raw, Dataset):
+        return raw
+    hit = _CACHE.get(id(raw))
+    if hit is not None and hit[0] is raw:
+        return hit[1]
+    dataset = Dataset(raw, label or (repr(str(raw)) if isinstance(raw, (str, Path)) else type(raw).__name__))
+    _CACHE[id(raw)] = (raw, dataset)
+    return dataset

@@ -1,0 +1,167 @@
+"""Which layers quantisation costs the most: a quantised TFLite file against its float32 sibling.
+
+Why this and not the layer table of ``localize.py``: a Keras layer paired with a fused TFLite
+op reports inflated errors (VGG16 ``predictions`` "2.55" while the output differed by 0.025),
+and inside an int8 graph no Keras layer pairs at all. The float32 file and the quantised one
+made from the same graph share their op names, so their tensors pair one to one. Both run
+with every tensor preserved (LiteRT ``experimental_preserve_all_tensors``; TensorFlow's
+``QuantizationDebugger`` does the same on one model but drives the deprecated
+``tf.lite.Interpreter`` and needs the converter and its data, which a file does not carry).
+
+A layer's *cost* is the relative RMS error it adds: the error of its output minus the
+largest error among its inputs, so the layers downstream of a costly one are not blamed for
+what they received.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+# Rows of the batch the two files are run on (intermediates of every op are kept in memory).
+LAYER_ROWS = 8
+SHOWN = 3
+# The float16 file and its twin round the same weights: they agree bitwise (digits CNN) or
+# within float32 noise; a layer whose weights differ by 1% shows 1e-2.
+TWIN_AGREES = 1e-5
+_PASS_THROUGH = {"QUANTIZE", "DEQUANTIZE", "RESHAPE", "SQUEEZE", "EXPAND_DIMS"}
+_REQUANTIZE = {"QUANTIZE", "DEQUANTIZE"}
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    tensor: str         # the op's output tensor name (shared by both files)
+    op: str             # the op type in the quantised file
+    error: float        # relative RMS error of the output vs the float32 sibling
+    added: float        # error minus the largest error among its inputs
+    position: int = 0   # the op's place in execution order
+
+    @property
+    def layer(self) -> str:
+        """The Keras layers of a fused tensor name: ``m_1/relu1_1/Relu;m_1/bn1_1/...;m_1/conv1_1/...``
+        -> ``relu1 (fused: bn1, conv1)``."""
+        names: list[str] = []
+        for piece in self.tensor.split(";"):
+            name = _layer_of(piece)
+            if name not in names:
+                names.append(name)
+        return names[0] + (f" (fused: {', '.join(names[1:4])})" if len(names) > 1 else "")
+
+
+def _layer_of(piece: str) -> str:
+    parts = [p for p in piece.split("/") if p]
+    if len(parts) <= 2:
+        return piece
+    # A retraced Keras model names every scope with one suffix ("digits_1/conv1_1"): drop it.
+    suffix = re.search(r"_\d+$", parts[0])
+    if suffix and parts[1].endswith(suffix.group()):
+        return parts[1][: -len(suffix.group())]
+    return parts[1]
+
+
+def _rel_rms(q: np.ndarray, f: np.ndarray) -> float:
+    diff = float(np.sqrt(np.mean((q - f) ** 2)))
+    denom = float(np.sqrt(np.mean(f ** 2)))
+    return diff / denom if denom else (0.0 if diff == 0 else float("inf"))
+
+
+def layer_costs(quantized: Any, sibling: Any, inputs: Any) -> list[LayerCost]:
+    """Every op of ``quantized`` whose output pairs with a ``sibling`` tensor, costliest first."""
+    from ..formats.tflite_quant import float_intermediates
+    from ._util import batch_size, rows
+
+    n = batch_size(inputs)
+    few = rows(inputs, slice(0, LAYER_ROWS)) if n and n > LAYER_ROWS else inputs
+    q_tensors, q_ops = float_intermediates(quantized, few)
+    f_tensors, f_ops = float_intermediates(sibling, few)
+    aligned = _by_position(q_ops, f_ops)
+    error: dict[str, float] = {}
+    producer: dict[str, Any] = {}
+    recorded: set[int] = set()
+    costs: list[LayerCost] = []
+    for op in q_ops:
+        incoming = max((error.get(name, 0.0) for name in op.inputs), default=0.0)
+        # An int8 file names an op's output "...:01" and its DEQUANTIZE's output as the float
+        # file does: the cost measured after a pass-through op belongs to the op before it.
+        owner = op
+        while owner.op in _REQUANTIZE and owner.inputs and owner.inputs[0] in producer:
+            owner = producer[owner.inputs[0]]
+        owner_incoming = max((error.get(name, 0.0) for name in owner.inputs), default=0.0) if owner is not op \
+            else incoming
+        for name in op.outputs:
+            producer[name] = op
+            q = q_tensors.get(name)
+            f = f_tensors.get(name)
+            if f is None or (q is not None and f.shape != q.shape):
+                f = f_tensors.get(aligned.get(name, ""))
+            if q is None or f is None or q.shape != f.shape or not q.size:
+                error[name] = incoming  # a renamed or requantised tensor carries what it received
+                continue
+            err = _rel_rms(q, f)
+            error[name] = err
+            if owner.op not in _PASS_THROUGH and id(owner) not in recorded:
+                recorded.add(id(owner))
+                costs.append(LayerCost(name, owner.op, err, err - owner_incoming, len(costs)))
+    return sorted(costs, key=lambda c: c.added, reverse=True)
+
+
+def _by_position(q_ops: list, f_ops: list) -> dict[str, str]:
+    """{quantised tensor name: float tensor name} of ops paired by position, when both files
+    run the same op sequence (requantisation aside). Names pair files exported from one Keras
+    object; a file exported from another object of the same architecture (a retrained or
+    patched copy) has other scope suffixes ("model_2/conv1_2/...") and pairs only this way."""
+    q_seq = [op for op in q_ops if op.op not in _REQUANTIZE]
+    f_seq = [op for op in f_ops if op.op not in _REQUANTIZE]
+    if len(q_seq) != len(f_seq) or any(a.op != b.op or len(a.outputs) != len(b.outputs)
+                                       for a, b in zip(q_seq, f_seq)):
+        return {}
+    return {qa: fb for a, b in zip(q_seq, f_seq) for qa, fb in zip(a.outputs, b.outputs)}
+
+
+def _rows_text(costs: list[LayerCost]) -> str:
+    return "\n".join(f"      {c.layer:<28} {c.op:<18} error {c.error:.3g} of its RMS (adds {c.added:+.3g})  "
+                     f"[{c.tensor.split(';', 1)[0]}]" for c in costs[:max(SHOWN, 6)])
+
+
+def _top(costs: list[LayerCost]) -> str:
+    top = [c for c in costs[:SHOWN] if c.added > 0] or costs[:1]
+    return ", ".join(f"`{c.layer}` ({c.op})" for c in top)
+
+
+def cost_hint(quantized: Any, sibling: Any, inputs: Any, variant: str) -> tuple[str, str, str] | None:
+    """(cause, message, evidence) naming the costliest layers and how to keep them in float."""
+    costs = layer_costs(quantized, sibling, inputs)
+    if not costs:
+        return None
+    if variant == "float16":
+        fix = ("float16 weights cost this model more than the float16 budget: keep those layers in float32 "
+               "(compare tflite instead), or loosen the budget if the cost is acceptable")
+    else:
+        fix = ("keep them in float (tf.lite.experimental.QuantizationDebugOptions(denylisted_nodes=[...their tensor "
+               "names...]) and QuantizationDebugger(...).get_nondebug_quantized_model()), quantise their weights per "
+               "channel, or calibrate on representative rows (modelparity_dataset)")
+    return ("quantization_cost", f"quantisation costs the most at {_top(costs)}: {fix}",
+            f"each op's output in the tflite:{variant} file vs the same tensor of its float32 sibling (relative "
+            f"RMS over {LAYER_ROWS} rows at most), costliest first:\n{_rows_text(costs)}")
+
+
+def float16_weights_hint(quantized: Any, twin: Any, inputs: Any) -> tuple[str, str, str] | None:
+    """(cause, message, evidence) naming where a float16 file first departs from its sibling's
+    weights rounded to float16: the twin rounds what the file rounds, so every layer before
+    the one whose weights differ agrees bitwise."""
+    costs = sorted((c for c in layer_costs(quantized, twin, inputs) if c.error > TWIN_AGREES),
+                   key=lambda c: c.position)
+    if not costs:
+        return None
+    first = costs[0]
+    return ("float16_weights_differ",
+            f"the float16 file's weights are not its float32 sibling's rounded to float16, first at `{first.layer}` "
+            f"({first.op}): the float16 export was made from other weights (or a converter changed them); "
+            "re-export both from the same model",
+            "each op's output in the float16 file vs its sibling with weights rounded to float16 (relative RMS; "
+            f"every op before the first listed agrees within {TWIN_AGREES:g}), in execution order:\n"
+            f"{_rows_text(costs)}")
+

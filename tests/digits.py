@@ -1,0 +1,49 @@
+"""A small CNN trained on scikit-learn's bundled digits (8x8, 1,797 images, no download).
+
+Why a trained model: what quantisation costs depends on the weights and the data; random
+weights on random rows say little about it (notes/quantization.md). Training takes a few
+seconds on two CPU cores. Inputs are pixels scaled to [0, 1]; outputs are 10 logits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def digits_data(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(x_train, y_train, x_test, y_test): images (n, 8, 8, 1) in [0, 1], labels 0..9."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    x = (digits.images / 16.0).astype("float32")[..., None]
+    y = digits.target.astype("int64")
+    order = np.random.default_rng(seed).permutation(len(x))
+    x, y = x[order], y[order]
+    cut = 1400
+    return x[:cut], y[:cut], x[cut:], y[cut:]
+
+
+def digits_cnn(seed: int = 0, *, epochs: int = 4, name: str = "digits_cnn"):
+    """conv-bn-relu x2 -> dense logits, trained ``epochs`` epochs; returns (model, x_train, x_test)."""
+    import keras
+
+    x_train, y_train, x_test, y_test = digits_data(seed)
+    keras.utils.set_random_seed(seed)
+    inputs = keras.Input((8, 8, 1), name="image")
+    h = keras.layers.Conv2D(16, 3, padding="same", name="conv1")(inputs)
+    h = keras.layers.BatchNormalization(name="bn1")(h)
+    h = keras.layers.ReLU(name="relu1")(h)
+    h = keras.layers.Conv2D(32, 3, strides=2, padding="same", name="conv2")(h)
+    h = keras.layers.BatchNormalization(name="bn2")(h)
+    h = keras.layers.ReLU(name="relu2")(h)
+    h = keras.layers.Flatten(name="flatten")(h)
+    outputs = keras.layers.Dense(10, name="logits")(h)
+    model = keras.Model(inputs, outputs, name=name)
+    model.compile(optimizer=keras.optimizers.Adam(3e-3),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+    model.fit(x_train, y_train, epochs=epochs, batch_size=32, verbose=0)
+    return model, x_train, x_test
+
+
+def accuracy(logits: np.ndarray, x_test_labels: np.ndarray) -> float:
+    return float(np.mean(np.argmax(logits, -1) == x_test_labels))
