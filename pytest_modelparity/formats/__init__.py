@@ -30,6 +30,7 @@ from typing import Any
 
 from ..errors import ExportError, ModelLoadError, RuntimeMissing
 from ..tfjs_runner import NODE_HINT
+from ._files import check_not_special
 from ._common import ONNX_INSTALL, TF_INSTALL, TFLITE_INSTALL, export_route, is_keras_model
 from ._tf import ancestor_ops, import_tf
 from .base import LoadedModel, TensorSpec
@@ -107,6 +108,7 @@ def detect_format(path: str | Path) -> str:
             raise _broken_link(p, implied)
         raise ModelLoadError(p, implied, "no such file or directory",
                              f"check the path (a relative path is taken from {Path.cwd()})")
+    check_not_special(p, implied)  # before any detect() opens it: a FIFO would block there
     for name in ALL_FORMATS:
         if format_module(name).detect(p):
             return name
@@ -147,6 +149,8 @@ def load_model(source: Any, format: str | None = None, *, device: str = "cpu", *
     _check_name(format)
     if isinstance(source, (str, Path)) and os.path.islink(source) and not os.path.exists(source):
         raise _broken_link(Path(source), format)  # the same words with format= as without
+    if isinstance(source, (str, Path)):
+        check_not_special(source, format)
     missing = missing_runtime(format)
     if missing is not None:
         raise missing

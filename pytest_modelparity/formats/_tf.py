@@ -19,6 +19,7 @@ import numpy as np
 
 from ..errors import ModelLoadError, RuntimeMissing
 from ._common import TF_INSTALL, ConverterLog, first_line, name_outputs, pack_inputs, unique
+from ._files import check_not_special
 from .base import LoadedModel, TensorSpec
 
 _TF: Any = None
@@ -73,6 +74,7 @@ def require_path(path: Path, format: str, *, kind: str = "file") -> Path:
     """Check ``path`` exists and is a ``kind`` ("file" or "dir"), or raise ModelLoadError."""
     if not path.exists():
         raise ModelLoadError(path, format, "no such file or directory", "check the path")
+    check_not_special(path, format)
     if kind == "file" and not path.is_file():
         raise ModelLoadError(path, format, "is a directory, expected a file",
                              "pass the model file itself, or the right format=")

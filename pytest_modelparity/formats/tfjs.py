@@ -35,6 +35,7 @@ import numpy as np
 from ..errors import ExportError, ModelLoadError, RuntimeMissing
 from ..scratch import owned_prefix
 from ._common import TF_INSTALL, ConverterLog, quiet, record_route
+from ._files import check_not_special, read_regular
 from .base import LoadedModel, TensorSpec
 
 NAME = "tfjs"
@@ -61,8 +62,8 @@ _WEIGHT_ITEMSIZE = {"float32": 4, "int32": 4, "bool": 1, "uint8": 1, "uint16": 2
 # -- detection -------------------------------------------------------------------------
 def detect(path: Path) -> bool:
     """A ``model.json`` file, a directory holding one, or a ``.json`` file with a ``modelTopology``."""
-    if path.is_dir():
-        return (path / "model.json").is_file()
+    if path.is_dir():  # a model.json that is no regular file is detected, then refused by name
+        return (path / "model.json").exists() and not (path / "model.json").is_dir()
     if path.name == "model.json":
         return True
     if path.suffix.lower() == ".json" and path.is_file():
@@ -80,6 +81,7 @@ def model_json_path(source: Any) -> Path:
     path = Path(source)
     if path.is_dir():
         path = path / "model.json"
+    check_not_special(path, NAME)
     if not path.is_file():
         raise ModelLoadError(path, NAME, "no such file (a tfjs graph model is a model.json beside its "
                              "group*-shard*.bin weight files)", "check the path, or export with "
@@ -90,7 +92,7 @@ def model_json_path(source: Any) -> Path:
 def read_model_json(path: Path) -> dict[str, Any]:
     """Parse and check ``model.json``: a graph model whose weight files are complete and inside its directory."""
     try:
-        spec = json.loads(path.read_text(encoding="utf-8"))
+        spec = json.loads(read_regular(path, NAME).decode("utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ModelLoadError(path, NAME, f"model.json cannot be read as JSON ({type(exc).__name__}: {exc})",
                              "re-export or re-copy the model") from exc
@@ -131,6 +133,7 @@ def check_weight_files(path: Path, manifest: list[dict[str, Any]]) -> list[tuple
                 raise ModelLoadError(path, NAME, f"weightsManifest path {rel!r} points outside the model's "
                                      f"directory {str(root)!r}; refusing to read it",
                                      "weight shards must sit beside model.json (re-export the model)")
+            check_not_special(target, NAME)
             if not target.is_file():
                 raise ModelLoadError(target, NAME, f"weight file {rel!r} named by {path.name} is missing",
                                      "copy every group*-shard*.bin file beside model.json")

@@ -1,0 +1,118 @@
+"""Machine limits: how much memory is free, and what a failure caused by a limit means.
+
+Why one module: a full disk, a file-size limit, memory or thread exhaustion surface as a dozen
+different exception types (``OSError`` errno EFBIG/ENOSPC, ``MemoryError``, TensorFlow's
+``ResourceExhaustedError``/``OutOfRangeError``, ``RuntimeError: can't start new thread``), and
+each converter used to wrap them in its own, wrong, fix ("check permissions", "export a
+functional model"). :func:`resource_failure` names the limit whatever wrapped it;
+:func:`check_allocation` refuses an array before numpy tries to allocate it. No TensorFlow here.
+"""
+
+from __future__ import annotations
+
+import errno
+from typing import Iterator
+
+from .errors import InvalidArgumentError
+
+__all__ = ["available_memory", "check_allocation", "human_bytes", "resource_failure"]
+
+
+def available_memory() -> int | None:
+    """Bytes the kernel says can be allocated without swapping (``MemAvailable``), lowered by
+    ``RLIMIT_AS`` when one is set; None when neither is known (not Linux)."""
+    found: list[int] = []
+    try:
+        with open("/proc/meminfo", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"MemAvailable:"):
+                    found.append(int(line.split()[1]) * 1024)
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+        if soft != resource.RLIM_INFINITY:
+            found.append(int(soft))
+    except (ImportError, OSError, ValueError):
+        pass
+    return min(found) if found else None
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(n) < 1024 or unit == "PiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} PiB"  # pragma: no cover - the loop returns
+
+
+def check_allocation(nbytes: int, what: str, *, limit: int | None = None, share: float = 0.5) -> None:
+    """Refuse an allocation of ``nbytes`` before making it: over ``limit`` (a runtime's own),
+    or over ``share`` of the memory available now. ``InvalidArgumentError`` names the size."""
+    if limit is not None and nbytes > limit:
+        raise InvalidArgumentError(f"{what} would take {human_bytes(nbytes)}, more than the "
+                                   f"{human_bytes(limit)} this runtime takes; use a smaller batch or shape")
+    free = available_memory()
+    if free is not None and nbytes > share * free:
+        raise InvalidArgumentError(f"{what} would take {human_bytes(nbytes)}, more than {share:.0%} of the "
+                                   f"{human_bytes(free)} of memory available now; use a smaller batch or shape")
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+# (words in the message, kind) for errors that carry no errno (TensorFlow's, the converters').
+_WORDS = (("File too large", "file_too_large"), ("No space left", "disk_full"),
+          ("can't start new thread", "threads"), ("Resource temporarily unavailable", "threads"),
+          ("pthread_create", "threads"), ("std::bad_alloc", "memory"), ("Unable to allocate", "memory"),
+          ("out of memory", "memory"), ("OOM when allocating", "memory"))
+_ERRNOS = {errno.EFBIG: "file_too_large", errno.ENOSPC: "disk_full", errno.EDQUOT: "disk_full",
+           errno.ENOMEM: "memory", errno.EAGAIN: "threads"}
+
+
+def resource_kind(exc: BaseException) -> str | None:
+    """``file_too_large``, ``disk_full``, ``memory`` or ``threads`` when ``exc`` (or what it
+    wraps) is a machine limit, else None."""
+    for current in _chain(exc):
+        if isinstance(current, MemoryError):
+            return "memory"
+        if isinstance(current, OSError) and current.errno in _ERRNOS:
+            return _ERRNOS[current.errno]
+        text = str(current)
+        for words, kind in _WORDS:
+            if words in text:
+                return kind
+    return None
+
+
+def resource_failure(exc: BaseException, where: str) -> tuple[str, str] | None:
+    """``(problem, fix)`` when ``exc`` is a machine limit; ``where`` is the directory written."""
+    kind = resource_kind(exc)
+    if kind is None:
+        return None
+    detail = next((f"{type(c).__name__}: {str(c).strip().splitlines()[0][:200]}" for c in _chain(exc)
+                   if str(c).strip()), type(exc).__name__)
+    free = available_memory()
+    if kind == "file_too_large":
+        return (f"a file grew past the file-size limit ({detail})",
+                "raise the limit (`ulimit -f unlimited` in the shell that runs pytest) or export a smaller model")
+    if kind == "disk_full":
+        return (f"the disk is full ({detail})", f"free disk space on the filesystem of {where}, or export to "
+                "another directory (--modelparity-cache-dir)")
+    if kind == "memory":
+        have = f"; {human_bytes(free)} available now" if free is not None else ""
+        return (f"out of memory ({detail}{have})",
+                "free memory or raise the memory limit (`ulimit -v`, the container's limit); exports of large "
+                "models need several times their weights' size (docs/model-size.md)")
+    return (f"no new thread could be started ({detail})",
+            "raise the process/thread limit (`ulimit -u`, the container's pids limit) or run fewer pytest-xdist "
+            "workers; OMP_NUM_THREADS=1 lowers the threads TensorFlow starts")
