@@ -175,7 +175,10 @@ class ParitySession:
             path = self.export(obj, format, opts, conv, elements)
             as_is = src.path is not None and path == src.path
             self._set_precision()
-            loaded = _load_source(path, base, device, opts if as_is else {})
+            load_opts = dict(opts if as_is else {})
+            if base == "tfjs":  # Node.js runs it: --modelparity-timeout bounds its load and each predict
+                load_opts.setdefault("timeout_s", self.options.timeout)
+            loaded = _load_source(path, base, device, load_opts)
             ranges = self.calibration_ranges.get(format)
             if ranges:  # diagnosis names inputs outside them (diagnose.calibration)
                 with contextlib.suppress(AttributeError):

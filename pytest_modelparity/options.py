@@ -28,6 +28,7 @@ FORMAT_VARIANTS: dict[str, tuple[str, ...]] = {"tflite": ("float16", "dynamic_ra
 VALID_FORMATS: tuple[str, ...] = ALL_FORMATS + tuple(
     f"{base}:{variant}" for base, variants in FORMAT_VARIANTS.items() for variant in variants)
 DEVICE_CHOICES = ("cpu", "gpu", "all")
+DEFAULT_TIMEOUT_S = 600.0
 
 # (option suffix, ini type, help). Each option --modelparity-X has the ini key modelparity_X.
 _OPTIONS: tuple[tuple[str, Literal["string", "bool"], str], ...] = (
@@ -51,6 +52,10 @@ _OPTIONS: tuple[tuple[str, Literal["string", "bool"], str], ...] = (
      "off runs full float32 and judges GPU float32 by the tighter measured rule"),
     ("model", "string",
      "zero-code mode: run the built-in parity suite on SOURCE = a model path, module:factory, or 'demo'"),
+    ("timeout", "string",
+     f"seconds one model load, one predict (tfjs: Node.js) or one export may take before it is stopped and "
+     f"fails the test (default: {DEFAULT_TIMEOUT_S:g}; 'none' waits forever). Node.js start-up has its own "
+     f"shorter limit (30 s, or this one when shorter)"),
 )
 # ini-only keys: the "ini" tolerance layer (below a marker, above the built-in table).
 _INI_ONLY: tuple[tuple[str, str], ...] = (
@@ -76,6 +81,7 @@ class ParityOptions:
     model: str | None = None
     rtol: float | None = None
     atol: float | None = None
+    timeout: float | None = DEFAULT_TIMEOUT_S  # None: no limit
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -195,6 +201,22 @@ def split_format(name: str) -> tuple[str, str | None]:
     return base, variant or None
 
 
+def parse_timeout(text: Any) -> float | None:
+    """``--modelparity-timeout``: seconds > 0, or ``none`` for no limit (default 600)."""
+    if text is None or str(text).strip() == "":
+        return DEFAULT_TIMEOUT_S
+    if str(text).strip().lower() in ("none", "off", "inf"):
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise pytest.UsageError(f"--modelparity-timeout: {text!r} is not a number of seconds above 0; pass e.g. 120, "
+                                "or none to wait forever")
+    return value
+
+
 def _float(config: pytest.Config, key: str) -> float | None:
     raw = config.getini(key)
     if raw in (None, ""):
@@ -279,6 +301,7 @@ def parse_options(config: pytest.Config) -> ParityOptions:
         model=str(model) if model else None,
         rtol=_float(config, "modelparity_rtol"),
         atol=_float(config, "modelparity_atol"),
+        timeout=parse_timeout(_value(config, "modelparity_timeout")),
     )
 
 
