@@ -11,6 +11,7 @@ functional model"). :func:`resource_failure` names the limit whatever wrapped it
 from __future__ import annotations
 
 import errno
+import re
 from typing import Iterator
 
 from .errors import InvalidArgumentError
@@ -79,28 +80,40 @@ _ERRNOS = {errno.EFBIG: "file_too_large", errno.ENOSPC: "disk_full", errno.EDQUO
            errno.ENOMEM: "memory", errno.EAGAIN: "threads"}
 
 
+def _limit_hit(exc: BaseException) -> tuple[str, BaseException] | None:
+    """The kind of limit and the deepest exception in ``exc``'s chain that says so (wrappers
+    repeat their cause's words), or None."""
+    found: tuple[str, BaseException] | None = None
+    for current in _chain(exc):
+        if isinstance(current, MemoryError):
+            found = "memory", current
+        elif isinstance(current, OSError) and current.errno in _ERRNOS:
+            found = _ERRNOS[current.errno], current
+        else:
+            text = str(current)
+            found = next(((kind, current) for words, kind in _WORDS if words in text), found)
+    return found
+
+
 def resource_kind(exc: BaseException) -> str | None:
     """``file_too_large``, ``disk_full``, ``memory`` or ``threads`` when ``exc`` (or what it
     wraps) is a machine limit, else None."""
-    for current in _chain(exc):
-        if isinstance(current, MemoryError):
-            return "memory"
-        if isinstance(current, OSError) and current.errno in _ERRNOS:
-            return _ERRNOS[current.errno]
-        text = str(current)
-        for words, kind in _WORDS:
-            if words in text:
-                return kind
-    return None
+    hit = _limit_hit(exc)
+    return None if hit is None else hit[0]
+
+
+def _describe(exc: BaseException) -> str:
+    text = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", str(exc)).strip()  # TensorFlow's op prefix
+    text = text.splitlines()[0][:200] if text else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def resource_failure(exc: BaseException, where: str) -> tuple[str, str] | None:
     """``(problem, fix)`` when ``exc`` is a machine limit; ``where`` is the directory written."""
-    kind = resource_kind(exc)
-    if kind is None:
+    hit = _limit_hit(exc)
+    if hit is None:
         return None
-    detail = next((f"{type(c).__name__}: {str(c).strip().splitlines()[0][:200]}" for c in _chain(exc)
-                   if str(c).strip()), type(exc).__name__)
+    kind, detail = hit[0], _describe(hit[1])
     free = available_memory()
     if kind == "file_too_large":
         return (f"a file grew past the file-size limit ({detail})",

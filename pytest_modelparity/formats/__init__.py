@@ -29,6 +29,7 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import ExportError, ModelLoadError, RuntimeMissing
+from ..resources import resource_failure
 from ..tfjs_runner import NODE_HINT
 from ._files import check_not_special
 from ._common import ONNX_INSTALL, TF_INSTALL, TFLITE_INSTALL, export_route, is_keras_model
@@ -213,20 +214,41 @@ def export_model(model: Any, format: str, path: str | Path, *, converter_options
             options.update(converter_options)  # tfjs.export passes its extra keywords to the converter
         else:
             raise TypeError(f"format {format!r} takes no converter_options (only tflite, onnx and tfjs convert)")
+    target = export_path(format, path)
     try:
-        written = Path(module.export(model, export_path(format, path), **options))
-    except ExportError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - only write failures are rewrapped, the rest re-raised
-        failure = _write_failure(exc)
-        if failure is None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # e.g. /proc/x/m.tflite: say so before converting anything
+        raise ExportError(path, format, f"the directory {str(target.parent)!r} cannot be created "
+                          f"({type(exc).__name__}: {exc.strerror or exc})",
+                          f"export to a path whose parent directories exist or can be created: "
+                          f"{_write_fix(type(exc).__name__, target)}") from exc
+    try:
+        written = Path(module.export(model, target, **options))
+        validate = getattr(module, "validate", None)
+        if validate is not None and not getattr(module, "EXPORT_VALIDATES", False):
+            validate(written)
+    except Exception as exc:  # noqa: BLE001 - machine limits and write failures are rewrapped, the rest re-raised
+        failure = _export_failure(exc, format, Path(path))
+        if failure is exc:
             raise
-        raise ExportError(path, format, f"the export could not be written ({failure})",
-                          _write_fix(failure, Path(path))) from exc
-    validate = getattr(module, "validate", None)
-    if validate is not None and not getattr(module, "EXPORT_VALIDATES", False):
-        validate(written)
+        raise failure from exc
     return written
+
+
+def _export_failure(exc: Exception, format: str, path: Path) -> Exception:
+    """The error an export failure is reported as: a machine limit (file size, disk, memory,
+    threads) named as such whatever the converter wrapped it in, a write failure with its fix,
+    or ``exc`` itself."""
+    limit = resource_failure(exc, str(path.parent if str(path.parent) not in ("", ".") else Path.cwd()))
+    if limit is not None:
+        return ExportError(path, format, limit[0], limit[1], log_path=getattr(exc, "log_path", None),
+                           route=getattr(exc, "route", None))
+    if isinstance(exc, ExportError):
+        return exc
+    failure = _write_failure(exc)
+    if failure is None:
+        return exc
+    return ExportError(path, format, f"the export could not be written ({failure})", _write_fix(failure, path))
 
 
 # TensorFlow raises its own types for a failed write (it must not be imported to test them).
