@@ -94,6 +94,7 @@ class ParitySession:
     calibration_ranges: dict[str, dict] = field(default_factory=dict)
     _tmp: Path | None = None
     _cache: Any = None
+    _exporter: Any = None  # export_process.ExportProcess, or None for export_model in this process
     left_out: list[list[str]] = field(default_factory=list)  # [format, device] pairs a format cannot run on
     _precision_set: bool = False
     _tf32_before: bool | None = None  # TF's TF32 setting before --modelparity-tf32=off changed it
@@ -234,12 +235,10 @@ class ParitySession:
             if cache is not None:
                 path = Path(cache.export(model, base, **options))
             else:
-                from .formats import export_model
-
                 if self._tmp is None:
                     self._tmp = Path(tempfile.mkdtemp(prefix=owned_prefix("modelparity-")))
                 target = self._tmp / f"{len(self.artifacts)}-{format.replace(':', '-')}" / _EXPORT_NAMES[base]
-                path = export_model(model, base, target, **options)
+                path = Path(self.exporter()(model, base, target, **options))
         except (RuntimeMissing, DeviceUnavailable, ModelLoadError):
             raise
         except Exception as exc:  # noqa: BLE001 - any converter failure, reported once per format
@@ -263,8 +262,23 @@ class ParitySession:
                 cache_mod = importlib.import_module("pytest_modelparity.cache")
             except ImportError:
                 return None
-            self._cache = cache_mod.ExportCache(self.options.cache_dir, enabled=self.options.cache)
+            self._cache = cache_mod.ExportCache(self.options.cache_dir, enabled=self.options.cache,
+                                                exporter=self.exporter(), lock_timeout_s=self.options.timeout)
         return self._cache
+
+    def exporter(self) -> Any:
+        """What converts: ``export_model`` here, or the persistent child process (the default)
+        that turns a converter's crash, abort, OOM kill or hang into one ``ExportError``."""
+        from .formats import export_model
+
+        if self.options.export_process != "child":
+            return export_model
+        if self._exporter is None:
+            from .export_process import ExportProcess
+
+            self._exporter = ExportProcess(timeout_s=self.options.timeout, memory_limit=self.options.export_memory,
+                                           log_path=None if self.logs is None else self.logs.path)
+        return self._exporter.export
 
     @staticmethod
     def _once(table: dict, key: tuple, build: Any) -> Any:
@@ -329,6 +343,9 @@ class ParitySession:
                         close()
                     except Exception:  # noqa: BLE001 - closing must not mask results
                         pass
+        if self._exporter is not None:
+            self._exporter.close()
+            self._exporter = None
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
         if self._tf32_before is not None:  # TF's switch is process-wide: give it back

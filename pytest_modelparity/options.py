@@ -56,6 +56,13 @@ _OPTIONS: tuple[tuple[str, Literal["string", "bool"], str], ...] = (
      f"seconds one model load, one predict (tfjs: Node.js) or one export may take before it is stopped and "
      f"fails the test (default: {DEFAULT_TIMEOUT_S:g}; 'none' waits forever). Node.js start-up has its own "
      f"shorter limit (30 s, or this one when shorter)"),
+    ("export-process", "string",
+     "child (default): converters run in one persistent child process, so a converter's crash, abort, OOM "
+     "kill or hang fails that export only; inline: in the test process"),
+    ("export-memory", "string",
+     "the most memory one export may add, e.g. 4G or 500M (RLIMIT_AS in the export process; needs "
+     "--modelparity-export-process=child): a larger conversion fails with ExportError instead of taking the "
+     "machine (default: no limit)"),
 )
 # ini-only keys: the "ini" tolerance layer (below a marker, above the built-in table).
 _INI_ONLY: tuple[tuple[str, str], ...] = (
@@ -82,6 +89,8 @@ class ParityOptions:
     rtol: float | None = None
     atol: float | None = None
     timeout: float | None = DEFAULT_TIMEOUT_S  # None: no limit
+    export_process: str = "child"  # or "inline"
+    export_memory: int | None = None  # bytes of address space one export may add
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -217,6 +226,31 @@ def parse_timeout(text: Any) -> float | None:
     return value
 
 
+def parse_export_process(text: Any) -> str:
+    value = str(text or "child").strip().lower()
+    if value not in ("child", "inline"):
+        raise pytest.UsageError(f"--modelparity-export-process: {text!r} is not child or inline")
+    return value
+
+
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(option: str, text: Any) -> int | None:
+    """``4G``, ``500M``, ``1048576`` -> bytes; empty -> None."""
+    if text is None or str(text).strip() == "":
+        return None
+    raw = str(text).strip().upper().removesuffix("IB").removesuffix("B")
+    unit = raw[-1:] if raw[-1:] in _UNITS else ""
+    try:
+        value = float(raw[:-1] if unit else raw) * _UNITS[unit]
+    except ValueError:
+        value = 0
+    if not value >= 1:
+        raise pytest.UsageError(f"{option}: {text!r} is not a size; pass e.g. 4G, 500M or a number of bytes")
+    return int(value)
+
+
 def _float(config: pytest.Config, key: str) -> float | None:
     raw = config.getini(key)
     if raw in (None, ""):
@@ -302,6 +336,8 @@ def parse_options(config: pytest.Config) -> ParityOptions:
         rtol=_float(config, "modelparity_rtol"),
         atol=_float(config, "modelparity_atol"),
         timeout=parse_timeout(_value(config, "modelparity_timeout")),
+        export_process=parse_export_process(_value(config, "modelparity_export_process")),
+        export_memory=parse_size("--modelparity-export-memory", _value(config, "modelparity_export_memory")),
     )
 
 
