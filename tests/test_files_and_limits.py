@@ -174,3 +174,25 @@ def test_resource_errors_are_told_apart() -> None:
         problem, fix = resource_failure(exc, "/tmp")  # type: ignore[misc]
     assert "no new thread" in problem and "ulimit -u" in fix
     assert resource_kind(ValueError("bad shape")) is None
+
+
+def test_a_model_past_its_formats_2_gib_container_is_refused_before_converting(tmp_path: Path, monkeypatch) -> None:
+    """The real check on a real model, with the 2 GiB limit lowered to 1 KiB (a real 2 GiB model
+    costs 2 GiB of memory to build): ONNX and TFLite refuse, TFLite int8 (a quarter) and a
+    SavedModel (variables outside the graph) pass the check."""
+    from pytest_modelparity import export_model
+    from pytest_modelparity import formats
+
+    model = models.mlp(seed=1)  # 16*32 + 32 + 32*5 + 5 floats = 2836 bytes
+    assert formats.weight_bytes(model) == 4 * (16 * 32 + 32 + 32 * 5 + 5)
+    monkeypatch.setattr(formats, "_TWO_GIB", 1024)
+    for fmt, container in (("onnx", "protobuf"), ("tflite", "FlatBuffer")):
+        start = time.monotonic()
+        with pytest.raises(errors.ExportError) as info:
+            export_model(model, fmt, tmp_path / fmt / "m")
+        text = str(info.value)
+        assert f"more than a {container} can hold (2 GiB); refused before converting" in text and "2.8 KiB" in text
+        assert time.monotonic() - start < 1 and not (tmp_path / fmt).exists()
+    monkeypatch.setattr(formats, "_TWO_GIB", 1000)  # int8 writes ~709 bytes of weights
+    assert export_model(model, "saved_model", tmp_path / "sm").exists()
+    formats._check_size_limit(model, "tflite", {"quantization": "int8"}, tmp_path / "q")

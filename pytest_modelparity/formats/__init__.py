@@ -214,14 +214,14 @@ def export_model(model: Any, format: str, path: str | Path, *, converter_options
             options.update(converter_options)  # tfjs.export passes its extra keywords to the converter
         else:
             raise TypeError(f"format {format!r} takes no converter_options (only tflite, onnx and tfjs convert)")
+    _check_size_limit(model, format, options, Path(path))
     target = export_path(format, path)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:  # e.g. /proc/x/m.tflite: say so before converting anything
-        raise ExportError(path, format, f"the directory {str(target.parent)!r} cannot be created "
-                          f"({type(exc).__name__}: {exc.strerror or exc})",
-                          f"export to a path whose parent directories exist or can be created: "
-                          f"{_write_fix(type(exc).__name__, target)}") from exc
+        failure = f"{type(exc).__name__}: {exc.strerror or exc}"
+        raise ExportError(path, format, f"the directory {str(target.parent)!r} cannot be created ({failure})",
+                          _write_fix(failure, target)) from exc
     try:
         written = Path(module.export(model, target, **options))
         validate = getattr(module, "validate", None)
@@ -233,6 +233,48 @@ def export_model(model: Any, format: str, path: str | Path, *, converter_options
             raise
         raise failure from exc
     return written
+
+
+# Formats written as one protobuf or FlatBuffer: neither can exceed 2 GiB.
+_SIZE_LIMITS = {"onnx": "protobuf", "graphdef": "protobuf", "tflite": "FlatBuffer"}
+_TWO_GIB = 2**31 - 1
+# How much smaller a TFLite quantisation writes the weights (float32 = 1).
+_TFLITE_SHRINK = {"float16": 2, "dynamic_range": 4, "int8": 4}
+
+
+def weight_bytes(model: Any) -> int | None:
+    """Bytes of a Keras model's weights, from their shapes and dtypes (nothing copied), or None."""
+    import math
+
+    import numpy as np
+
+    try:
+        return sum(math.prod(int(d) for d in w.shape) * np.dtype(str(getattr(w.dtype, "name", w.dtype))).itemsize
+                   for w in model.weights)
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+def _check_size_limit(model: Any, format: str, options: dict[str, Any], path: Path) -> None:
+    """A model whose weights cannot fit the format's 2 GiB container is refused before converting
+    (the converters fail after minutes and many gigabytes, or write a file nothing loads)."""
+    container = _SIZE_LIMITS.get(format)
+    if container is None or isinstance(model, (str, Path)):
+        return
+    size = weight_bytes(model)
+    if size is None:
+        return
+    written = size // _TFLITE_SHRINK.get(str(options.get("quantization")), 1) if format == "tflite" else size
+    if written > _TWO_GIB:
+        from ..resources import human_bytes
+
+        fix = {"tflite": "quantise it (quantization='float16' halves it, 'int8' quarters it), or test it as "
+                         "saved_model/keras",
+               "onnx": "test it as saved_model/keras; tf2onnx's large-model mode (external data) is not "
+                       "used by this plugin yet",
+               "graphdef": "test it as saved_model (variables are stored outside the graph there)"}[format]
+        raise ExportError(path, format, f"the model's weights take {human_bytes(written)} in this format, more "
+                          f"than a {container} can hold (2 GiB); refused before converting", fix)
 
 
 def _export_failure(exc: Exception, format: str, path: Path) -> Exception:
