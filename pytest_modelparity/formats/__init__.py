@@ -228,10 +228,10 @@ def export_model(model: Any, format: str, path: str | Path, *, converter_options
         if validate is not None and not getattr(module, "EXPORT_VALIDATES", False):
             validate(written)
     except Exception as exc:  # noqa: BLE001 - machine limits and write failures are rewrapped, the rest re-raised
-        failure = _export_failure(exc, format, Path(path))
-        if failure is exc:
+        reported = _export_failure(exc, format, Path(path))
+        if reported is exc:
             raise
-        raise failure from exc
+        raise reported from exc
     return written
 
 
