@@ -193,6 +193,7 @@ class NodeProcess:
         self.execution: str | None = None  # "execute" or "executeAsync" (control flow), once known
         self._lock = threading.Lock()
         self._dead: str | None = None
+        self._reported = False
         env = dict(os.environ, MODELPARITY_TFJS_MODULES=str(node_modules))
         on_linux_main = sys.platform.startswith("linux") and threading.current_thread() is threading.main_thread()
         self.proc = subprocess.Popen(
@@ -331,8 +332,9 @@ class NodeProcess:
     # -- API ---------------------------------------------------------------------------
     @property
     def reported_dead(self) -> bool:
-        """True once a call has failed with ``NodeProcessDied`` (or the process was closed)."""
-        return self._dead is not None
+        """True once a call has failed with ``NodeProcessDied``: only then may a new process
+        replace this one (an interrupted call kills it without telling; the next call does)."""
+        return self._reported
 
     @property
     def alive(self) -> bool:
@@ -344,6 +346,13 @@ class NodeProcess:
             return self._exchange(message)
 
     def _exchange(self, message: bytes) -> tuple[str, memoryview]:
+        try:
+            return self._exchange_once(message)
+        except NodeProcessDied:
+            self._reported = True  # a caller has been told: the model may start a new process now
+            raise
+
+    def _exchange_once(self, message: bytes) -> tuple[str, memoryview]:
         if len(message) > _MAX_FRAME:
             raise ValueError(f"{self.description}: this batch is {len(message)} bytes, more than one frame of the "
                              f"runner's protocol carries (4 GiB); split it into smaller batches")
