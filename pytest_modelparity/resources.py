@@ -36,10 +36,22 @@ def available_memory() -> int | None:
 
         soft, _ = resource.getrlimit(resource.RLIMIT_AS)
         if soft != resource.RLIM_INFINITY:
-            found.append(int(soft))
+            found.append(max(0, int(soft) - _mapped()))  # what is left of the address-space limit
     except (ImportError, OSError, ValueError):
         pass
     return min(found) if found else None
+
+
+def _mapped() -> int:
+    """This process's address space in use (``VmSize``), 0 when unknown."""
+    try:
+        with open("/proc/self/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 def human_bytes(n: float) -> str:

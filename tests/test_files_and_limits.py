@@ -196,3 +196,31 @@ def test_a_model_past_its_formats_2_gib_container_is_refused_before_converting(t
     monkeypatch.setattr(formats, "_TWO_GIB", 1000)  # int8 writes ~709 bytes of weights
     assert export_model(model, "saved_model", tmp_path / "sm").exists()
     formats._check_size_limit(model, "tflite", {"quantization": "int8"}, tmp_path / "q")
+
+
+def test_a_batch_the_runtime_would_copy_into_missing_memory_is_refused(tmp_path: Path) -> None:
+    """A real RLIMIT_AS in a child Python, 1 GiB above what it maps: a 3.2 GB float32 batch (a
+    float64 broadcast view, which costs nothing until cast) is refused with its size, where
+    numpy's cast raised a bare MemoryError (and a SavedModel predict of such a batch segfaulted)."""
+    script = textwrap.dedent(f'''
+        import resource, sys
+        import numpy as np
+        sys.path.insert(0, {str(HERE)!r})
+        import models
+        from pytest_modelparity import load_model
+        model = load_model(models.mlp(seed=1))
+        with open("/proc/self/status") as fh:
+            size = next(int(ln.split()[1]) * 1024 for ln in fh if ln.startswith("VmSize:"))
+        resource.setrlimit(resource.RLIMIT_AS, (size + (1 << 30), resource.RLIM_INFINITY))
+        batch = np.broadcast_to(np.float64(0.5), (50_000_000, 16))
+        try:
+            model.predict(batch)
+            print("RESULT no error")
+        except Exception as exc:
+            print("RESULT " + type(exc).__name__ + ": " + str(exc).replace("\\n", " | "))
+    ''')
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT")), proc.stderr[-2000:])
+    assert line.startswith("RESULT BatchMismatchError:"), line
+    assert "input 'x' ((50000000, 16), float32) would take 3.0 GiB" in line and "memory available" in line, line
