@@ -10,14 +10,19 @@ exact GELU, a masked BiLSTM) and each exported form, prints:
   where no shadow can run) and the new default (the float64 shadow);
 - planted bugs (input x255/256, RGB<->BGR, one conv kernel x1.01, double softmax) judged the
   same three ways, with the "Likely cause" the plugin names under the shadow rule;
-- the false-alarm / miss counts of the three rules side by side.
+- the false-alarm / miss counts of the three rules side by side;
+- (issue 18) the same default judged against references without a Keras config: the
+  model's SavedModel and frozen GraphDef as the reference, whose floor comes from the graph
+  twin (their frozen graph rewritten to float64); before, those references always got the
+  fixed rule. e32 is printed as each twin measures it (Keras twin, graph twin of the Keras
+  model, graph twin of the SavedModel), to show the graph twin predicts what the Keras twin does.
 
 "Trained-like statistics": batch-norm moving statistics from one training-mode pass with
 momentum 0, and the classifier scaled so its raw scores spread ~4 (random-weight nets
 otherwise collapse to near-constant outputs that hide both false alarms and bugs).
 
 Run:  .venv/bin/python bench/noise_floor.py [--size 64] [--nets resnet50,...] [--forms ...]
-      [--json out.json]      (64x64 on 2 cores: ~15-25 min for everything)
+      [--refs saved_model,graphdef] [--json out.json]   (64x64 on 2 cores: ~25-40 min for everything)
 """
 
 from __future__ import annotations
@@ -119,8 +124,9 @@ def only(out):
     return next(iter(out.values())) if isinstance(out, dict) else np.asarray(out)
 
 
-def verdicts(cand, ref, x, form: str) -> dict:
-    """Pass/fail under the v1 fixed rule, the new fixed rule and the new default (shadow)."""
+def verdicts(cand, ref, x, form: str, others: dict | None = None) -> dict:
+    """Pass/fail under the v1 fixed rule, the new fixed rule and the new default (shadow);
+    ``others`` ({name: reference}) are judged by the default as well ("ref:<name>")."""
     a = only(_run(cand, x))
     e = only(ref(x))
     key = "tflite:float16" if form == "tflite:float16" else "float32"
@@ -136,8 +142,16 @@ def verdicts(cand, ref, x, form: str) -> dict:
         shadow = False
         hints = [h.cause for h in err.report.hints]
         source = err.report.outputs[0].tolerance.source if err.report.outputs[0].tolerance else ""
-    return {"error": of_scale(a, e), "v1": v1, "fixed": fixed, "shadow": shadow,
-            "hints": hints, "source": source, "seconds": round(time.perf_counter() - start, 2)}
+    out = {"error": of_scale(a, e), "v1": v1, "fixed": fixed, "shadow": shadow,
+           "hints": hints, "source": source, "seconds": round(time.perf_counter() - start, 2)}
+    for name, other in (others or {}).items():
+        try:
+            report = assert_outputs_close(cand, other, inputs=x)
+            out[f"ref:{name}"], out[f"source:{name}"] = True, report.outputs[0].tolerance.source
+        except ParityError as err:
+            out[f"ref:{name}"] = False
+            out[f"source:{name}"] = err.report.outputs[0].tolerance.source if err.report.outputs[0].tolerance else ""
+    return out
 
 
 def _run(model, x):
@@ -154,10 +168,11 @@ def median_time(fn, repeat=3) -> float:
     return statistics.median(times)
 
 
-def shadow_cost(ref, x) -> dict:
+def shadow_cost(ref, x, method: str = "keras") -> dict:
+    """e32 as the ``method`` twin of ``ref`` measures it, and what that twin costs."""
     from pytest_modelparity import shadow
 
-    twin = shadow.twin_of(ref)
+    twin = shadow.twin_of(ref, method=method)
     if twin.model is None:
         return {"twin": twin.reason}
     t_ref = median_time(lambda: ref(x))
@@ -201,6 +216,8 @@ def main() -> None:
     ap.add_argument("--nets", default=",".join(IMAGE_NETS + TEXT_NETS))
     ap.add_argument("--forms", default=",".join(FORMS))
     ap.add_argument("--bug-form", default="onnx", help="the form the planted bugs run on")
+    ap.add_argument("--refs", default="saved_model,graphdef",
+                    help="references without a Keras config, judged by their graph twin ('' for none)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     rng = np.random.default_rng(0)
@@ -214,6 +231,17 @@ def main() -> None:
         print(f"\n{net}: e32 {cost.get('e32', float('nan')):.2e}; float64 run {cost.get('ratio', float('nan')):.2f}x "
               f"a reference call ({cost.get('t_shadow', 0) * 1e3:.0f} vs {cost.get('t_ref', 0) * 1e3:.0f} ms), "
               f"twin built in {cost.get('build', 0):.1f} s {cost.get('twin', '')}", flush=True)
+        graph_refs = {}
+        for ref_form, suffix in (("saved_model", ""), ("graphdef", ".pb")):
+            if ref_form in args.refs.split(","):
+                graph_refs[ref_form] = load_model(export_model(model, ref_form, tmp / f"{net}-ref{suffix}"))
+        for name, other in [("keras", ref), *graph_refs.items()]:
+            g = shadow_cost(other, x, method="graph")
+            print(f"  graph twin of the {name} reference: e32 {g.get('e32', float('nan')):.2e} "
+                  f"({g.get('e32', float('nan')) / cost['e32'] if cost.get('e32') else float('nan'):.2f}x the Keras twin's); "
+                  f"float64 run {g.get('ratio', float('nan')):.2f}x a call of that reference; built in "
+                  f"{g.get('build', 0):.1f} s {g.get('twin', '')}", flush=True)
+            rows.append({"net": net, "kind": "graph_twin", "reference": name, **g, "keras_e32": cost.get("e32")})
         forms = {}
         for form in args.forms.split(","):
             try:
@@ -226,30 +254,36 @@ def main() -> None:
                 print(f"  {form:<16} not available: {type(exc).__name__}: {str(exc).splitlines()[0][:150]}")
                 rows.append({"net": net, "form": form, "kind": "unavailable", "why": str(exc)[:300]})
                 continue
-            v = verdicts(forms[form], ref, x, form)
+            v = verdicts(forms[form], ref, x, form, graph_refs)
             mult = v["error"] / cost["e32"] if cost.get("e32") else float("nan")
+            by_ref = "  ".join(f"ref {n} {'pass' if v[f'ref:{n}'] else 'FAIL'}" for n in graph_refs)
             print(f"  {form:<16} error {v['error']:.2e} = {mult:7.1f}x e32   v1 {'pass' if v['v1'] else 'FAIL'}  "
-                  f"fixed {'pass' if v['fixed'] else 'FAIL'}  shadow {'pass' if v['shadow'] else 'FAIL'}  "
+                  f"fixed {'pass' if v['fixed'] else 'FAIL'}  shadow {'pass' if v['shadow'] else 'FAIL'}  {by_ref}  "
                   f"[{v['source'][:70]}]", flush=True)
             rows.append({"net": net, "form": form, "kind": "correct", "multiple": mult, **cost, **v})
         bug_form = forms.get(args.bug_form) or forms.get("saved_model")
         if bug_form is None:
             continue
         for bug, cand in bug_candidates(bug_form, model, x, is_image).items():
-            v = verdicts(cand, ref, x, "float32")
+            v = verdicts(cand, ref, x, "float32", graph_refs)
+            by_ref = "  ".join(f"ref {n} {'caught' if not v[f'ref:{n}'] else 'MISSED'}" for n in graph_refs)
             print(f"  bug {bug:<28} error {v['error']:.2e}   v1 {'caught' if not v['v1'] else 'MISSED'}  "
                   f"fixed {'caught' if not v['fixed'] else 'MISSED'}  shadow {'caught' if not v['shadow'] else 'MISSED'}"
-                  f"  hints {v['hints']} ({v['seconds']} s)", flush=True)
+                  f"  {by_ref}  hints {v['hints']} ({v['seconds']} s)", flush=True)
             rows.append({"net": net, "form": bug_form.format, "kind": "bug", "bug": bug, **v})
-        for m in forms.values():
+        for m in [*forms.values(), *graph_refs.values()]:
             m.close()
     correct = [r for r in rows if r["kind"] == "correct"]
     bugs = [r for r in rows if r["kind"] == "bug"]
-    print("\nrule            false alarms (correct forms failed)   misses (planted bugs passed)")
-    for rule in ("v1", "fixed", "shadow"):
-        fa = sum(1 for r in correct if not r[rule])
-        miss = sum(1 for r in bugs if r[rule])
-        print(f"  {rule:<14} {fa:>3} / {len(correct):<33} {miss:>3} / {len(bugs)}")
+    print("\nrule                       false alarms (correct forms)   misses (planted bugs)")
+    names = {"v1": "v1", "fixed": "fixed", "shadow": "keras ref (Keras twin)"}
+    names.update({f"ref:{n}": f"{n} ref (graph twin)" for n in args.refs.split(",") if n})
+    for rule, label in names.items():
+        judged_c = [r for r in correct if rule in r]
+        judged_b = [r for r in bugs if rule in r]
+        fa = sum(1 for r in judged_c if not r[rule])
+        miss = sum(1 for r in judged_b if r[rule])
+        print(f"  {label:<26} {fa:>3} / {len(judged_c):<22} {miss:>3} / {len(judged_b)}")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1, default=str))
 

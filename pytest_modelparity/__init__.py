@@ -31,6 +31,7 @@ _EXPORTS = {
     "RuntimeMissing": "errors",
     "DeviceUnavailable": "errors",
     "BatchMismatchError": "errors",
+    "NotApplicable": "errors",
     "localize_divergence": "diagnose",
     "strategies": None,
 }

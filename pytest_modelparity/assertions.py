@@ -19,8 +19,9 @@ import numpy as np
 
 from . import diagnose, recording, shadow, tree, validators
 from . import tolerances as tol_mod
+from .arrays import as_numpy
 from .compare import ComparisonReport, compare
-from .errors import BatchMismatchError, InvalidArgumentError, ParityError
+from .errors import BatchMismatchError, InvalidArgumentError, NotApplicable, ParityError
 from .tolerances import Tolerance
 
 __all__ = ["assert_outputs_close", "assert_deterministic", "assert_batch_invariant"]
@@ -66,8 +67,11 @@ def assert_outputs_close(actual: Any, expected: Any, *, inputs: Any = None, rtol
                         "pass inputs=<a batch> so it can be run")
     if inputs is not None:
         _check_rows(inputs, "assert_outputs_close")
-    act = _run(actual_model, inputs) if actual_model is not None else _to_numpy(actual)
-    exp = _run(expected_model, inputs) if expected_model is not None else _to_numpy(expected)
+    if actual_model is None and expected_model is None:
+        act, exp = _to_numpy_pair(actual, expected)
+    else:
+        act = _run(actual_model, inputs) if actual_model is not None else _to_numpy(actual)
+        exp = _run(expected_model, inputs) if expected_model is not None else _to_numpy(expected)
     exp_raw = exp
     act, exp, alignment = _align_structures(act, exp, from_models=actual_model is not None or expected_model is not None)
     device, fmt = _context(actual_model, expected_model)
@@ -90,7 +94,8 @@ def assert_outputs_close(actual: Any, expected: Any, *, inputs: Any = None, rtol
                                     inputs, exp_raw, _leaf_paths(exp), fmt, meta)
         tol_fn = _tolerance_fn(act, tolerance, rtol=rtol, atol=atol, device=device, fmt=fmt,
                                compute=_compute_dtype(actual_model, expected_model), floors=floors,
-                               allow_vacuous=allow_vacuous)
+                               allow_vacuous=allow_vacuous, floor_missing=meta.get("noise_floor_missing"),
+                               twin=meta.get("shadow", {}).get("twin"))
     report = compare(act, exp, tolerance=tol_fn, equal_nan=equal_nan, full_stats=calibration is not None or recording.listening())
     report.title = f"{_name(actual_model) if actual_model is not None else 'actual'} vs " \
                    f"{_name(expected_model) if expected_model is not None else 'expected'}"
@@ -151,6 +156,22 @@ def assert_deterministic(model: Callable, inputs: Any, *, runs: int = 3, rtol: f
         diagnose.diagnose_nondeterminism, model, inputs, outputs))
 
 
+def _require_batching(model: Any, sizes: Sequence[int]) -> None:
+    """Refuse, as not applicable, a model that runs every batch in fixed chunks the sub-batches
+    cannot regroup: a TFLite file converted at a fixed batch (``fixed_batch``; an LSTM's export
+    is traced at batch 1) computes the whole batch and its sub-batches by the same chunks, so the
+    comparison could not fail. A pass would claim an invariance nobody measured."""
+    fixed = getattr(model, "fixed_batch", None)
+    if not isinstance(fixed, int) or not (fixed == 1 or all(size % fixed == 0 for size in sizes)):
+        return
+    raise NotApplicable(
+        f"assert_batch_invariant does not apply to {_name(model)}: the file has a fixed batch of {fixed} "
+        f"(its inputs' first dimension), so every batch runs {fixed} row(s) at a time and the whole batch and "
+        f"its sub-batches of {', '.join(map(str, sizes))} are the same computation; it cannot fail. Check batch "
+        "invariance on the reference (e.g. the Keras model), or export with a dynamic batch "
+        "(converter_options={'route': 'dynamic'} where the graph allows)")
+
+
 def assert_batch_invariant(model: Callable, inputs: Any, *, batch_sizes: Sequence[int] = (1,),
                            rtol: float | None = None, atol: float | None = None,
                            tolerance: Tolerance | str | None = None,
@@ -172,6 +193,7 @@ def assert_batch_invariant(model: Callable, inputs: Any, *, batch_sizes: Sequenc
     _require_model(model, "assert_batch_invariant")
     n = validators.check_nonempty_batch(_batch_length(inputs), "assert_batch_invariant")
     sizes = validators.check_batch_sizes(batch_sizes)
+    _require_batching(model, sizes)
     batched = _run(model, inputs)
     splits = {}
     for size in sizes:
@@ -199,7 +221,9 @@ def assert_batch_invariant(model: Callable, inputs: Any, *, batch_sizes: Sequenc
             if floors is not None and len(sizes) > 1:
                 floors = {f"[{f'sub-batches of {s}'!r}]{p}": v for s in sizes for p, v in floors.items()}
         tol_fn = _tolerance_fn(actual, tolerance, rtol=rtol, atol=atol, device=device, fmt=fmt,
-                               compute=_compute_dtype(model), floors=floors, allow_vacuous=allow_vacuous)
+                               compute=_compute_dtype(model), floors=floors, allow_vacuous=allow_vacuous,
+                               floor_missing=meta.get("noise_floor_missing"),
+                               twin=meta.get("shadow", {}).get("twin"))
     report = compare(actual, expected, tolerance=tol_fn, full_stats=calibration is not None or recording.listening())
     sizes_text = ", ".join(str(s) for s in sizes)
     report.title = f"{_name(model)}: batch of {n} at once vs sub-batches of {sizes_text}"
@@ -336,12 +360,15 @@ def _memo_key(fn: Any, *parts: Any) -> tuple:
 # --------------------------------------------------------------------------------------
 
 def _tolerance_fn(actual: Any, tolerance: Tolerance | None, *, rtol, atol, device, fmt, compute=None,
-                  floors: dict[str, dict[str, float]] | None = None, allow_vacuous: bool = False):
+                  floors: dict[str, dict[str, float]] | None = None, allow_vacuous: bool = False,
+                  floor_missing: str | None = None, twin: str | None = None):
     """A ``(expected_dtype, path) -> Tolerance`` using the less precise of the two dtypes
     (and of ``compute``, the dtype a mixed-precision model computes its float outputs in).
 
     ``floors`` ({path: {shadow kind: measured error}}) make the default of those outputs the
-    shadow rule (``tolerances.shadow_tolerance``); explicit values always win over it."""
+    shadow rule (``tolerances.shadow_tolerance``); explicit values always win over it.
+    ``floor_missing`` (why no twin measured a model reference) is said in the source of a
+    float output judged by the fixed rule instead, with what that rule likely costs."""
     if isinstance(tolerance, Tolerance):
         if rtol is not None or atol is not None:
             validators.check_tolerance_choice(tolerance, rtol, atol, rule_type=Tolerance)
@@ -364,11 +391,13 @@ def _tolerance_fn(actual: Any, tolerance: Tolerance | None, *, rtol, atol, devic
             # the float64 run measured the mixed-precision model's error itself: judge by it
             tol = tol_mod.shadow_tolerance(dtype, measured[shadow.FLOAT64], device=device, format=fmt,
                                            float16_weights=measured.get(shadow.FLOAT16_WEIGHTS),
-                                           compute=compute)
+                                           compute=compute, twin=shadow.method_name(twin))
         else:
             if compute is not None and np.dtype(dtype).kind == "f":
                 dtype = tol_mod.less_precise(dtype, compute)
             tol = tol_mod.resolve_tolerance(dtype, rtol=rtol, atol=atol, device=device, format=fmt, layers=layers)
+            if floor_missing is not None and tol.default and np.dtype(dtype).kind in "fc":
+                tol = tol_mod.without_floor(tol, dtype, floor_missing)
         return replace(tol, allow_vacuous=True) if allow_vacuous else tol
 
     return for_output
@@ -387,41 +416,34 @@ def _leaf_paths(tree: Any) -> list[str]:
 
 def _shadow_floors(model: Any, inputs: Any, reference: Any, paths: list[str], fmt: str | None,
                    meta: dict[str, Any]) -> dict[str, dict[str, float]] | None:
-    """{path: {kind: max|ref - shadow| / max|shadow|}} of the reference's outputs on ``inputs``,
-    or None (with ``meta["shadow"]`` saying why) when the reference cannot be shadowed.
+    """{path: {kind: max|ref - twin| / max|twin|}} of the reference's outputs on ``inputs``,
+    or None when no twin could measure them; ``meta["shadow"]`` says which twin measured
+    or why none did (``meta["noise_floor_missing"]``, which the tolerance source repeats).
 
     ``paths`` are the reference's paths as compared (after structure alignment): when the
     alignment renamed them one to one, the floors follow by position."""
-    if model is None or shadow.keras_model_of(model) is None:
+    if model is None:
         return None
     kinds = [shadow.FLOAT64] + ([shadow.FLOAT16_WEIGHTS] if (fmt or "").lower() == "tflite:float16" else [])
     found: dict[str, dict[str, float]] = {}
     info: dict[str, Any] = {}
-    start = time.perf_counter()
+    seconds = 0.0
     ref_leaves = dict(_leaves(reference))
     for kind in kinds:
-        twin = shadow.twin_of(model, kind)
-        if twin.model is None:
-            info[kind] = f"unavailable: {twin.reason}"
+        floor = shadow.measure_floor(model, kind, inputs, ref_leaves, _leaves)
+        seconds += floor.seconds
+        if floor.errors is None:
+            info[kind] = f"unavailable: {floor.reason}"
             continue
-        try:
-            out = shadow.outputs_of(twin, inputs, _run)
-        except Exception as exc:  # noqa: BLE001 - a shadow that cannot run falls back to the fixed rule
-            info[kind] = f"unavailable: running it failed ({type(exc).__name__}: {str(exc)[:160]})"
-            continue
-        errors = {path: shadow.relative_error(ref_leaves[path], arr)
-                  for path, arr in _leaves(out) if path in ref_leaves}
-        worst = max((e for e in errors.values() if e is not None), default=0.0)
-        if kind == shadow.FLOAT64 and worst > shadow.MAX_FAITHFUL:
-            info[kind] = (f"unavailable: the float64 twin differs from the model by {worst:.2g} of scale, "
-                          "more than rounding can explain (a layer whose state is not in its weights?)")
-            continue
-        for path, err in errors.items():
-            if err is not None:
-                found.setdefault(path, {})[kind] = err
-        info[kind] = "measured"
-    info["seconds"] = round(time.perf_counter() - start, 4)
+        info[kind] = f"measured by the {shadow.method_name(floor.method)}" + (
+            f" ({floor.reason})" if floor.reason else "")
+        info.setdefault("twin", floor.method)
+        for path, err in floor.errors.items():
+            found.setdefault(path, {})[kind] = err
+    info["seconds"] = round(seconds, 4)
     meta["shadow"] = info
+    if shadow.FLOAT64 not in {k for v in found.values() for k in v}:
+        meta["noise_floor_missing"] = str(info.get(shadow.FLOAT64, "unavailable: no twin"))[len("unavailable: "):]
     if not found:
         return None
     raw_paths = list(ref_leaves)
@@ -670,15 +692,25 @@ def _to_numpy(obj: Any) -> Any:
     """Model outputs as numpy: dicts stay dicts, lists/tuples become lists, tensors arrays."""
     if tree.is_branch(obj):
         return {k: _to_numpy(v) for k, v in obj.items()} if isinstance(obj, Mapping) else [_to_numpy(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return obj
-    numpy = getattr(obj, "numpy", None)
-    if callable(numpy) and not isinstance(obj, np.generic):
-        try:
-            return np.asarray(numpy())
-        except Exception:  # noqa: BLE001 - fall back to the array protocol
-            pass
-    return np.asarray(obj)
+    return np.asarray(as_numpy(obj))
+
+
+def _to_numpy_pair(actual: Any, expected: Any) -> tuple[Any, Any]:
+    """Both sides as numpy, walked the way ``compare`` walks them: a list of plain numbers
+    met by a list of outputs (``(np.float32(1), np.float32(2))`` against
+    ``[np.array(1.0), np.array(2.0)]``) is read item by item, as compare reads it, instead of
+    becoming one array that no longer matches the other side's structure."""
+    if isinstance(actual, Mapping) and isinstance(expected, Mapping):
+        pairs = {k: _to_numpy_pair(actual[k], expected[k]) for k in actual if k in expected}
+        return ({k: pairs[k][0] if k in pairs else _to_numpy(v) for k, v in actual.items()},
+                {k: pairs[k][1] if k in pairs else _to_numpy(v) for k, v in expected.items()})
+    if (isinstance(actual, (list, tuple)) and isinstance(expected, (list, tuple))
+            and (tree.is_branch(actual) or tree.is_branch(expected))):
+        n = min(len(actual), len(expected))
+        items = [_to_numpy_pair(a, e) for a, e in zip(actual, expected)]
+        return ([a for a, _ in items] + [_to_numpy(v) for v in actual[n:]],
+                [e for _, e in items] + [_to_numpy(v) for v in expected[n:]])
+    return _to_numpy(actual), _to_numpy(expected)
 
 
 def _leaves(outputs: Any) -> Iterator[tuple[str, np.ndarray]]:

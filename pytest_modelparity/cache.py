@@ -104,6 +104,11 @@ def _feed(h: Any, obj: Any) -> None:
 
 
 def _architecture(model: Any) -> str:
+    if getattr(model, "layers", None) is not None and not isinstance(model, (str, os.PathLike)):
+        from .formats.keras_specs import is_subclassed
+
+        if is_subclassed(model):
+            return _subclassed_architecture(model)
     for attr in ("to_json", "get_config"):
         fn = getattr(model, attr, None)
         if callable(fn):
@@ -114,6 +119,32 @@ def _architecture(model: Any) -> str:
             return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=repr)
     raise TypeError(f"cannot key an export of {type(model).__name__}: it has neither to_json() nor "
                     "get_config(); pass a Keras model, or use ExportCache(enabled=False)")
+
+
+def _subclassed_architecture(model: Any) -> str:
+    """A subclassed model's config says only its class name: its ``call`` is Python code. Key
+    it by the source of every class it is made of (built-in Keras layers by their config) and
+    by its input specs; a class whose source cannot be read (defined in a REPL) is not cached."""
+    import inspect
+
+    from .formats.keras_specs import input_specs
+
+    parts = []
+    for layer in [model, *model._flatten_layers(include_self=False)]:
+        cls = type(layer)
+        if cls.__module__.startswith("keras."):
+            try:
+                parts.append(f"{cls.__qualname__}:{json.dumps(layer.get_config(), sort_keys=True, default=repr)}")
+            except (NotImplementedError, TypeError, ValueError):
+                parts.append(f"{cls.__module__}.{cls.__qualname__}")
+            continue
+        try:
+            parts.append(f"{cls.__module__}.{cls.__qualname__}:{inspect.getsource(cls)}")
+        except (OSError, TypeError) as exc:
+            raise UncacheableOption(f"cannot key an export of the subclassed {cls.__qualname__}: its source code "
+                                    f"cannot be read ({exc})") from exc
+    parts.append(repr([(s.name, s.shape, s.dtype.str) for s in input_specs(model, action="export")]))
+    return "\n".join(parts)
 
 
 def _weights(model: Any) -> list[np.ndarray]:
@@ -215,7 +246,7 @@ class ExportCache:
         problem = self._verify(final)
         if problem is None:
             self.hits += 1
-            return self._artifact_in(final, artifact)
+            return self._recorded(final, artifact, format)
         self._drop(final)
         self.notes.append(f"export cache: the {format} entry {final} was damaged ({problem}); "
                           "dropped it and exported again")
@@ -259,7 +290,7 @@ class ExportCache:
                     raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        return self._artifact_in(final, artifact)
+        return self._recorded(final, artifact, format)
 
     # -- verification (on read) -----------------------------------------------------------
     def _verify(self, entry: Path) -> str | None:
@@ -312,6 +343,21 @@ class ExportCache:
         """What the cache repaired since the last call (each said once, then forgotten)."""
         notes, self.notes = self.notes, []
         return notes
+
+    def _recorded(self, entry: Path, default: Path, format: str) -> Path:
+        """The artifact of a cache entry, with the route its meta.json keeps recorded for its
+        final path (the exporter recorded the temporary one): ``export_route`` then says how
+        it was made, whether this run exported it or reused it."""
+        from .formats import record_route
+
+        path = self._artifact_in(entry, default)
+        try:
+            route = json.loads((entry / _META).read_text()).get("route")
+        except (OSError, ValueError):
+            route = None
+        if isinstance(route, str):
+            record_route(path, format, route)
+        return path
 
     @staticmethod
     def _artifact_in(entry: Path, default: Path) -> Path:

@@ -6,11 +6,16 @@ one ``OutputComparison`` per output inside a ``ComparisonReport``.
 
 Value rule (``tolerances.Tolerance``): an element passes when
 ``|a - e| <= atol + rtol * |e| + scale * max|e over that output|``; NaN equals NaN only with
-``equal_nan``; an infinity equals only the same infinity; integers, bools and strings compare
-exactly. This is ``numpy.isclose`` (same formula, same NaN/inf rules) plus the ``scale``
-term, with two deliberate differences: float16/bfloat16 are judged in float32 arithmetic
-(numpy.isclose computes in float16, where ``a - e`` can overflow), and a float32 output
-compared against float64 values is judged in float64 with the float32 tolerance.
+``equal_nan``; an infinity equals only the same infinity; integers and bools compare exactly
+whatever the tolerance (in exact integer arithmetic), and so do strings, objects, dates and
+durations (NaT like NaN); a record dtype is compared field by field, each field an output;
+shapes must match (no broadcasting). This is ``numpy.isclose`` (same formula, same NaN/inf
+rules) plus the ``scale`` term, with these deliberate differences: float16/bfloat16 are
+judged in float32 arithmetic (numpy.isclose computes in float16, where ``a - e`` can
+overflow), a float32 output compared against float64 values is judged in float64 with the
+float32 tolerance, and so is any output under an rtol too large for float32 (inf x 0 would
+be NaN there). A rule whose bound reaches an output's own magnitude is a failure
+("vacuous") unless allowed. README, "How this compares with numpy and torch.testing".
 
 Why blockwise: model outputs can be tens of millions of elements. The engine streams both
 arrays in cache-sized chunks through preallocated buffers. A first pass decides the verdict
@@ -37,11 +42,13 @@ from typing import Any, Union
 import numpy as np
 
 from . import tree
+from .arrays import as_numpy
 from .formatting import json_number, json_value
 from .tolerances import Tolerance, default_tolerance
+from .validators import check_tolerance_value
 
-__all__ = ["compare", "elementwise_close", "Blocking", "ComparisonReport", "OutputComparison",
-           "ToleranceSpec"]
+__all__ = ["compare", "elementwise_close", "passing_bound", "Blocking", "ComparisonReport",
+           "OutputComparison", "ToleranceSpec"]
 
 ToleranceSpec = Union[Tolerance, Callable[[np.dtype, str], Tolerance], None]
 
@@ -54,6 +61,9 @@ _EXPONENT_BITS: dict[int, tuple[np.signedinteger[Any], int]] = {       # work it
 _FEW_SHARE = 16          # verdict: judge only the elements above atol when at most 1/16
 _ABOVE_MASK = 1.0 + 2.0 ** -16   # the slope-free mask is below c_low (1+u)**3: this is above
 _MARGIN = 2.0 ** -20     # relative slack of the candidate mask, far above rounding (2**-24)
+# an rtol this large is inf in float32, and inf x 0 is NaN, a bound nothing is compared
+# against: such a rule is judged in float64, where rtol x 0 stays 0
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 _ULP_FORMATS = {         # dtype name -> (explicit mantissa bits, min normal exponent)
     "float16": (10, -14),
     "bfloat16": (7, -126),
@@ -143,7 +153,7 @@ class OutputComparison:
                 "rule": tol.rule, "rtol": json_number(tol.rtol), "atol": json_number(tol.atol),
                 "scale": json_number(tol.scale), "min_top1": json_number(tol.min_top1),
                 "max_mismatch_fraction": json_number(tol.max_mismatch_fraction),
-                "source": tol.source, "text": tol.describe(),
+                "source": tol.source, "text": tol.describe(), "floor_note": tol.floor_note,
             },
             "size": self.size,
             "mismatched": self.mismatched,
@@ -247,7 +257,10 @@ def _kind_name(x: Any) -> str:
 
 def _walk(a: Any, e: Any, path: str, out: list, how: _Settings) -> None:
     if not (tree.is_branch(a) or tree.is_branch(e)):
-        out.append(_compare_leaf(a, e, path, how))
+        if _is_record(a) and _is_record(e):
+            _walk_records(np.asarray(a), np.asarray(e), path, out, how)
+        else:
+            out.append(_compare_leaf(a, e, path, how))
     elif isinstance(a, Mapping) and isinstance(e, Mapping):
         _walk_mappings(a, e, path, out, how)
     elif isinstance(a, (list, tuple)) and isinstance(e, (list, tuple)):
@@ -255,6 +268,20 @@ def _walk(a: Any, e: Any, path: str, out: list, how: _Settings) -> None:
     else:
         out.append(_structure_problem(
             path, f"structure differs: actual is {_kind_name(a)}, expected is {_kind_name(e)}"))
+
+
+def _is_record(x: Any) -> bool:
+    return isinstance(x, (np.ndarray, np.void)) and x.dtype.names is not None
+
+
+def _walk_records(a: np.ndarray, e: np.ndarray, path: str, out: list, how: _Settings) -> None:
+    """Structured (record) arrays: each field is an output of its own (``"['x']"``), judged
+    by its own dtype's rule, as if the record were a mapping of arrays."""
+    names = a.dtype.names or ()
+    if a.shape != e.shape or names != e.dtype.names:
+        out.append(_compare_leaf(a, e, path, how))
+        return
+    _walk_mappings({k: a[k] for k in names}, {k: e[k] for k in names}, path, out, how)
 
 
 def _walk_mappings(a: Mapping, e: Mapping, path: str, out: list, how: _Settings) -> None:
@@ -290,7 +317,7 @@ def _structure_problem(path: str, problem: str, a: Any = None, e: Any = None) ->
     oc = OutputComparison(path=path, passed=False, problem=problem)
     for side, value in (("actual", a), ("expected", e)):
         if value is not None and not tree.is_branch(value):
-            arr = np.asarray(value)
+            arr = np.asarray(as_numpy(value))
             setattr(oc, f"{side}_shape", tuple(arr.shape))
             setattr(oc, f"{side}_dtype", str(arr.dtype))
     return oc
@@ -309,9 +336,13 @@ def _float_format(dt: np.dtype) -> tuple[int, int] | None:
     return None
 
 
+def _is_python_scalar(x: Any) -> bool:
+    return isinstance(x, (bool, int, float)) and not isinstance(x, np.generic)
+
+
 def _as_array(x: Any, other: Any) -> np.ndarray:
     """numpy array of ``x``; a plain Python scalar takes the other side's dtype if it fits."""
-    if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
+    if _is_python_scalar(x):
         odt = getattr(other, "dtype", None)
         if odt is not None:
             odt = np.dtype(odt)
@@ -323,22 +354,42 @@ def _as_array(x: Any, other: Any) -> np.ndarray:
                     return np.asarray(x, dtype=odt)
                 except (OverflowError, ValueError):
                     pass
-    return np.asarray(x)
+    return np.asarray(as_numpy(x))
 
 
 def _resolve(tol: ToleranceSpec, dt: np.dtype, path: str) -> Tolerance:
     if tol is None:
         return default_tolerance(dt)
-    if isinstance(tol, Tolerance):
-        return tol
-    result = tol(dt, path)
+    result = tol if isinstance(tol, Tolerance) else tol(dt, path)
     if not isinstance(result, Tolerance):
         raise TypeError(f"the tolerance callable returned {type(result).__name__} for output "
                         f"{path or '(array)'!r}; it must return a Tolerance")
+    for what in ("rtol", "atol", "scale"):   # an infinite or NaN bound cannot fail
+        check_tolerance_value(what, getattr(result, what), f"Tolerance({result.source})")
     return result
 
 
+def _work_dtype(a: np.ndarray, e: np.ndarray, tol: Tolerance) -> np.dtype:
+    """float64 when either side is float64 (or wider), or when rtol is too large for
+    float32 (inf x 0 = NaN there); else float32 (float16 and bfloat16 widened)."""
+    wide = np.float64 in (a.dtype.type, e.dtype.type) or a.dtype.itemsize > 8 or \
+        e.dtype.itemsize > 8 or float(tol.rtol) >= _FLOAT32_MAX
+    return np.dtype(np.float64) if wide else np.dtype(np.float32)
+
+
+def passing_bound(x: float, work: Any) -> float:
+    """The smallest atol/rtol ``x`` measured in ``work`` arithmetic, raised just past that
+    arithmetic's rounding (the bound is rounded to ``work`` and summed there), so that
+    passing it back makes the comparison pass; 0 when nothing needs to be allowed."""
+    if not x > 0:
+        return 0.0
+    info = np.finfo(work)
+    return x * (1.0 + 8.0 * float(info.eps)) + 4.0 * float(info.smallest_subnormal)
+
+
 def _compare_leaf(a_in: Any, e_in: Any, path: str, how: _Settings) -> OutputComparison:
+    # foreign arrays (torch, TensorFlow) first, so a Python scalar meets a numpy dtype
+    a_in, e_in = (x if _is_python_scalar(x) else as_numpy(x) for x in (a_in, e_in))
     a = _as_array(a_in, e_in)
     e = _as_array(e_in, a_in if not isinstance(a_in, np.ndarray) else a)
     oc = OutputComparison(path=path, passed=False, actual_shape=tuple(a.shape),
@@ -362,25 +413,43 @@ def _compare_leaf(a_in: Any, e_in: Any, path: str, how: _Settings) -> OutputComp
     if ka in "iu" and ke in "iu" or ka == ke == "b":
         if a.dtype != e.dtype:
             oc.notes.append(f"{a.dtype} compared against {e.dtype} values (exactly)")
-        oc.tolerance = Tolerance(0.0, 0.0, source=f"{e.dtype} values compare exactly")
+        oc.tolerance = _exact_for_integers(e.dtype, _resolve(how.tol, e.dtype, path))
         _compare_exact_numbers(a, e, oc, how.full_stats)
         return oc
     if ka == "c" and ke in "cf" or ke == "c" and ka in "cf":
         oc.tolerance = _resolve(how.tol, e.dtype, path)
         _compare_complex(a, e, oc, oc.tolerance, how.equal_nan)
         return oc
-    if ka == ke and ka in "USO":
+    if ka == ke and ka in "USOMmV" and (ka != "V" or a.dtype == e.dtype):
+        if a.dtype != e.dtype:
+            oc.notes.append(f"{a.dtype} compared against {e.dtype} values (exactly)")
         oc.tolerance = None
-        neq = np.asarray(a != e, dtype=bool).reshape(a.shape)
-        oc.mismatched = int(np.count_nonzero(neq))
-        if oc.mismatched:
-            flat = np.flatnonzero(neq)[:WORST_COUNT]
-            oc.worst = [(_unravel(i, a.shape), a.reshape(-1)[i], e.reshape(-1)[i]) for i in flat]
-        oc.passed = oc.mismatched == 0
+        _compare_exact_values(a, e, oc, how.equal_nan)
         return oc
-    oc.problem = (f"dtype differs: actual {a.dtype}, expected {e.dtype} "
-                  f"(values are not compared across these kinds)")
+    if a.dtype == e.dtype:
+        oc.problem = f"values of dtype {a.dtype} cannot be compared (no rule for this kind)"
+    else:
+        oc.problem = (f"dtype differs: actual {a.dtype}, expected {e.dtype} "
+                      f"(values are not compared across these kinds{_cast_hint(a, e)})")
     return oc
+
+
+def _cast_hint(a: np.ndarray, e: np.ndarray) -> str:
+    if {a.dtype.kind, e.dtype.kind} <= set("iubf") and "f" in (a.dtype.kind, e.dtype.kind):
+        floating = a.dtype if a.dtype.kind == "f" else e.dtype
+        return (f"; integer outputs compare exactly, floating ones within a tolerance: cast one "
+                f"side, e.g. .astype(np.{floating.name}), to compare them as floats")
+    return ""
+
+
+def _exact_for_integers(dtype: np.dtype, resolved: Tolerance) -> Tolerance:
+    """Integers and bools compare exactly whatever rtol/atol was given (a class id or a
+    token id off by one is another answer, not rounding); the report says so when one was."""
+    source = f"{dtype} values compare exactly"
+    if resolved.rtol or resolved.atol or resolved.scale:
+        source += (f"; rtol={resolved.rtol:g}, atol={resolved.atol:g} ({resolved.source}) "
+                   "applies to floating outputs only")
+    return Tolerance(0.0, 0.0, source=source)
 
 
 def _unravel(flat: int | np.integer, shape: tuple) -> tuple:
@@ -392,35 +461,72 @@ def _unravel(flat: int | np.integer, shape: tuple) -> tuple:
 # --------------------------------------------------------------------------- exact kinds
 
 
+def _exact_int_diff(af: np.ndarray, ef: np.ndarray) -> np.ndarray:
+    """|a - e| of two flat integer arrays, exactly: uint64 (a difference of int64 or uint64
+    values may need all 64 bits, which float64 would round: 2**53 vs 2**53 + 1 is 1, not 0),
+    Python ints for the rare int64-against-uint64 pair, whose difference may need 65."""
+    if af.dtype.kind == "b":
+        return (af != ef).astype(np.uint64)
+    signed = "i" in (af.dtype.kind, ef.dtype.kind)
+    if signed and np.uint64 in (af.dtype.type, ef.dtype.type):
+        return np.array([abs(int(x) - int(y)) for x, y in zip(af.tolist(), ef.tolist())],
+                        dtype=object)
+    wide = np.int64 if signed else np.uint64
+    x, y = af.astype(wide), ef.astype(wide)
+    ge = x >= y
+    # modulo 2**64 the difference is exact, and 0 <= |a - e| < 2**64
+    x, y = x.view(np.uint64), y.view(np.uint64)
+    return np.where(ge, x - y, y - x)
+
+
 def _compare_exact_numbers(a: np.ndarray, e: np.ndarray, oc: OutputComparison,
                            full_stats: bool) -> None:
-    """Integers and bools: equal or not. Differences measured in float64 for the report."""
+    """Integers and bools: equal or not. The differences are exact integers (``_exact_int_diff``),
+    in float64 only for the relative and mean statistics; no "smallest passing tolerance"
+    (no tolerance applies)."""
     af, ef = a.reshape(-1), e.reshape(-1)
-    if a.dtype.kind == "b":
-        neq = af != ef
-        d = neq.astype(np.float64)
-    else:
-        neq = af != ef
-        d = np.abs(af.astype(np.float64) - ef.astype(np.float64))
+    neq = af != ef
     oc.mismatched = int(np.count_nonzero(neq))
     oc.passed = oc.mismatched == 0
     if not oc.size:
         return
-    i = int(np.argmax(d))
-    oc.max_abs, oc.max_abs_index = float(d[i]), _unravel(i, a.shape)
+    exact = _exact_int_diff(af, ef)
+    i = int(np.argmax(exact))
+    oc.max_abs, oc.max_abs_index = float(exact[i]), _unravel(i, a.shape)
     oc.scale = float(np.max(np.abs(ef.astype(np.float64))))
     if oc.passed and not full_stats:
         return
+    d = exact.astype(np.float64)
     oc.mean_abs = float(d.mean())
     with np.errstate(divide="ignore", invalid="ignore"):
         rel = d / np.abs(ef.astype(np.float64))
     rel[d == 0] = 0.0
-    oc.min_atol, oc.min_rtol = float(d.max()), float(rel.max())
     j = int(np.argmax(rel))
     oc.max_rel, oc.max_rel_index = float(rel[j]), _unravel(j, a.shape)
     order = np.argsort(-d, kind="stable")[:WORST_COUNT]
     oc.worst = [(_unravel(k, a.shape), _py(af[k]), _py(ef[k])) for k in order if neq[k]]
     oc.error_histogram = _histogram(d[d > 0])
+
+
+def _compare_exact_values(a: np.ndarray, e: np.ndarray, oc: OutputComparison,
+                          equal_nan: bool) -> None:
+    """Strings, objects, dates and durations, raw bytes: equal or not (NaT, like NaN,
+    equals NaT only with ``equal_nan``)."""
+    if a.dtype.kind == "V":                  # unstructured void: compare the bytes
+        width = a.dtype.itemsize
+        neq = (np.ascontiguousarray(a).view(np.uint8).reshape(-1, width)
+               != np.ascontiguousarray(e).view(np.uint8).reshape(-1, width)).any(axis=1)
+    else:
+        neq = np.asarray(a != e, dtype=bool).reshape(-1)
+        if equal_nan and a.dtype.kind in "Mm":
+            neq &= ~(np.isnat(a) & np.isnat(e)).reshape(-1)
+    oc.mismatched = int(np.count_nonzero(neq))
+    if oc.mismatched:
+        flat = np.flatnonzero(neq)[:WORST_COUNT]
+        oc.worst = [(_unravel(i, a.shape), a.reshape(-1)[i], e.reshape(-1)[i]) for i in flat]
+    oc.passed = oc.mismatched == 0
+    if a.dtype.kind in "Mm" and oc.mismatched and bool(np.isnat(a).any() or np.isnat(e).any()):
+        oc.notes.append("NaT equals NaT only with equal_nan=True")
 
 
 def _py(x: Any) -> Any:
@@ -437,6 +543,8 @@ def _compare_complex(a: np.ndarray, e: np.ndarray, oc: OutputComparison, tol: To
     oc.scale = scale
     oc.mismatched = int(ok.size - np.count_nonzero(ok))
     oc.passed = oc.mismatched <= tol.max_mismatch_fraction * oc.size
+    if oc.passed and not tol.allow_vacuous and tol.is_vacuous(scale):
+        oc.vacuous, oc.passed, oc.problem = True, False, _vacuous_problem(tol, scale)
     if oc.size:
         with np.errstate(invalid="ignore"):
             d = np.abs(af - ef)
@@ -459,14 +567,15 @@ def elementwise_close(actual: Any, expected: Any, tolerance: Tolerance, *,
     elements out; this says *which* are, for callers who want the mask (the tests check
     ``compare``'s counts against it).
     """
-    a, e = np.asarray(actual), np.asarray(expected)
+    a, e = np.asarray(as_numpy(actual)), np.asarray(as_numpy(expected))
     if a.shape != e.shape:
         raise ValueError(f"shapes differ: actual {a.shape}, expected {e.shape}")
+    for what in ("rtol", "atol", "scale"):
+        check_tolerance_value(what, getattr(tolerance, what), f"Tolerance({tolerance.source})")
     if _float_format(a.dtype) is None or _float_format(e.dtype) is None:
         return np.asarray(a == e, dtype=bool).reshape(a.shape)
     af, ef = np.ravel(a), np.ravel(e)
-    work = np.dtype(np.float64) if np.float64 in (a.dtype.type, e.dtype.type) or \
-        a.dtype.itemsize > 8 or e.dtype.itemsize > 8 else np.dtype(np.float32)
+    work = _work_dtype(a, e, tolerance)
     native = all(x.dtype.kind == "f" and x.dtype.itemsize <= 8 for x in (af, ef))
     scan = _Scanner(af, ef, work, native, blocking)
     scale = 0.0
@@ -484,8 +593,7 @@ def elementwise_close(actual: Any, expected: Any, tolerance: Tolerance, *,
 def _compare_floats(a: np.ndarray, e: np.ndarray, oc: OutputComparison, tol: Tolerance,
                     how: _Settings, fmt: tuple[int, int] | None) -> None:
     equal_nan, full_stats = how.equal_nan, how.full_stats
-    work = np.dtype(np.float64) if np.float64 in (a.dtype.type, e.dtype.type) or \
-        a.dtype.itemsize > 8 or e.dtype.itemsize > 8 else np.dtype(np.float32)
+    work = _work_dtype(a, e, tol)
     if a.dtype.itemsize > 8 or e.dtype.itemsize > 8:
         oc.notes.append("extended precision judged in float64")
     af, ef = np.ravel(a), np.ravel(e)
@@ -506,10 +614,7 @@ def _compare_floats(a: np.ndarray, e: np.ndarray, oc: OutputComparison, tol: Tol
         passed = _judge_top1(a, e, oc, tol) and passed
     if passed and v.scale is not None and not tol.allow_vacuous and tol.is_vacuous(v.scale):
         oc.vacuous = True
-        oc.problem = (f"vacuous comparison: the allowed difference ({tol.describe()}) is at least the "
-                      f"output's largest magnitude {v.scale:.3g}, so even an all-zero output would pass "
-                      "and this check cannot fail; use a tolerance below the output's scale (the "
-                      "default rule scales with it), or pass allow_vacuous=True to accept it")
+        oc.problem = _vacuous_problem(tol, v.scale)
         passed = False
     oc.passed = passed
     if n == 0 or (passed and not full_stats):
@@ -519,7 +624,7 @@ def _compare_floats(a: np.ndarray, e: np.ndarray, oc: OutputComparison, tol: Tol
     # pass 2: full statistics ------------------------------------------------------
     # (with tol.scale > 0 the verdict pass always reads to the end: its scale is final)
     s = scan.statistics(tol, equal_nan, v.scale if tol.scale else None, fmt,
-                        need_order=allowed > 0, want_histogram=full_stats,
+                        want_histogram=full_stats,
                         expect_failures=v.mismatched > 0)
     oc.scale = s.scale
     if not v.complete:                    # the statistics pass counted the whole output
@@ -545,6 +650,13 @@ def _compare_floats(a: np.ndarray, e: np.ndarray, oc: OutputComparison, tol: Tol
     if s.max_rel_index is not None:
         ev = abs(float(ef[s.max_rel_index]))
         oc.max_rel_allowed = tol.rtol + const / ev if ev else math.inf
+
+
+def _vacuous_problem(tol: Tolerance, scale: float) -> str:
+    return (f"vacuous comparison: the allowed difference ({tol.describe()}) is at least the "
+            f"output's largest magnitude {scale:.3g}, so even an all-zero output would pass "
+            "and this check cannot fail; use a tolerance below the output's scale (the "
+            "default rule scales with it), or pass allow_vacuous=True to accept it")
 
 
 def _note_nonfinite(oc: OutputComparison, count: int, equal_nan: bool) -> None:
@@ -785,11 +897,11 @@ class _Scanner:
                         None if best_at is None else best, max_abs_index)
 
     def statistics(self, tol: Tolerance, equal_nan: bool, scale: float | None,
-                   fmt: tuple[int, int] | None, need_order: bool,
+                   fmt: tuple[int, int] | None,
                    want_histogram: bool, expect_failures: bool = False) -> _Stats:
         """Every statistic in one pass (``_StatsPass``). ``scale=None`` (only for
         ``tol.scale == 0``, where the bound does not need it): measure max|e| on the way."""
-        return _StatsPass(self, tol, equal_nan, scale, fmt, need_order, want_histogram,
+        return _StatsPass(self, tol, equal_nan, scale, fmt, want_histogram,
                           expect_failures).run()
 
 
@@ -805,10 +917,10 @@ class _StatsPass:
     non-finite values or too many candidates take the full path."""
 
     def __init__(self, scan: _Scanner, tol: Tolerance, equal_nan: bool, scale: float | None,
-                 fmt: tuple[int, int] | None, need_order: bool, want_histogram: bool,
+                 fmt: tuple[int, int] | None, want_histogram: bool,
                  expect_failures: bool) -> None:
         self.scan, self.tol, self.equal_nan = scan, tol, equal_nan
-        self.need_order, self.want_histogram = need_order, want_histogram
+        self.want_histogram = want_histogram
         self.rtol, self.sc = float(tol.rtol), float(tol.scale)
         self.measure_scale = scale is None
         if scale is None:
@@ -818,13 +930,14 @@ class _StatsPass:
         self.const = const = float(tol.atol) + self.sc * scale
         nmant, minexp = fmt if fmt is not None else (52, -1022)
         size, work, blocking = scan.d.size, scan.work, scan.blocking
-        self.acc = _StatsAcc(work, self.rtol, const, nmant, minexp, size, blocking.subset_batch)
+        self.acc = _StatsAcc(work, self.rtol, const, float(tol.atol), nmant, minexp, size,
+                             blocking.subset_batch)
         self.best = -1.0                         # greatest finite |a - e|...
         self.best_at: int | None = None          # ...and its chunk
         self.total, self.finite_count = 0.0, 0
         self.hist = np.zeros(2100, np.int64)     # binary exponents of |a-e|, offset by 1100
         self.ones = np.ones(size, work)
-        self.fast = (blocking.short_stats and expect_failures and not need_order
+        self.fast = (blocking.short_stats and expect_failures
                      and not want_histogram and self.acc.ulp_floor > 0
                      and nmant <= np.finfo(work).nmant
                      and self.rtol >= 0 and math.isfinite(const) and const >= 0)
@@ -958,10 +1071,7 @@ class _StatsPass:
         self._keep_for_summary(d, m)
 
     def _keep_for_summary(self, d: np.ndarray, m: int) -> None:
-        """What only a fully computed chunk gives: its excesses (for the smallest atol when
-        some mismatches are allowed) and its error histogram."""
-        if self.need_order:
-            self.acc.excess_all.append(self.scan.t[:m].copy())
+        """What only a fully computed chunk gives: its error histogram."""
         if self.want_histogram:
             _histogram_add(self.hist, d)
 
@@ -981,19 +1091,17 @@ class _StatsPass:
                       scan._argmax_finite(self.best_at) if self.best_at is not None else None)
 
     def _smallest_tolerance(self) -> tuple[float, float]:
-        """(min_atol, min_rtol): the smallest of each that would pass alone (inf when a
-        non-finite mismatch makes every tolerance fail)."""
+        """(min_atol, min_rtol): the smallest ``atol=`` (with the rule's rtol) and ``rtol=``
+        (with its atol) that pass when given as arguments, i.e. under the plain per-element
+        rule (no scale term, no share of elements allowed out: what an explicit value
+        means), rounded up past the arithmetic's rounding (``passing_bound``); inf when a
+        non-finite mismatch makes every tolerance fail."""
         acc = self.acc
         if acc.impossible:
             return math.inf, math.inf
-        need_atol = acc.need_atol
-        if self.need_order and acc.excess_all:
-            allowed = int(math.floor(self.tol.max_mismatch_fraction * self.scan.n))
-            ex = np.concatenate(acc.excess_all)
-            k = ex.size - 1 - allowed
-            need_atol = float(np.partition(ex, k)[k]) if k >= 0 else 0.0
-        min_atol = max(0.0, need_atol - self.sc * self.scale) if math.isfinite(need_atol) else 0.0
-        min_rtol = max(0.0, acc.need_rtol) if acc.need_rtol != -math.inf else 0.0
+        work = self.scan.work
+        min_atol = passing_bound(acc.need_atol, work) if math.isfinite(acc.need_atol) else 0.0
+        min_rtol = passing_bound(acc.need_rtol, work) if acc.need_rtol != -math.inf else 0.0
         return min_atol, min_rtol
 
     def _worst_picks(self) -> list[int]:
@@ -1039,26 +1147,26 @@ class _StatsAcc:
     - an excess fl(d - fl(rtol|e|)) above the current level A (smallest atol so far, or the
       5th-worst excess) means d > fl(rtol|e|) + A/(1+u) > the first term, c_low <= A(1-margin);
     - a relative difference fl(d/|e|) above R means d > |e| R/(1+u) > fl(kr|e|), kr <= R(1-m);
-      the rtol ratio fl((d - c)/|e|) is at most fl(d/|e|); and a ULP distance
+      the rtol ratio fl((d - atol)/|e|) is at most fl(d/|e|); and a ULP distance
       d / max(2**E(e) 2**-nmant, floor) is below 2**(nmant+1) d/|e|, so one above the current
       maximum U needs d/|e| > U 2**-(nmant+1)/(1+u): R = min(max_rel, need_rtol, U 2**-(nmant+2)).
     The cheaper mask ``d > fl(min(|e|, c_low/kr) kr)`` is below both terms too (it is at most
     c_low (1+u)**3 and at most fl(kr|e|)); it only picks more elements where rtol|e| matters.
     """
 
-    def __init__(self, work: np.dtype, rtol: float, const: float, nmant: int, minexp: int,
-                 chunk: int, batch: int) -> None:
+    def __init__(self, work: np.dtype, rtol: float, const: float, atol: float, nmant: int,
+                 minexp: int, chunk: int, batch: int) -> None:
         self.work, self.rtol, self.const, self.nmant = work, rtol, const, nmant
+        self.atol = atol                      # need_rtol is for an explicit rtol=: atol only
         self.mismatched = self.nonfinite = 0
         self.max_rel = -1.0
         self.max_rel_index: int | None = None
         self.max_ulp = 0.0
         self.need_atol = -math.inf            # max over elements of d - rtol|e|
-        self.need_rtol = -math.inf            # max over elements of (d - const) / |e|
+        self.need_rtol = -math.inf            # max over elements of (d - atol) / |e|
         self.impossible = False               # a non-finite mismatch: no tolerance passes
         self.worst: list[tuple[float, int]] = []   # (excess, flat index), best first
         self.nonfinite_worst: list[int] = []
-        self.excess_all: list[np.ndarray] = []
         self.pow2_mask, _ = _EXPONENT_BITS[work.itemsize]
         self.ulp_floor = 2.0 ** (minexp - nmant)
         self.u = np.empty(chunk, work)
@@ -1142,7 +1250,7 @@ class _StatsAcc:
         # relative difference; 0/0 (exact zero both sides) is NaN and skipped
         np.divide(d, ae, out=t)
         self._take_rel(t, where)
-        np.subtract(d, self.const, out=t)
+        np.subtract(d, self.atol, out=t)
         np.divide(t, ae, out=t)
         self._take_rtol(t)
         self._take_ulp(d, ae, t)

@@ -6,6 +6,7 @@ plugin) can raise and catch them without importing TensorFlow.
 
 from __future__ import annotations
 
+import unittest
 from pathlib import Path
 from typing import Any, Callable
 
@@ -46,11 +47,15 @@ class ModelLoadError(Exception):
     """A model file or directory cannot be loaded (or exported) in the given format.
 
     The message always names the file, the format tried, what was wrong and, when known,
-    how to fix it; the original exception is chained as ``__cause__``.
+    how to fix it; the original exception is chained as ``__cause__``. ``.not_applicable``:
+    the format cannot carry this kind of model at all (a string input on tfjs, a lookup table
+    on graphdef/onnx), rather than this file being broken; the plugin then skips that format
+    in its default matrix, as it does a format the source cannot be converted to.
     """
 
     def __init__(self, path: str | Path | None, format: str | None, problem: str,
-                 fix: str | None = None, *, action: str = "load") -> None:
+                 fix: str | None = None, *, action: str = "load", not_applicable: bool = False) -> None:
+        self.not_applicable = not_applicable
         self.path = None if path is None else str(path)
         self.format = format
         self.problem = problem
@@ -102,7 +107,8 @@ class ExportError(ModelLoadError):
 
     def __init__(self, path: str | Path | None, format: str | None, problem: str, fix: str | None = None, *,
                  unsupported_ops: tuple[str, ...] | list[str] = (), advice: str | None = None,
-                 log_path: str | Path | None = None, route: str | None = None) -> None:
+                 log_path: str | Path | None = None, route: str | None = None,
+                 not_applicable: bool = False) -> None:
         self.unsupported_ops = tuple(unsupported_ops)
         self.advice = advice
         self.log_path = None if log_path is None else str(log_path)
@@ -111,9 +117,22 @@ class ExportError(ModelLoadError):
             problem += f"; unsupported ops: {', '.join(self.unsupported_ops)}"
         if advice:
             problem += f"; the converter suggests: {advice}"
-        super().__init__(path, format, problem, fix, action="export")
+        super().__init__(path, format, problem, fix, action="export", not_applicable=not_applicable)
         if self.log_path:
             self.args = (f"{self.args[0]}\n  converter log: {self.log_path}",)
+
+
+class NotSerializable(ExportError):
+    """The model cannot be written in this format at all, whatever the converter: a subclassed
+    model whose class Keras cannot rebuild has no ``.keras``/``.h5`` form. Not a broken export
+    but one this source cannot have: the plugin skips the format unless the user named it."""
+
+
+class NotApplicable(unittest.SkipTest):
+    """A check that cannot say anything about this model, so it neither passes nor fails:
+    ``assert_batch_invariant`` on a file that runs every batch one row at a time (an LSTM's
+    TFLite export at a fixed batch of 1) compares that computation with itself. A
+    ``unittest.SkipTest``: pytest and unittest report it as a skip with its reason."""
 
 
 class InvalidArgumentError(ValueError):

@@ -180,7 +180,7 @@ class ExportProcess:
     # -- exporting -------------------------------------------------------------------------
     def export(self, model: Any, format: str, path: str | Path, **options: Any) -> Path:
         """Export ``model`` to ``format`` at ``path`` in the worker (or inline, see the module docstring)."""
-        from .formats import export_model
+        from .formats import export_model, record_route
 
         if isinstance(model, (str, Path)):
             handed: Path | str | None = str(model)  # a SavedModel directory: the worker reads it itself
@@ -201,7 +201,10 @@ class ExportProcess:
             return Path(export_model(model, format, path, **options))
         if "error" in reply:
             raise _rebuild(reply["error"], format, Path(path))
-        return Path(reply["ok"])
+        written = Path(reply["ok"])
+        if reply.get("route"):  # how the worker converted it, known here as if exported here
+            record_route(written, format, reply["route"])
+        return written
 
     def _ask(self, request: dict, format: str, path: Path) -> dict:
         proc = self._start()
@@ -334,7 +337,7 @@ def _rebuild(info: dict, format: str, path: Path) -> Exception:
 
 # -- the worker side (python -m pytest_modelparity.export_process FD) ------------------------
 def _serve(request: dict, models: dict[str, Any]) -> dict:
-    from .formats import export_model
+    from .formats import export_model, export_route
 
     model: Any = request["model"]
     if request["keras_file"]:
@@ -350,7 +353,8 @@ def _serve(request: dict, models: dict[str, Any]) -> dict:
     limit = request.get("memory_limit")
     restore = _limit_memory(limit) if limit else None
     try:
-        return {"ok": str(export_model(model, request["format"], request["path"], **request["options"]))}
+        written = export_model(model, request["format"], request["path"], **request["options"])
+        return {"ok": str(written), "route": export_route(written)}
     finally:
         if restore is not None:
             restore()

@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 
 import pytest
 
-from .errors import DeviceUnavailable, ModelLoadError, RuntimeMissing
+from .errors import DeviceUnavailable, ModelLoadError, NotSerializable, RuntimeMissing
 from .scratch import owned_prefix
 from .options import ParityOptions, split_format
 
@@ -96,6 +96,9 @@ class ParitySession:
     _cache: Any = None
     _exporter: Any = None  # export_process.ExportProcess, or None for export_model in this process
     left_out: list[list[str]] = field(default_factory=list)  # [format, device] pairs a format cannot run on
+    started: float = field(default_factory=time.time)  # wall clock: what this run installed (tfjs npm ci)
+    # node id -> (device, outcome, skip/failure reason) of every matrix test: "nothing ran on a GPU"
+    device_outcomes: dict[str, tuple[str, str, str | None]] = field(default_factory=dict)
     _precision_set: bool = False
     _tf32_before: bool | None = None  # TF's TF32 setting before --modelparity-tf32=off changed it
 
@@ -139,6 +142,20 @@ class ParitySession:
             self.sources[key] = self._quietly("resolving the source", lambda: resolve_source(obj))()
             self.sources[key].keep = obj
         return self.sources[key]
+
+    def declare_input_specs(self, obj: Any, specs: Any) -> None:
+        """Give a subclassed Keras source the inputs of ``modelparity_input_specs`` (a source
+        that fails to resolve is reported by the reference or candidate that needs it)."""
+        if specs is None:
+            return
+        try:
+            src = self.source(obj)
+        except Exception:  # noqa: BLE001 - reported, with its context, where the model is needed
+            return
+        if src.keras_model is not None:
+            from .formats.keras_specs import declare_input_specs
+
+            declare_input_specs(src.keras_model, specs)
 
     # -- models ---------------------------------------------------------------------
     def reference(self, obj: Any, device: str, load_options: dict | None = None) -> Any:
@@ -250,6 +267,11 @@ class ParitySession:
                     "seconds": round(time.perf_counter() - start, 3),
                     # a cache hit is a reused artifact, not an export made by this run
                     "cache_hit": cache is not None and getattr(cache, "hits", 0) > hits_before}
+        from .formats import export_route
+
+        route = export_route(path)
+        if route:  # how the converter got there (e.g. a mixed_float16 model traced in float32)
+            artifact["route"] = route
         notes = cache.take_notes() if cache is not None else []
         if notes:  # a damaged cache entry was dropped and re-exported: said once, in the summary
             artifact["cache_note"] = "; ".join(notes)
@@ -330,7 +352,10 @@ class ParitySession:
         try:
             return self.reference(source, device, load_options)
         except (RuntimeMissing, DeviceUnavailable) as exc:
-            self.unavailable(exc, f"reference on {device}")
+            # parity_batch is drawn from the reference's inputs: a test that only checks the
+            # candidate (assert_deterministic) skips too, and would not know why.
+            self.unavailable(exc, f"reference on {device} (parity_reference, and parity_batch, which is drawn "
+                                  "from the reference's inputs)")
         except ModelLoadError as exc:  # the message names the file, the format and the fix
             _fail(f"modelparity: reference: {explain(exc) if explain else f'{exc}{_load_options_hint(exc)}'}")
 
@@ -414,10 +439,12 @@ def _variant_options(model: Any, variant: str | None, elements: Any = None) -> d
         return {}
     options: dict[str, Any] = {"quantization": variant}
     if variant == "int8" and not isinstance(model, (str, Path)):
+        from .formats.keras_specs import input_specs
         from .strategies import seeded_batch
 
         # By input name: the converter's input order is not the model's (tflite._representative).
-        options["representative_data"] = [dict(seeded_batch(model, batch_size=INT8_CALIBRATION_ROWS, seed=INT8_CALIBRATION_SEED,
+        options["representative_data"] = [dict(seeded_batch(input_specs(model, action="export"),
+                                                            batch_size=INT8_CALIBRATION_ROWS, seed=INT8_CALIBRATION_SEED,
                                                             elements=elements))]
     return options
 
@@ -501,6 +528,17 @@ def modelparity_load_options() -> dict:
 
 
 @pytest.fixture(scope="session")
+def modelparity_input_specs() -> Any:
+    """Override in conftest.py (session scope) to declare the inputs of a subclassed Keras
+    model that was never built or called (one that was knows them already):
+    ``[(name, shape, dtype)]`` with the batch dim first (``[("x", (None, 5), "float32")]``),
+    ``tf.TensorSpec``s, or ``{name: (shape, dtype)}`` when ``call`` takes a dict. They name
+    the inputs of every exported form. Default None (functional models have their own).
+    """
+    return None
+
+
+@pytest.fixture(scope="session")
 def modelparity_export_options() -> dict:
     """Override in conftest.py (session scope) to pass options to the converters:
     ``{format: {option: value}}``, e.g. ``{"onnx": {"opset": 18}, "tflite": {"supported_ops":
@@ -541,11 +579,12 @@ def modelparity_reference_device(request: pytest.FixtureRequest, modelparity_dev
 
 @pytest.fixture(scope="module")
 def parity_reference(request: pytest.FixtureRequest, modelparity_source: Any, modelparity_reference_device: str,
-                     modelparity_load_options: dict) -> Any:
+                     modelparity_load_options: dict, modelparity_input_specs: Any) -> Any:
     """The source as a ``LoadedModel`` on ``modelparity_reference_device`` (built once per
     session): the candidate's device unless ``--modelparity-reference-device`` says otherwise."""
-    return get_state(request.config).reference_or_skip(modelparity_source, modelparity_reference_device,
-                                                       modelparity_load_options)
+    state = get_state(request.config)
+    state.declare_input_specs(modelparity_source, modelparity_input_specs)
+    return state.reference_or_skip(modelparity_source, modelparity_reference_device, modelparity_load_options)
 
 
 def _fail(text: str) -> NoReturn:
@@ -566,9 +605,11 @@ def _load_options_hint(exc: BaseException) -> str:
 @pytest.fixture(scope="module")
 def parity_candidate(request: pytest.FixtureRequest, modelparity_source: Any, modelparity_format: str,
                      modelparity_device: str, modelparity_load_options: dict,
-                     modelparity_export_options: dict, modelparity_elements: Any) -> Any:
+                     modelparity_export_options: dict, modelparity_elements: Any,
+                     modelparity_input_specs: Any) -> Any:
     """The source exported to ``modelparity_format`` (cached) and loaded on the device."""
     state = get_state(request.config)
+    state.declare_input_specs(modelparity_source, modelparity_input_specs)
     return state.candidate_or_skip(modelparity_source, modelparity_format, modelparity_device,
                                    named=_formats_named(request, state), load_options=modelparity_load_options,
                                    converter_options=converter_options_for(modelparity_export_options,
@@ -578,9 +619,17 @@ def parity_candidate(request: pytest.FixtureRequest, modelparity_source: Any, mo
 
 def skip_if_unreachable(exc: BaseException, format: str, *, named: bool) -> None:
     """Skip a default-matrix format the source cannot be converted to at all (a frozen .pb is
-    not a Keras model): not applicable rather than broken. Named by the user, it is an error."""
-    unreachable = isinstance(exc, NotExportable) or (isinstance(exc, ModelLoadError) and exc.action == "convert")
-    if unreachable and not named:
+    not a Keras model), or that cannot carry this kind of model (a string input on tfjs, a
+    lookup table on graphdef/onnx): not applicable rather than broken. Named by the user, it
+    is an error."""
+    if named:
+        return
+    if isinstance(exc, ModelLoadError) and exc.not_applicable:
+        fix = f"; {exc.fix}" if exc.fix else ""
+        pytest.skip(f"modelparity: format {format!r} does not apply to this model ({exc.problem}){fix}. "
+                    "Naming the formats (--modelparity-formats, or the marker's formats=) makes this a failure")
+    if isinstance(exc, (NotExportable, NotSerializable)) or (isinstance(exc, ModelLoadError)
+                                                              and exc.action == "convert"):
         pytest.skip(f"modelparity: format {format!r} cannot be made from this source "
                     f"({str(exc).splitlines()[0]}); name the formats to test with "
                     "--modelparity-formats to make this a failure")
@@ -593,15 +642,16 @@ def _formats_named(request: pytest.FixtureRequest, state: ParitySession) -> bool
 
 
 @pytest.fixture(scope="session")
-def modelparity_elements() -> Any:
+def modelparity_elements(request: pytest.FixtureRequest) -> Any:
     """Override in conftest.py (session scope) to return the element range of your batches:
     ``(low, high)`` or ``{input name: (low, high)}`` (e.g. ``(0, 255)`` for raw pixels).
 
     One source of truth for input ranges: ``parity_batch`` draws from it, a ``tflite:int8``
     candidate is calibrated on rows drawn from it, and your own ``batches(parity_reference,
-    elements=modelparity_elements)`` should too. Default None: each dtype's default range.
+    elements=modelparity_elements)`` should too. Default: ``--modelparity-input-range`` (ini
+    ``modelparity_input_range``), else None: each dtype's default range.
     """
-    return None
+    return get_state(request.config).options.input_range
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
-__all__ = ["json_number", "json_value", "short_float", "table_number"]
+__all__ = ["json_number", "json_value", "short_float", "table_number", "ceil_float", "exact_float"]
 
 
 def json_number(value: Any) -> float | str | None:
@@ -62,6 +63,26 @@ def short_float(x: float | None, digits: int = 4) -> str:
     if 1e-3 <= abs(x) < 1e5:
         return f"{x:.{digits}g}"
     return f"{x:.{max(digits - 2, 1)}e}"
+
+
+def ceil_float(x: float, digits: int = 4) -> str:
+    """``x`` rounded *up* to ``digits`` significant digits: text whose value is never below
+    ``x``, for a bound the reader will paste back ("Smallest passing tolerance": rounded to
+    nearest, 0.0537066 would print as 0.0537 and fail)."""
+    x = float(x)
+    if x <= 0 or not math.isfinite(x):
+        return exact_float(x)
+    exact = Decimal(x)                       # the float's exact value
+    step = Decimal(1).scaleb(exact.adjusted() - digits + 1)
+    up = exact.quantize(step, rounding=ROUND_CEILING)
+    # the nearest float to `up` is >= x, since x itself is a float <= up
+    return f"{float(up):.{digits}g}"
+
+
+def exact_float(x: float) -> str:
+    """The shortest text that reads back as exactly ``x`` (1.3e-06, 0.0001, 0, 1)."""
+    text = repr(float(x))
+    return text[:-2] if text.endswith(".0") else text
 
 
 def table_number(value: Any, spec: str = ".3g") -> str:

@@ -79,14 +79,33 @@ def matrix_pairs(state: "ParitySession", formats: list[str], devices: list[str])
     return pairs
 
 
-def left_out_line(left_out: list[list[str]]) -> str | None:
-    """``modelparity: left out of the matrix: tflite, tfjs on gpu (they run on the CPU only)``."""
+def left_out_line(left_out: list[list[str]], cpu_in_matrix: bool = True) -> str | None:
+    """``modelparity: left out of the matrix: tflite, tfjs on gpu (they run on the CPU only)``;
+    "their cpu tests still run" only when the CPU is in the matrix (``--modelparity-device=gpu``
+    alone runs none)."""
     if not left_out:
         return None
     formats = list(dict.fromkeys(f for f, _ in left_out))
     devices = list(dict.fromkeys(d for _, d in left_out))
+    rest = ("their cpu tests still run" if cpu_in_matrix
+            else "the CPU is not in this run's matrix, so they ran nowhere: --modelparity-device=all runs them")
     return (f"modelparity: left out of the matrix: {', '.join(formats)} on {', '.join(devices)} "
-            "(they run on the CPU only; their cpu tests still run)")
+            f"(they run on the CPU only; {rest})")
+
+
+def nothing_on_gpu_line(outcomes: dict[str, tuple[str, str, str | None]]) -> str | None:
+    """When the matrix held GPU tests and every one of them skipped, say so plainly: a green
+    run of skips must not read as "checked on the GPU". ``outcomes``: node id -> (device,
+    outcome, reason)."""
+    gpu = [(outcome, reason) for device, outcome, reason in outcomes.values() if device.startswith("gpu")]
+    if not gpu or any(outcome != "skipped" for outcome, _ in gpu):
+        return None
+    reason = next((r for _, r in gpu if r), "")
+    reason = reason.removeprefix("Skipped: ")
+    reason = f" ({reason[:200]}{'...' if len(reason) > 200 else ''})" if reason else ""
+    ran = sum(outcome not in ("skipped",) for device, outcome, _ in outcomes.values() if not device.startswith("gpu"))
+    tail = f"; {ran} test(s) ran on the CPU" if ran else "; no parity test ran at all"
+    return f"modelparity: NOTHING RAN ON A GPU: all {len(gpu)} gpu test(s) were skipped{reason}{tail}"
 
 
 def item_matrix(item: pytest.Item) -> tuple[str | None, str | None]:

@@ -8,6 +8,7 @@ read the same parsed, validated values instead of re-reading ``config.getoption`
 from __future__ import annotations
 
 import difflib
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +53,10 @@ _OPTIONS: tuple[tuple[str, Literal["string", "bool"], str], ...] = (
      "off runs full float32 and judges GPU float32 by the tighter measured rule"),
     ("model", "string",
      "zero-code mode: run the built-in parity suite on SOURCE = a model path, module:factory, or 'demo'"),
+    ("input-range", "string",
+     "LOW,HIGH: the range the input values are drawn from (e.g. 0,255 for raw pixels), or per input "
+     "NAME=LOW,HIGH;NAME=LOW,HIGH; used by zero-code mode, parity_batch and tflite:int8 calibration "
+     "(a modelparity_elements fixture in conftest.py wins). Default: [-1, 1] for floats, [0, 10] for ints"),
     ("timeout", "string",
      f"seconds one model load, one predict (tfjs: Node.js) or one export may take before it is stopped and "
      f"fails the test (default: {DEFAULT_TIMEOUT_S:g}; 'none' waits forever). Node.js start-up has its own "
@@ -88,6 +93,8 @@ class ParityOptions:
     model: str | None = None
     rtol: float | None = None
     atol: float | None = None
+    # (low, high) or {input name: (low, high)}: what the batches are drawn from (None: per dtype)
+    input_range: tuple[float, float] | dict[str, tuple[float, float]] | None = None
     timeout: float | None = DEFAULT_TIMEOUT_S  # None: no limit
     export_process: str = "child"  # or "inline"
     export_memory: int | None = None  # bytes of address space one export may add
@@ -335,10 +342,39 @@ def parse_options(config: pytest.Config) -> ParityOptions:
         model=str(model) if model else None,
         rtol=_float(config, "modelparity_rtol"),
         atol=_float(config, "modelparity_atol"),
+        input_range=parse_input_range(_value(config, "modelparity_input_range")),
         timeout=parse_timeout(_value(config, "modelparity_timeout")),
         export_process=parse_export_process(_value(config, "modelparity_export_process")),
         export_memory=parse_size("--modelparity-export-memory", _value(config, "modelparity_export_memory")),
     )
+
+
+def _range_pair(text: str, where: str) -> tuple[float, float]:
+    parts = [p.strip() for p in text.split(",")]
+    try:
+        low, high = (float(p) for p in parts)
+    except ValueError:
+        raise pytest.UsageError(f"{where}: {text!r} is not LOW,HIGH (two numbers, e.g. 0,255)") from None
+    if not (math.isfinite(low) and math.isfinite(high)) or low > high:
+        raise pytest.UsageError(f"{where}: {text!r} needs two finite numbers with LOW <= HIGH, e.g. 0,255")
+    return low, high
+
+
+def parse_input_range(text: str | None) -> tuple[float, float] | dict[str, tuple[float, float]] | None:
+    """``--modelparity-input-range``: ``0,255`` for every input, or ``image=0,255;mask=0,1``."""
+    if text is None or not str(text).strip():
+        return None
+    where = "--modelparity-input-range"
+    text = str(text).strip()
+    if "=" not in text:
+        return _range_pair(text, where)
+    ranges: dict[str, tuple[float, float]] = {}
+    for entry in (e.strip() for e in text.split(";") if e.strip()):
+        name, sep, pair = entry.partition("=")
+        if not sep or not name.strip():
+            raise pytest.UsageError(f"{where}: {entry!r} is not NAME=LOW,HIGH (entries are separated by ';')")
+        ranges[name.strip()] = _range_pair(pair, f"{where} ({name.strip()})")
+    return ranges
 
 
 def strict_gpu_problem(options: ParityOptions) -> str | None:

@@ -15,13 +15,13 @@ from typing import Any, Iterator
 import pytest
 
 from . import recording
-from .errors import ParityError
+from .errors import NotApplicable, ParityError
 from .fixtures import (STATE_KEY, ParitySession, get_state, modelparity_device,  # noqa: F401 - fixtures
                        modelparity_elements, modelparity_export_options, modelparity_format,
-                       modelparity_load_options,
+                       modelparity_input_specs, modelparity_load_options,
                        modelparity_reference_device, modelparity_source, parity_batch, parity_candidate,
                        parity_reference)
-from .matrix import item_matrix, left_out_line, matrix_pairs, select_matrix
+from .matrix import item_matrix, left_out_line, matrix_pairs, nothing_on_gpu_line, select_matrix
 from .options import add_options, parse_options, strict_gpu_problem
 
 MARKER = ("modelparity(formats=None, devices=None, rtol=None, atol=None): narrow the format x device "
@@ -219,7 +219,19 @@ def _escaped_reports(exc: BaseException) -> list[Any]:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Any:
     with collecting(item):
-        return (yield)
+        try:
+            return (yield)
+        except NotApplicable as exc:
+            # pytest would skip it anyway (a unittest.SkipTest), but at a line of its own
+            # unittest.py; this keeps the test's location in the -rs line.
+            raise _skip_at_item(str(exc)) from None
+
+
+def _skip_at_item(reason: str) -> BaseException:
+    try:
+        return pytest.skip.Exception(reason, _use_item_location=True)
+    except TypeError:  # a pytest without the keyword: the skip is the same, only its location differs
+        return pytest.skip.Exception(reason)
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)  # outermost: sees the xfail verdict of the skipping plugin
@@ -227,6 +239,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Any:
     """A test that passed although an assertion failed in it (``pytest.raises``), or an
     xfail test, expected that failure: its rows say so instead of FAIL."""
     report = yield
+    if report.when == "setup" and report.failed:
+        from .scope_hint import scope_mismatch_message
+
+        explained = scope_mismatch_message(report.longreprtext)
+        if explained:  # pytest's bare ScopeMismatch names neither the cause nor the fix
+            report.longrepr = explained
+    device = item_matrix(item)[1]
+    if device:  # a plain attribute: pytest-xdist carries it to the controller's OutcomeRecorder
+        report.modelparity_device = device
     if report.when == "call" and (report.passed or hasattr(report, "wasxfail")):
         why = (f"xfail: {report.wasxfail}".rstrip(": ") if hasattr(report, "wasxfail")
                else "the test expected this failure (it caught it, e.g. pytest.raises)")
@@ -264,6 +285,9 @@ class OutcomeRecorder:
             entry["reason"] = reason
         if outcome == "error":
             entry["when"] = report.when
+        device = getattr(report, "modelparity_device", None)
+        if isinstance(device, str):
+            self.state.device_outcomes[report.nodeid] = (device, outcome, entry.get("reason"))
 
 
 REASON_CHARS = 500
@@ -374,7 +398,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if state is None or getattr(config, "workeroutput", None) is not None:
         return
     if state.rows:
-        from .summary import format_table, sort_rows
+        from .summary import format_table, hidden_rows_line, sort_rows
 
         rows = sort_rows(state.rows)
         shown = rows
@@ -385,19 +409,31 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         for line in format_table(shown) if shown else ():
             terminalreporter.write_line(line)
         if len(shown) < len(rows):
-            passed = sum(r["verdict"] == "pass" for r in rows)
-            expected = sum(r["verdict"] == "expected" for r in rows)
-            also = f", {expected} failed as the test expected" if expected else ""
-            terminalreporter.write_line(
-                f"... {len(rows) - len(shown)} more rows not shown ({passed} of {len(rows)} passed{also}); "
-                "-v shows every row, --modelparity-report/--modelparity-html write them all")
+            terminalreporter.write_line(hidden_rows_line(rows, shown))
     logs = state.logs
     if logs is not None and logs.path is not None and (logs.written or state.workers):
         terminalreporter.write_line(f"modelparity: TensorFlow and converter output kept in "
-                                    f"{logs.path.parent}{os.sep} (-v shows it instead)")
-    left_out = left_out_line(state.left_out)
+                                    f"{logs.path.parent}{os.sep} (-v -s shows it on the terminal instead)")
+    devices_run = {d for d, _, _ in state.device_outcomes.values()}
+    left_out = left_out_line(state.left_out, cpu_in_matrix=not devices_run or "cpu" in devices_run)
     if left_out:
         terminalreporter.write_line(left_out)
+    from .summary import floor_line, route_lines
+
+    without_floor = floor_line(state.rows)
+    if without_floor:
+        terminalreporter.write_line(without_floor, yellow=True)
+    for line in route_lines(state.artifacts):
+        terminalreporter.write_line(line)
+    from .tfjs_runner import installed_since
+
+    installed = installed_since(state.started)
+    if installed:  # its progress message went to the log with the rest of the load's output
+        terminalreporter.write_line(f"modelparity: installed the Node.js packages of the tfjs format on first use "
+                                    f"({installed})")
+    no_gpu = nothing_on_gpu_line(state.device_outcomes)
+    if no_gpu:
+        terminalreporter.write_line(no_gpu, yellow=True, bold=True)
     # Once per damaged entry, even when several xdist workers found and repaired it.
     notes = {a["cache_note"].split(" was damaged")[0]: a["cache_note"] for a in reversed(state.artifacts)
              if a.get("cache_note")}

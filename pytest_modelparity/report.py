@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .formatting import short_float
+from .formatting import ceil_float, exact_float, short_float
 
 __all__ = ["format_report", "format_output_block", "format_output_line"]
 
@@ -125,19 +125,34 @@ def format_output_block(oc: Any, *, worst: int = 3) -> list[str]:
         else:
             opts = []
             if oc.min_atol is not None and math.isfinite(oc.min_atol):
-                opts.append(f"atol={short_float(oc.min_atol)} (with rtol={short_float(tol.rtol)})")
+                atol = ceil_float(oc.min_atol)
+                opts.append(f"atol={atol} (with rtol={exact_float(tol.rtol)}"
+                            f"{_vacuous_mark(oc, tol.rtol, float(atol))})")
             if oc.min_rtol is not None and math.isfinite(oc.min_rtol):
-                opts.append(f"rtol={short_float(oc.min_rtol)} (with atol={short_float(tol.atol)})")
+                rtol = ceil_float(oc.min_rtol)
+                opts.append(f"rtol={rtol} (with atol={exact_float(tol.atol)}"
+                            f"{_vacuous_mark(oc, float(rtol), tol.atol)})")
             if opts:
                 lines.append("  Smallest passing tolerance: " + " or ".join(opts))
     if oc.top1_agreement is not None:
         lines.append(f"  Top-1 agreement: {oc.top1_agreement:.1%}")
     lines.append(f"  Tolerance: {_tolerance_text(oc)}")
+    if oc.tolerance is not None and oc.tolerance.floor_note:
+        lines.append(f"  Noise floor: {oc.tolerance.floor_note}")
     if oc.worst and worst > 0:
         cells = [f"{_idx(i)} {_v(a)} vs {_v(e)}" for i, a, e in oc.worst[:worst]]
         lines.append("  Worst (index actual vs expected): " + "; ".join(cells))
     lines += [f"  note: {n}" for n in oc.notes]
     return lines
+
+
+def _vacuous_mark(oc: Any, rtol: float, atol: float) -> str:
+    """A suggested bound as large as the output itself passes only with allow_vacuous=True
+    (``Tolerance.is_vacuous``): say so beside it."""
+    scale = oc.scale
+    if scale is None or not (0 < scale < math.inf) or (1.0 - rtol) * scale > atol:
+        return ""
+    return "; vacuous: needs allow_vacuous=True"
 
 
 # A relative bound above this is no bound: |expected| is so small there that the absolute

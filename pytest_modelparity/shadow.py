@@ -1,4 +1,4 @@
-"""The reference's shadow: the same Keras model computed in float64 (or with float16 weights).
+"""The reference's shadow: the same model computed in float64 (or with float16 weights).
 
 Why: the default tolerance of a comparison against a Keras reference is a multiple of the
 model's own float32 rounding error on the batch under test, max |ref32 - ref64| per output
@@ -6,6 +6,10 @@ model's own float32 rounding error on the batch under test, max |ref32 - ref64| 
 EfficientNetB0 and MobileNetV3Small stayed within 2x of it, while that error itself spans
 600x between networks (notes/noise-floor.md). ``tflite:float16`` is judged by what rounding
 the weights to float16 costs the reference, measured the same way.
+
+Twins come in two builds behind one interface (``formats/twins.py``): a Keras model rebuilt
+from its config, or the reference's frozen TensorFlow graph rewritten to float64 (SavedModel,
+GraphDef, TF1 checkpoint, subclassed Keras models). The first faithful one measures.
 
 The twin is built once per model (a weak reference keys it) and its outputs are kept per
 batch (a digest of the input bytes keys them), so every format in a matrix shares one
@@ -34,72 +38,152 @@ MAX_FAITHFUL = 0.05
 
 @dataclass
 class Twin:
-    """A runnable shadow of a reference, or why there is none (``model`` None, ``reason``)."""
+    """A runnable shadow of a reference, or why there is none (``model`` None, ``reason``).
+
+    ``model`` is a runner: it takes the batch the reference takes (fitted to the reference's
+    own inputs, then fed to the twin by position, so input names never have to agree) and
+    returns ``{output name: array}`` in the reference's output order. ``method`` says how it
+    was built: ``"keras"`` (a Keras model rebuilt from its config) or ``"graph"`` (the
+    reference's frozen TensorFlow graph rewritten). ``accumulates``: the model sums products
+    (convolutions, matmuls), so a float64 twin equal to it bitwise stayed partly float32.
+    """
 
     kind: str
     model: Any = None
     reason: str | None = None
+    method: str | None = None
+    accumulates: bool = False
     seconds_to_build: float = 0.0
+    applies: bool = True  # False: this build does not apply to such a reference (not worth saying)
 
 
-_TWINS: "weakref.WeakKeyDictionary[Any, dict[str, Twin]]" = weakref.WeakKeyDictionary()
+@dataclass
+class Floor:
+    """What the twins of a reference measured on one batch: ``errors`` by output path (None
+    when no twin could run), the twin that measured them, and why the others were not used."""
+
+    errors: dict[str, float] | None
+    method: str | None
+    reason: str | None
+    seconds: float
+
+
+METHODS = ("keras", "graph")  # tried in this order: the first faithful twin measures
+_METHOD_NAMES = {"keras": "Keras twin", "graph": "graph twin"}
+_TWINS: "weakref.WeakKeyDictionary[Any, dict[tuple[str, str], Twin]]" = weakref.WeakKeyDictionary()
 _OUTPUTS: "OrderedDict[tuple, Any]" = OrderedDict()
 
 
-def keras_model_of(model: Any) -> Any:
-    """The ``keras.Model`` behind a reference (a raw Keras model, or a LoadedModel of format
-    keras/h5), else None: only those can be shadowed."""
-    native = getattr(model, "native", None)
-    if native is not None and getattr(model, "format", None) in ("keras", "h5"):
-        model = native
-    module = type(model).__module__
-    if module.startswith("keras") and hasattr(model, "layers") and hasattr(model, "get_config"):
-        return model
-    return None
+def method_name(method: str | None) -> str:
+    """``"Keras twin"`` / ``"graph twin"``: how the report names a twin."""
+    return _METHOD_NAMES.get(method or "", "twin")
 
 
-def twin_of(model: Any, kind: str = FLOAT64) -> Twin:
-    """The shadow twin of ``model`` (built once; a failure is remembered with its reason)."""
+def twin_of(model: Any, kind: str = FLOAT64, method: str = "keras") -> Twin:
+    """The ``kind`` twin of ``model`` built by ``method`` (built once per model; a failure
+    is remembered with its reason)."""
     if kind not in KINDS:
         raise ValueError(f"shadow kind {kind!r}; expected one of {KINDS}")
-    keras_model = keras_model_of(model)
-    if keras_model is None:
-        return Twin(kind, reason="the reference is not a Keras model (only Keras models can be "
-                                 "rebuilt in float64)")
+    if method not in METHODS:
+        raise ValueError(f"twin method {method!r}; expected one of {METHODS}")
     try:
-        per_model = _TWINS.setdefault(keras_model, {})
-    except TypeError:  # not weak-referenceable: build without caching
+        per_model = _TWINS.setdefault(model, {})
+    except TypeError:  # not weak-referenceable: built for this call only
         per_model = {}
-    if kind not in per_model:
-        per_model[kind] = _build(model, keras_model, kind)
-    return per_model[kind]
+    key = (kind, method)
+    if key not in per_model:
+        per_model[key] = _build(model, kind, method)
+    return per_model[key]
 
 
-def _build(model: Any, keras_model: Any, kind: str) -> Twin:
+def _build(model: Any, kind: str, method: str) -> Twin:
     import time
 
-    from .formats.keras_shadow import ShadowUnavailable, float16_weights_twin, float64_twin
+    from .formats.twins import NotApplicable, TwinUnavailable, build_runner
 
     start = time.perf_counter()
     try:
-        native = float64_twin(keras_model) if kind == FLOAT64 else float16_weights_twin(keras_model)
-    except ShadowUnavailable as exc:
-        return Twin(kind, reason=str(exc))
-    runnable: Any = native
-    if keras_model is not model:  # a LoadedModel: run the twin the same way, on the CPU
-        from .formats.keras import KerasModel
-
-        runnable = KerasModel(native, device="cpu", format=getattr(model, "format", "keras"))
-    return Twin(kind, model=runnable, seconds_to_build=time.perf_counter() - start)
+        runner, accumulates = build_runner(model, kind, method)
+    except TwinUnavailable as exc:
+        return Twin(kind, reason=str(exc), method=method, applies=not isinstance(exc, NotApplicable))
+    except Exception as exc:  # noqa: BLE001 - a twin that cannot be built never fails the comparison
+        return Twin(kind, reason=f"{type(exc).__name__}: {_first(exc)}", method=method)
+    return Twin(kind, model=runner, method=method, accumulates=accumulates,
+                seconds_to_build=time.perf_counter() - start)
 
 
-def outputs_of(twin: Twin, inputs: Any, run: Callable[[Any, Any], Any]) -> Any:
-    """``run(twin.model, inputs)``, once per distinct batch (shared by every format)."""
+def measure_floor(model: Any, kind: str, inputs: Any, reference: Mapping[str, np.ndarray],
+                  leaves: Callable[[Any], Any]) -> Floor:
+    """max |ref - twin| / max |twin| per output of ``reference`` (the model's outputs on
+    ``inputs``, by path), measured by the first faithful twin of ``kind``.
+
+    A twin is not faithful when it differs from the model by more than rounding can explain
+    (``MAX_FAITHFUL``), or when, as a float64 twin of a model that sums products, it equals
+    the model bitwise on every output (part of it stayed float32). ``leaves`` flattens
+    outputs to ``(path, array)`` pairs; twin outputs whose paths differ from the reference's
+    are matched by position.
+    """
+    import time
+
+    start = time.perf_counter()
+    why: list[str] = []
+    for method in METHODS:
+        twin = twin_of(model, kind, method)
+        label = method_name(method)
+        if twin.model is None:
+            if twin.applies:
+                why.append(f"{label}: {twin.reason}")
+            continue
+        try:
+            out = dict(leaves(outputs_of(twin, inputs)))
+        except Exception as exc:  # noqa: BLE001 - a twin that cannot run: try the next
+            why.append(f"{label}: running it failed ({type(exc).__name__}: {_first(exc)})")
+            continue
+        found = {p: e for p, e in _errors(reference, out).items() if e is not None}
+        problem = _unfaithful(twin, kind, found, reference)
+        if problem is None and not found:
+            problem = "no floating output to measure"
+        if problem:
+            why.append(f"{label}: {problem}")
+            continue
+        return Floor(found, method, "; ".join(why) or None, time.perf_counter() - start)
+    reasons = {w.split(": ", 1)[-1] for w in why}
+    reason = next(iter(reasons)) if len(reasons) == 1 else "; ".join(why)  # said once when all agree
+    return Floor(None, None, reason or "no twin", time.perf_counter() - start)
+
+
+def _errors(reference: Mapping[str, np.ndarray], twin: Mapping[str, np.ndarray]) -> dict[str, float | None]:
+    if set(twin) >= set(reference):
+        pairs = [(p, twin[p]) for p in reference]
+    elif len(twin) == len(reference):  # a raw model's list/tensor output vs the runner's names
+        pairs = list(zip(reference, twin.values()))
+    else:
+        return {}
+    return {p: relative_error(reference[p], arr) for p, arr in pairs}
+
+
+def _unfaithful(twin: Twin, kind: str, errors: Mapping[str, float],
+                reference: Mapping[str, np.ndarray]) -> str | None:
+    worst = max(errors.values(), default=0.0)
+    if kind != FLOAT64:  # float16 weights are meant to differ: what they cost is the measure
+        return None
+    if worst > MAX_FAITHFUL:
+        return (f"it differs from the model by {worst:.2g} of scale, more than rounding can explain "
+                "(a layer whose state is not in its weights?)")
+    elements = sum(int(np.size(reference[p])) for p in errors)
+    if twin.accumulates and errors and worst == 0.0 and elements >= 8:
+        return ("it equals the float32 model bitwise on every output although the model sums products: "
+                "part of it stayed float32, so it is not faithful")
+    return None
+
+
+def outputs_of(twin: Twin, inputs: Any) -> Any:
+    """``twin.model(inputs)``, once per distinct batch (shared by every format)."""
     key = (id(twin.model), batch_digest(inputs))
     if key in _OUTPUTS:
         _OUTPUTS.move_to_end(key)
         return _OUTPUTS[key]
-    value = run(twin.model, inputs)
+    value = twin.model(inputs)
     _OUTPUTS[key] = value
     while len(_OUTPUTS) > _OUTPUTS_KEPT:
         _OUTPUTS.popitem(last=False)
@@ -142,3 +226,8 @@ def relative_error(ref: np.ndarray, shadow: np.ndarray) -> float | None:
     if scale == 0.0:
         return 0.0
     return float(np.max(np.abs(r[finite] - s[finite]))) / scale
+
+
+def _first(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else type(exc).__name__

@@ -61,6 +61,8 @@ def rows_from_report(report: Any, *, nodeid: str, format: str | None, device: st
     device = device or (meta.get("device") if isinstance(meta.get("device"), str) else None)
     calib = meta.get("calibration")
     calibration: dict = calib if isinstance(calib, dict) else {}
+    shadow_meta = meta.get("shadow")
+    twin_info: dict = shadow_meta if isinstance(shadow_meta, dict) else {}
     for out in getattr(report, "outputs", []) or []:
         d = out.to_dict()
         tol = d["tolerance"] or {}
@@ -92,6 +94,10 @@ def rows_from_report(report: Any, *, nodeid: str, format: str | None, device: st
             "tolerance": tol.get("text"),
             "tolerance_source": tol.get("source"),
             "tolerance_rule": tol.get("rule"),
+            # Which float64 twin measured the model's own error ("keras", "graph"), or why
+            # none could and the output was judged by a fixed rule instead.
+            "twin": twin_info.get("twin") if "run of its" in str(tol.get("source")) else None,
+            "noise_floor_missing": tol.get("floor_note"),
             "rtol": tol.get("rtol"),
             "atol": tol.get("atol"),
             "scale": tol.get("scale"),
@@ -121,6 +127,23 @@ def merge_rows(rows: Sequence[dict]) -> list[dict]:
             merged[key] = dict(row)
         merged[key]["runs"] = runs
     return list(merged.values())
+
+
+def floor_line(rows: Sequence[dict]) -> str | None:
+    """The end-of-run line counting outputs of model references judged without their float64
+    floor (a fixed rule), with the most common reason; None when every one had its floor."""
+    missing = [r for r in rows if r.get("noise_floor_missing")]
+    if not missing:
+        return None
+    reasons: dict[str, int] = {}
+    for r in missing:
+        reason = str(r["noise_floor_missing"]).split("; the fixed rule")[0]
+        reasons[reason] = reasons.get(reason, 0) + 1
+    top = max(reasons, key=lambda k: reasons[k])
+    more = f" (and {len(reasons) - 1} other reason(s))" if len(reasons) > 1 else ""
+    return (f"modelparity: {len(missing)} of {len(rows)} outputs were judged without their noise floor, by a "
+            f"fixed rule that is likely looser than the model's own float32 error: {top}{more}; "
+            "the JSON rows' noise_floor_missing says why for each")
 
 
 # -- terminal table ---------------------------------------------------------------------
@@ -202,6 +225,39 @@ def environment() -> dict:
         "tfjs_npm": _tfjs_version(),
         "env": {k: os.environ[k] for k in ("TF_ENABLE_ONEDNN_OPTS", "CUDA_VISIBLE_DEVICES") if k in os.environ},
     }
+
+
+def hidden_rows_line(rows: Sequence[dict], shown: Sequence[dict]) -> str:
+    """What a shortened table left out, counted by verdict. When nothing was shown (a green
+    run), it says so: "N more rows not shown" above no row at all read as a lost table."""
+    hidden = [r for r in rows if not any(r is s for s in shown)]
+    counts = {v: sum(r["verdict"] == v for r in hidden) for v in ("pass", "expected", "fail")}
+    parts = [f"{counts['pass']} passed"] if counts["pass"] else []
+    if counts["expected"]:
+        parts.append(f"{counts['expected']} failed as the test expected")
+    if counts["fail"]:
+        parts.append(f"{counts['fail']} more failed")
+    what = ", ".join(parts) or "no verdict"
+    where = "-v shows every row, --modelparity-report/--modelparity-html write them all"
+    if not shown:
+        return f"{len(rows)} rows, none failed, so none shown ({what}); {where}"
+    return f"... {len(hidden)} more rows not shown ({what}); {where}"
+
+
+# Words of an export route that changes what the candidate computes (formats/mixed_precision.py).
+CHANGED_COMPUTATION = "with a float32 policy"
+
+
+def route_lines(artifacts: Sequence[dict]) -> list[str]:
+    """One line per (source, format) whose export computes differently from the source, e.g.
+    a mixed_float16 model converted to TFLite as a float32-policy trace (same weights)."""
+    seen: dict[tuple[str, str], str] = {}
+    for a in artifacts:
+        route = a.get("route")
+        if isinstance(route, str) and CHANGED_COMPUTATION in route:
+            seen.setdefault((str(a.get("source")), str(a.get("format"))), route)
+    return [f"modelparity: {fmt} of {source!r} was exported as a "
+            f"{next(p for p in route.split('; ') if CHANGED_COMPUTATION in p)}" for (source, fmt), route in seen.items()]
 
 
 def sort_rows(rows: Iterable[dict]) -> list[dict]:

@@ -7,7 +7,9 @@ agree on two things:
 - what is a leaf: anything that is not a mapping, list or tuple, and also a list or tuple of
   plain numbers (``[1.0, 2.0]``, ``[]``, ``[1j]``, ``[np.bool_(True)]``), which numpy reads as
   one array, just as ``np.asarray`` would. A list holding any non-number (an array, a list,
-  a string) is a list of outputs;
+  a string) is a list of outputs; where a list of numbers meets a list of outputs on the
+  other side (``(np.float32(1), np.float32(2))`` against ``[np.array(1.0), np.array(2.0)]``)
+  both are walked item by item, by ``compare`` and the assertions alike;
 - how a path is spelled: ``""`` for a bare array, ``"['a']"``, ``"[0]"``, ``"['a'][0]"``.
 
 numpy only.

@@ -50,9 +50,14 @@ class ParityCheck(pytest.Item):
         # The candidate first: its reason is the specific one ("TFLite runs on CPU only").
         explain = lambda exc: str(zero_code_error(exc))  # noqa: E731
         candidate = state.candidate_or_skip(source, fmt, device, named=state.options.formats_explicit,
-                                            explain=explain)
+                                            explain=explain, elements=state.options.input_range)
         reference = state.reference_or_skip(source, state.reference_device(device), explain=explain)
         getattr(self, f"_{self.check}")(reference, candidate)
+
+    @property
+    def _elements(self) -> Any:
+        """``--modelparity-input-range``: the values the batches are drawn from."""
+        return get_state(self.config).options.input_range
 
     def _outputs_close(self, reference: Any, candidate: Any) -> None:
         from hypothesis import given, settings
@@ -62,7 +67,7 @@ class ParityCheck(pytest.Item):
         from .strategies import PROFILE, batches
 
         @settings(settings.get_profile(PROFILE), max_examples=HYPOTHESIS_EXAMPLES, database=None)
-        @given(batch=batches(reference, batch_size=st.integers(1, MAX_BATCH)))
+        @given(batch=batches(reference, batch_size=st.integers(1, MAX_BATCH), elements=self._elements))
         def outputs_close(batch: Any) -> None:
             assert_outputs_close(candidate, reference, inputs=batch)
 
@@ -72,7 +77,7 @@ class ParityCheck(pytest.Item):
         from .assertions import assert_deterministic
         from .strategies import seeded_batch
 
-        assert_deterministic(candidate, seeded_batch(reference, batch_size=4, seed=BATCH_SEED))
+        assert_deterministic(candidate, seeded_batch(reference, batch_size=4, seed=BATCH_SEED, elements=self._elements))
 
     def _batch_invariant(self, reference: Any, candidate: Any) -> None:
         from .assertions import assert_batch_invariant
@@ -82,7 +87,8 @@ class ParityCheck(pytest.Item):
         if fixed is not None:
             pytest.skip(f"the model was built for a fixed batch of {fixed}: it runs no other batch size, so "
                         "batch invariance cannot be checked; build it with batch_size=None to check it")
-        assert_batch_invariant(candidate, seeded_batch(reference, batch_size=MAX_BATCH, seed=BATCH_SEED),
+        assert_batch_invariant(candidate, seeded_batch(reference, batch_size=MAX_BATCH, seed=BATCH_SEED,
+                                                       elements=self._elements),
                                batch_sizes=(1,))
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:

@@ -24,6 +24,8 @@ def _heavy_modules_stay_loaded() -> None:
     for mod in pkgutil.walk_packages(pytest_modelparity.__path__, "pytest_modelparity."):
         if not mod.name.endswith("__main__"):
             importlib.import_module(mod.name)
-    for runtime in ("ai_edge_litert.interpreter", "onnxruntime"):
+    # onnx's C extension aborts the process when imported a second time (nanobind refuses its
+    # enums again): a pytester run that exports to onnx must not be the one that imports it.
+    for runtime in ("ai_edge_litert.interpreter", "onnxruntime", "onnx", "tf2onnx"):
         if importlib.util.find_spec(runtime.split(".")[0]):
             importlib.import_module(runtime)

@@ -58,6 +58,22 @@ def gelu_encoder():
     return model, np.random.default_rng(0).normal(size=(4, 8, 16)).astype("float32")
 
 
+def gpt_decoder(causal: bool = True):
+    """A GPT-style decoder: token and position embeddings, 2 blocks of MultiHeadAttention with
+    a causal mask (Keras builds it with ``tf.linalg.band_part``), per-token logits."""
+    keras = _keras()
+    keras.utils.set_random_seed(0)
+    t = keras.Input((TOKENS,), dtype="int32", name="tokens")
+    x = keras.layers.Embedding(VOCAB, 16)(t)
+    x = x + keras.layers.Embedding(TOKENS, 16)(keras.ops.arange(TOKENS)[None, :])
+    for i in range(2):
+        a = keras.layers.MultiHeadAttention(2, 8, name=f"mha{i}")(x, x, use_causal_mask=causal)
+        x = keras.layers.LayerNormalization()(x + a)
+        x = keras.layers.LayerNormalization()(x + keras.layers.Dense(16)(keras.layers.Dense(32, activation="relu")(x)))
+    model = keras.Model(t, keras.layers.Dense(VOCAB, name="logits")(x), name="gpt_decoder")
+    return model, np.random.default_rng(0).integers(0, VOCAB, (4, TOKENS)).astype("int32")
+
+
 def two_input():
     """A dict-input model (image + meta vector): converters reorder its inputs."""
     keras = _keras()
@@ -111,6 +127,43 @@ def string_input():
     return model, np.array([["a", "b", "c", "zz"], ["d", "d", "a", "b"]], dtype=object)
 
 
+def subclassed_cnn():
+    """A subclassed keras.Model (Python ``call``, no keras.Input), built by one call: traced."""
+    keras = _keras()
+
+    class SubclassedCNN(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.conv = keras.layers.Conv2D(8, 3, activation="relu")
+            self.pool = keras.layers.GlobalAveragePooling2D()
+            self.head = keras.layers.Dense(4)
+
+        def call(self, image):
+            return keras.ops.softmax(self.head(self.pool(self.conv(image))))
+
+    keras.utils.set_random_seed(0)
+    model = SubclassedCNN()
+    batch = np.random.default_rng(0).uniform(0, 1, (4, 16, 16, 3)).astype("float32")
+    model(batch[:1])
+    return model, batch
+
+
+def mixed_float16_cnn():
+    """A CNN under keras.mixed_precision 'mixed_float16' (float16 compute, float32 head)."""
+    keras = _keras()
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        keras.utils.set_random_seed(0)
+        x = keras.Input((16, 16, 3), name="image")
+        h = keras.layers.MaxPooling2D()(keras.layers.Conv2D(8, 3, activation="relu")(x))
+        h = keras.layers.GlobalAveragePooling2D()(keras.layers.BatchNormalization()(h))
+        y = keras.layers.Dense(4, activation="softmax", dtype="float32", name="probs")(h)
+        model = keras.Model(x, y, name="mixed_float16_cnn")
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    return model, np.random.default_rng(0).uniform(0, 1, (4, 16, 16, 3)).astype("float32")
+
+
 FAMILIES: dict[str, Callable[[], tuple[Any, Any]]] = {
     "tiny CNN": lambda: (tiny_cnn(), np.random.default_rng(0).uniform(0, 1, (4, 8, 8, 3)).astype("float32")),
     "MLP": lambda: (mlp(), np.random.default_rng(0).normal(size=(4, 16)).astype("float32")),
@@ -122,5 +175,8 @@ FAMILIES: dict[str, Callable[[], tuple[Any, Any]]] = {
     "MobileNetV3Small, trained-like BN, 64x64": mobilenet_v3_small,
     "ConvNeXtTiny, 64x64": convnext_tiny,
     "string input (StringLookup)": string_input,
+    "subclassed CNN (built by a call)": subclassed_cnn,
+    "mixed_float16 CNN": mixed_float16_cnn,
+    "GPT decoder, causal mask": gpt_decoder,
 }
 SMALL = ("LSTM (masked)", "GRU (masked)", "BiLSTM (masked)", "Transformer encoder, exact GELU")

@@ -81,3 +81,37 @@ def two_in_two_out():
     a, b = keras.Input((4,), name="zeta"), keras.Input((3,), name="alpha")
     h = keras.layers.Concatenate()([a, b])
     return keras.Model([a, b], [keras.layers.Dense(2, name="score")(h), keras.layers.Dense(5, name="aux")(h)])
+
+
+def trained_like(model, x):
+    """Give a random-weight net trained-like statistics (random nets collapse to near-constant
+    outputs that hide both false alarms and bugs): batch-norm statistics from one training-mode
+    pass with momentum 0, and the classifier scaled so its raw scores have std 1 (spread ~4)."""
+    import keras
+
+    for layer in model._flatten_layers():
+        if isinstance(layer, keras.layers.BatchNormalization):
+            layer.momentum = 0.0
+    x_in = [x] if isinstance(getattr(model, "_inputs_struct", None), (list, tuple)) else x  # as built
+    model(x_in, training=True)
+    head = [layer for layer in model.layers if getattr(layer, "kernel", None) is not None][-1]
+    activation, head.activation = head.activation, keras.activations.linear
+    logits = np.asarray(keras.Model(model.inputs, head.output)([x], training=False), np.float64)
+    head.activation = activation
+    spread = float(np.std(logits)) or 1.0
+    head.set_weights([w / spread for w in head.get_weights()])
+    return model
+
+
+def keras_app(name: str, size: int = 64, *, classes: int = 10, seed: int = 0):
+    """A Keras Applications net (weights=None) with trained-like statistics, and its batch of 4."""
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    build = {"mobilenetv2": lambda: keras.applications.MobileNetV2(
+                 input_shape=(size, size, 3), alpha=0.35, weights=None, classes=classes),
+             "inceptionv3": lambda: keras.applications.InceptionV3(
+                 input_shape=(size, size, 3), weights=None, classes=classes)}[name]
+    model = build()
+    x = np.random.default_rng(seed).uniform(-1, 1, (4, size, size, 3)).astype("float32")
+    return trained_like(model, x), x

@@ -5,13 +5,16 @@ reference below reproduces explicitly rather than hiding:
 - float16 is judged in float32 arithmetic (numpy.isclose computes in float16, where
   ``a - e`` can overflow to inf), so the reference is ``isclose`` on float32 copies;
 - mixed float32/float64 pairs are judged in float64 (as numpy does too);
-- integers and bools compare exactly whatever the tolerance.
+- integers and bools compare exactly whatever the tolerance;
+- an rtol too large for float32 (1e39 is inf there, and inf x 0 = NaN) is judged in
+  float64, so the reference computes in float64 then too.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 
 from dataclasses import replace
 
@@ -34,8 +37,8 @@ EXACT = [np.dtype(np.int8), np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.
 shapes = hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=6)
 tolerances = st.builds(
     lambda r, a: Tolerance(rtol=r, atol=a, source="hypothesis"),
-    st.sampled_from([0.0, 1e-7, 1.3e-6, 1e-3, 0.1, 0.5]),
-    st.sampled_from([0.0, 1e-45, 1e-8, 1e-5, 1e-2, 1.0]),
+    st.sampled_from([0.0, 1e-7, 1.3e-6, 1e-3, 0.1, 0.5, 1e39]),
+    st.sampled_from([0.0, 1e-45, 1e-8, 1e-5, 1e-2, 1.0, 1e39]),
 )
 
 
@@ -73,6 +76,8 @@ def small_chunks() -> Blocking:
 
 
 def _reference(a: np.ndarray, e: np.ndarray, tol: Tolerance, equal_nan: bool) -> np.ndarray:
+    if tol.rtol >= float(np.finfo(np.float32).max):   # see module docstring
+        a, e = a.astype(np.float64), e.astype(np.float64)
     if a.dtype == np.float16:                     # judged in float32, see module docstring
         a, e = a.astype(np.float32), e.astype(np.float32)
     with np.errstate(all="ignore"):
@@ -125,6 +130,11 @@ def test_integers_and_bools_compare_exactly(data, dtype, shape, tol):
     assert oc.mismatched == int(np.count_nonzero(a != e))
     assert oc.passed == bool(np.array_equal(a, e))
     assert oc.tolerance is not None and oc.tolerance.atol == 0 and oc.tolerance.rtol == 0
+    # the greatest difference in exact integer arithmetic (float64 loses it past 2**53)
+    exact = [abs(int(x) - int(y)) for x, y in zip(a.ravel().tolist(), e.ravel().tolist())]
+    if exact:
+        assert oc.max_abs == float(max(exact))
+        assert oc.max_abs_index == np.unravel_index(exact.index(max(exact)), a.shape)
 
 
 @settings(max_examples=150, deadline=None,
@@ -212,3 +222,22 @@ def test_short_path_statistics_are_the_full_ones(short_path_everywhere, pair, to
     full_path = replace(short_path_everywhere, short_stats=False)
     full = compare(a, e, tolerance=tol, blocking=full_path).outputs[0].to_dict()
     assert fast == full
+
+
+_ADVICE = re.compile(r"(atol|rtol)=(\S+) \(with (atol|rtol)=([^;)]+)")
+
+
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(pair=float_pairs(), tol=tolerances, scale=st.sampled_from([0.0, 1e-5, 0.01]))
+def test_smallest_passing_tolerance_passes_as_printed(small_chunks, pair, tol, scale):
+    """"Smallest passing tolerance: atol=X (with rtol=Y)" typed back as the arguments
+    rtol=Y, atol=X passes (rounded up, never to nearest; scale rules included, since an
+    explicit value is the plain rule)."""
+    a, e = pair
+    tol = replace(tol, scale=scale)
+    report = compare(a, e, tolerance=tol, blocking=small_chunks)
+    for name, value, other, other_value in _ADVICE.findall(str(report)):
+        args = {name: float(value), other: float(other_value)}
+        assert compare(a, e, tolerance=Tolerance(source="argument", allow_vacuous=True, **args),
+                       blocking=small_chunks).passed, (name, value, other, other_value)

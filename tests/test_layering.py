@@ -115,14 +115,19 @@ def test_every_module_imports_and_none_is_part_of_an_import_cycle() -> None:
     modules = _modules()
     for name in modules:
         importlib.import_module(name)
+    graph = _import_graph(modules, top_level_only=True)
+    assert _find_cycle(graph) is None, "import cycle: " + " -> ".join(_find_cycle(graph) or [])
+
+
+def _import_graph(modules: dict[str, tuple[Path, bool]], *, top_level_only: bool) -> dict[str, set[str]]:
+    """Module -> the modules among ``modules`` it imports (its own parent package is no edge)."""
     graph: dict[str, set[str]] = {}
     for name, (file, is_pkg) in modules.items():
         edges: set[str] = set()
-        for target, names, _ in _imports(name, file, is_pkg, top_level_only=True):
+        for target, names, _ in _imports(name, file, is_pkg, top_level_only=top_level_only):
             edges.update(t for t in (target, *(f"{target}.{n}" for n in names)) if t in modules)
         graph[name] = {t for t in edges if t != name and not name.startswith(t + ".")}
-
-    assert _find_cycle(graph) is None, "import cycle: " + " -> ".join(_find_cycle(graph) or [])
+    return graph
 
 
 def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -184,3 +189,12 @@ def _import_target(node: ast.ImportFrom, package: str) -> str:
     parts = package.split(".")
     root = ".".join(parts[: len(parts) - node.level + 1])
     return f"{root}.{node.module}" if node.module else root
+
+
+def test_the_formats_package_has_no_import_circle_even_through_lazy_imports() -> None:
+    """Within ``formats`` every import, lazy ones inside functions included, points one way:
+    ``_common`` < ``_tf`` < the format modules < ``serving``/``twins`` (issue 18: ``_tf`` used
+    to import ``keras`` and ``saved_model``, which import ``_tf``)."""
+    modules = {name: spec for name, spec in _modules().items() if name.startswith("pytest_modelparity.formats")}
+    graph = _import_graph(modules, top_level_only=False)
+    assert _find_cycle(graph) is None, "import cycle: " + " -> ".join(_find_cycle(graph) or [])

@@ -24,19 +24,19 @@ def test_twin_is_float64_cached_and_close():
     model = tiny_cnn(seed=3)
     ref = load_model(model)
     twin = shadow.twin_of(ref)
-    assert twin.model is not None and twin.reason is None
+    assert twin.model is not None and twin.reason is None and twin.method == "keras"
     assert shadow.twin_of(ref) is twin                      # once per model
     x = images(4, seed=1)
-    out64 = twin.model.predict(x)["probs"]
+    out64 = twin.model(x)["probs"]
     assert out64.dtype == np.float64
     err = shadow.relative_error(ref.predict(x)["probs"], out64)
     assert 0.0 <= err < 1e-5                                 # rounding, not a different model
     calls = []
-    run = lambda m, b: calls.append(1) or m.predict(b)  # noqa: E731
-    first = shadow.outputs_of(twin, x, run)
-    again = shadow.outputs_of(twin, x.copy(), run)           # same bytes: one float64 run
+    counted = shadow.Twin(twin.kind, model=lambda b: calls.append(1) or twin.model(b))
+    first = shadow.outputs_of(counted, x)
+    again = shadow.outputs_of(counted, x.copy())             # same bytes: one float64 run
     assert calls == [1] and again is first
-    shadow.outputs_of(twin, x + 1, run)
+    shadow.outputs_of(counted, x + 1)
     assert calls == [1, 1]
 
 
@@ -49,7 +49,7 @@ def test_default_bound_is_a_multiple_of_the_models_own_error():
     assert tol.source.startswith(f"{SHADOW_MULTIPLE:g} x the model's own float32 error") and tol.default
     measured = report.meta["noise_floor"]["['fc2']"]["float64"]
     assert tol.scale == pytest.approx(SHADOW_MULTIPLE * max(measured, 8 * np.finfo(np.float32).eps))
-    assert report.meta["shadow"]["float64"] == "measured"
+    assert report.meta["shadow"]["float64"] == "measured by the Keras twin"
     # 1e-4 of scale: inside the fixed rule (4e-4, arrays against arrays), a clear failure
     # against this model, whose own float32 error is ~1e-7
     off = _off(ref, x, 1 + 1e-4)
@@ -82,7 +82,7 @@ def test_batch_invariance_of_a_keras_model_uses_the_shadow():
     assert all("from a float64 run" in o.tolerance.source for o in report.outputs)
 
 
-def test_a_model_that_cannot_be_shadowed_falls_back_and_says_why():
+def test_a_model_keras_cannot_rebuild_gets_the_graph_twin():
     import keras
 
     class Doubler(keras.layers.Layer):   # not registered: from_config cannot rebuild it
@@ -94,8 +94,28 @@ def test_a_model_that_cannot_be_shadowed_falls_back_and_says_why():
     ref = load_model(model)
     x = np.random.default_rng(0).normal(size=(4, 4)).astype("float32")
     report = assert_outputs_close(ref, ref, inputs=x)
-    assert report.meta["shadow"]["float64"].startswith("unavailable: the model could not be rebuilt")
-    assert report.outputs[0].tolerance.source == "built-in float32 (scaled rule)"
+    assert report.meta["shadow"]["twin"] == "graph"
+    assert "Keras twin: the model could not be rebuilt" in report.meta["shadow"]["float64"]
+    assert "from a float64 run of its graph twin" in report.outputs[0].tolerance.source
+
+
+def test_a_reference_without_a_twin_falls_back_and_says_why_and_what_it_costs():
+    model = mlp(seed=0)
+    ref = load_model(model)
+    x = np.random.default_rng(0).normal(size=(4, 16)).astype("float32")
+    plain = lambda b: ref.predict(b)  # noqa: E731 - a Python function: no TensorFlow graph to twin
+    report = assert_outputs_close(ref, plain, inputs=x)
+    tol = report.outputs[0].tolerance
+    assert tol.source == "built-in float32 (scaled rule), no float64 floor"
+    assert tol.floor_note.startswith("no float64 twin (function is not a TensorFlow model")
+    assert "the fixed rule allows 4.0e-04 of scale, 4x to 2,353x the float32 error" in tol.floor_note
+    assert report.outputs[0].to_dict()["tolerance"]["floor_note"] == tol.floor_note
+    with pytest.raises(ParityError) as err:                 # and the failure text says it too
+        assert_outputs_close(_off(ref, x, 1.01), plain, inputs=x)
+    assert "  Noise floor: no float64 twin (" in str(err.value)
+    # arrays against arrays: no model, no twin to miss, nothing to say
+    arrays = assert_outputs_close(ref.predict(x), ref.predict(x))
+    assert arrays.outputs[0].tolerance.floor_note is None
 
 
 def test_mixed_precision_error_is_measured_and_named():
@@ -197,7 +217,9 @@ def test_depthwise_convolutions_run_fast_in_float64_and_compute_the_same(kind):
                  if kind == "depthwise" else
                  keras.layers.Conv2D(4, k, strides=stride, padding=padding, groups=4, dtype="float64"))
         model = keras.Model(x_in, layer(x_in))
-        twin = shadow.twin_of(model).model
+        from pytest_modelparity.formats.keras_shadow import float64_twin
+
+        twin = float64_twin(model)
         assert any(type(lyr).__name__.startswith("ModelparityFloat64") for lyr in twin.layers)
         x = rng.normal(size=(2, size, size, 4))
         want, got = np.asarray(model(x)), np.asarray(twin(x))

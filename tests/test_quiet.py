@@ -62,7 +62,23 @@ def test_a_passing_plugin_run_prints_no_tensorflow_log_lines(pytester: pytest.Py
     text = result.stdout.str() + result.stderr.str()
     for marker in ("I0000", "W0000", "absl::", "port.cc", "XNNPACK"):
         assert marker not in text, text[-3000:]
-    result.stdout.fnmatch_lines(["*TensorFlow and converter output kept in*logs*-v shows it instead*"])
+    result.stdout.fnmatch_lines(["*TensorFlow and converter output kept in*logs*-v -s shows it on the terminal instead*"])
     logs = pytester.path / ".modelparity-cache" / "logs" / "main.log"
     assert "== exporting to tflite" in logs.read_text()
     assert (pytester.path / ".modelparity-cache" / ".gitignore").exists()
+
+
+def test_the_advice_in_that_line_shows_the_output(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """"-v -s shows it": with both, TensorFlow's C++ lines reach the terminal (with -v alone
+    pytest's capture keeps them, which is why the line names both)."""
+    monkeypatch.delenv("MODELPARITY_CACHE_DIR", raising=False)
+    env_level = os.environ.pop("TF_CPP_MIN_LOG_LEVEL", None)
+    try:
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-v", "-s", "--modelparity-model=demo",
+                                               "--modelparity-formats=keras", "-k", "outputs_close", timeout=600)
+    finally:
+        if env_level is not None:
+            os.environ["TF_CPP_MIN_LOG_LEVEL"] = env_level
+    result.assert_outcomes(passed=1)
+    text = result.stdout.str() + result.stderr.str()
+    assert any(marker in text for marker in ("I0000", "W0000", "oneDNN", "cpu_feature_guard")), text[-3000:]

@@ -28,7 +28,7 @@ tflite vs keras: 1 of 2 outputs differs
   Greatest absolute difference: 0.01 at index (3, 4) (allowed 1.35e-05)
   Greatest relative difference: 0.00373 at index (3, 4) (allowed 5.03e-06)
   Greatest ULP distance 41943; mean absolute difference 2.42e-05
-  Smallest passing tolerance: atol=0.009997 (with rtol=1.30e-06) or rtol=0.003727 (with atol=1.00e-05)
+  Smallest passing tolerance: atol=0.009997 (with rtol=1.3e-06) or rtol=0.003727 (with atol=1e-05)
   Tolerance: elementwise rule, rtol=1.3e-06, atol=1e-05 (marker)
   Worst (index actual vs expected): (3, 4) -2.67075109 vs -2.68075109; (7, 0) -2.33972287 vs -2.34272289; (5, 5) -2.4860518 vs -2.48356819
 Passed:

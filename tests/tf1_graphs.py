@@ -15,11 +15,12 @@ FEATURES = 12
 CLASSES = 3
 
 
-def build_classifier(*, dropout: bool, seed: int = 0, with_training: bool = True):
+def build_classifier(*, dropout: bool, seed: int = 0, with_training: bool = True, logit_scale: float = 1.0):
     """``(graph, init_op)``: x -> dense(16, relu) -> [dropout rate 0.5] -> dense(3) -> softmax.
 
     With ``with_training`` the graph also holds labels, a loss and a GradientDescent train op,
     as a real training script's graph does (the automatic output search must skip them).
+    ``logit_scale`` multiplies the classifier's weights (a planted bug of that relative size).
     """
     import tensorflow as tf
 
@@ -34,8 +35,8 @@ def build_classifier(*, dropout: bool, seed: int = 0, with_training: bool = True
         if dropout:
             # The bug of seed 000: dropout left active in the inference graph (unseeded).
             h = v1.nn.dropout(h, rate=0.5, name="dropout")
-        w2 = v1.get_variable("logits/kernel", initializer=rng.normal(0, 0.5, (16, CLASSES)).astype("float32"))
-        b2 = v1.get_variable("logits/bias", initializer=rng.normal(0, 0.1, (CLASSES,)).astype("float32"))
+        w2 = v1.get_variable("logits/kernel", initializer=(rng.normal(0, 0.5, (16, CLASSES)) * logit_scale).astype("float32"))
+        b2 = v1.get_variable("logits/bias", initializer=(rng.normal(0, 0.1, (CLASSES,)) * logit_scale).astype("float32"))
         logits = tf.add(tf.matmul(h, w2), b2, name="logits")
         tf.nn.softmax(logits, name="predictions")
         if with_training:
@@ -47,11 +48,11 @@ def build_classifier(*, dropout: bool, seed: int = 0, with_training: bool = True
     return graph, init
 
 
-def save_checkpoint(directory: Path, *, dropout: bool, seed: int = 0) -> Path:
+def save_checkpoint(directory: Path, *, dropout: bool, seed: int = 0, logit_scale: float = 1.0) -> Path:
     """Save the classifier with a v1 Saver; return the prefix (``<dir>/model.ckpt``)."""
     import tensorflow as tf
 
-    graph, init = build_classifier(dropout=dropout, seed=seed)
+    graph, init = build_classifier(dropout=dropout, seed=seed, logit_scale=logit_scale)
     directory.mkdir(parents=True, exist_ok=True)
     with graph.as_default(), tf.compat.v1.Session(graph=graph) as sess:
         sess.run(init)
@@ -59,11 +60,12 @@ def save_checkpoint(directory: Path, *, dropout: bool, seed: int = 0) -> Path:
         return Path(saver.save(sess, str(directory / "model.ckpt")))
 
 
-def freeze(directory: Path, *, dropout: bool, seed: int = 0, name: str = "frozen.pb") -> Path:
+def freeze(directory: Path, *, dropout: bool, seed: int = 0, name: str = "frozen.pb",
+           logit_scale: float = 1.0) -> Path:
     """Freeze the classifier to ``<dir>/<name>`` the TF1 way (``convert_variables_to_constants``)."""
     import tensorflow as tf
 
-    graph, init = build_classifier(dropout=dropout, seed=seed)
+    graph, init = build_classifier(dropout=dropout, seed=seed, logit_scale=logit_scale)
     directory.mkdir(parents=True, exist_ok=True)
     with graph.as_default(), tf.compat.v1.Session(graph=graph) as sess:
         sess.run(init)

@@ -30,6 +30,7 @@ from .. import tree
 from ._util import (batch_size, fit_inputs, fits, measuring, flatten, is_keras_model, max_abs_diff, native_of, pick,
                     rows, run_model)
 from .calibration import outside_calibration
+from .converter import converter_defect
 from .localize import DIVERGE_REL, LayerDiff, first_divergence, format_rows, localize_divergence
 from .noise import accumulation_noise, noise_hint, reduction_length
 from .random_ops import RandomOp, describe_ops, find_random_ops
@@ -114,6 +115,11 @@ def _diagnose_comparison(report: Any, actual: Any, expected: Any, cand_model: An
         c = _safe(hints, lambda: outside_calibration(cand_model, inputs))
         if c is not None:
             hints.append(_hint(c))
+    # 0b. A candidate whose graph holds an op its converter is known to run wrong.
+    if cand_model is not None:
+        d = _safe(hints, lambda: converter_defect(cand_model))
+        if d is not None:
+            hints.append(_hint(d))
 
     # 1. Accumulation noise: when every failure is noise-sized, that is the whole story. Only
     # under a tolerance the user set: a default (built-in or float64-shadow) bound already

@@ -32,13 +32,13 @@ from ..errors import ExportError, ModelLoadError, RuntimeMissing
 from ..resources import resource_failure
 from ..tfjs_runner import NODE_HINT
 from ._files import check_not_special
-from ._common import ONNX_INSTALL, TF_INSTALL, TFLITE_INSTALL, export_route, is_keras_model
+from ._common import ONNX_INSTALL, TF_INSTALL, TFLITE_INSTALL, export_route, is_keras_model, record_route
 from ._tf import ancestor_ops, import_tf
 from .base import LoadedModel, TensorSpec
 
 __all__ = ["ALL_FORMATS", "FORMATS", "LoadedModel", "TensorSpec", "ancestor_ops", "available_formats",
            "detect_format", "export_model", "export_path", "export_route", "format_module", "import_tf",
-           "is_keras_model", "load_model", "missing_runtime"]
+           "is_keras_model", "load_model", "missing_runtime", "record_route"]
 
 # Order matters for detection: the first whose detect() accepts a path wins.
 ALL_FORMATS: tuple[str, ...] = ("keras", "h5", "saved_model", "checkpoint", "graphdef", "tflite", "tfjs", "onnx")
@@ -181,7 +181,7 @@ def export_path(format: str, path: str | Path) -> Path:
 
 
 def export_model(model: Any, format: str, path: str | Path, *, converter_options: dict[str, Any] | None = None,
-                 **options: Any) -> Path:
+                 input_specs: Any = None, **options: Any) -> Path:
     """Export a Keras model to ``format`` at ``path``; return the path written.
 
     The returned path always loads back with ``load_model(path)``: a file path without its
@@ -192,8 +192,14 @@ def export_model(model: Any, format: str, path: str | Path, *, converter_options
 
     A SavedModel directory (a path) converts only to the formats whose module sets
     ``CONVERTS_SAVED_MODEL`` (tflite, onnx, tfjs); the others need the Keras model itself.
+    ``input_specs`` declares the inputs of a subclassed Keras model that was never built or
+    called (``[(name, shape, dtype)]``, see ``keras_specs``); a built one needs none.
     """
     module = format_module(format)
+    if input_specs is not None and is_keras_model(model):
+        from .keras_specs import declare_input_specs
+
+        declare_input_specs(model, input_specs)
     if not hasattr(module, "export"):
         raise ValueError(f"format {format!r} can be loaded but not exported to")
     if isinstance(model, (str, Path)) and not getattr(module, "CONVERTS_SAVED_MODEL", False):

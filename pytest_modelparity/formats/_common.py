@@ -19,12 +19,14 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from ..errors import ModelLoadError
+from ..errors import ModelLoadError, RuntimeMissing
 from ._files import read_regular
 
-TF_INSTALL = "pip install 'pytest-modelparity[tensorflow]' (or any TensorFlow >= 2.16 build)"
-TFLITE_INSTALL = "pip install 'pytest-modelparity[tflite]'"
-ONNX_INSTALL = "pip install 'pytest-modelparity[onnx]'"
+# The packages themselves, not `pip install 'pytest-modelparity[x]'`: the plugin is not on PyPI,
+# so that command fails unless pip is pointed at a checkout, git URL or wheel (README).
+TF_INSTALL = "pip install tensorflow-cpu (or any TensorFlow >= 2.16 build; the plugin's [tensorflow] extra)"
+TFLITE_INSTALL = "pip install ai-edge-litert (the plugin's [tflite] extra)"
+ONNX_INSTALL = "pip install tf2onnx onnx onnxruntime (the plugin's [onnx] extra)"
 
 
 @contextlib.contextmanager
@@ -44,6 +46,24 @@ def first_line(exc: BaseException, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
+_TF: Any = None
+
+
+def import_tf() -> Any:
+    """``import tensorflow`` once, with its C++ and Python logging turned down."""
+    global _TF
+    if _TF is None:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        try:
+            import tensorflow as tf
+        except ImportError as exc:  # pragma: no cover - depends on the install
+            raise RuntimeMissing("tensorflow", TF_INSTALL) from exc
+        tf.get_logger().setLevel(logging.ERROR)
+        logging.getLogger("absl").setLevel(logging.ERROR)
+        _TF = tf
+    return _TF
+
+
 def is_keras_model(obj: Any) -> bool:
     """Duck-typed Keras model check that imports nothing.
 
@@ -55,24 +75,12 @@ def is_keras_model(obj: Any) -> bool:
 
 
 def _keras() -> Any:
-    from ._tf import import_tf
-
     import_tf()
     import keras
 
     return keras
 
 
-def pack_inputs(model: Any, xs: list[Any]) -> Any:
-    """Arrange flat inputs the way the model was built (single tensor, list or dict)."""
-    struct = getattr(model, "_inputs_struct", None)
-    if isinstance(struct, dict):
-        # model.inputs (the order of xs) is Keras' flattening of the dict, sorted by key, not
-        # the dict's insertion order: pack with Keras' own inverse of that flattening.
-        return _keras().tree.pack_sequence_as(struct, list(xs))
-    if isinstance(struct, (list, tuple)):
-        return list(xs)
-    return xs[0] if len(xs) == 1 else list(xs)
 
 
 def name_outputs(result: Any, names: list[str], numpy: bool = True) -> dict[str, Any]:

@@ -1,15 +1,14 @@
-"""Helpers shared by the TensorFlow formats (keras, h5, saved_model, checkpoint, graphdef) and the
-converters (tflite, onnx, tfjs): the serving function they trace.
+"""Helpers shared by the TensorFlow formats (keras, h5, saved_model, checkpoint, graphdef):
+dtype/shape mapping, path checks, the TF1 session-backed model (checkpoint and graphdef)
+and freezing a graph (weights as constants, what the graph twin starts from).
 
-Why: TensorFlow is imported lazily and quietly in one place; dtype/shape mapping, error
-wrapping and the TF1 session-backed model (used by both checkpoint and graphdef) live here
-so each format module stays small.
+Why: each format module stays small. This module imports no format module (the serving
+function converters trace lives in ``serving.py``, above them): the ``formats`` package has
+no import circle, lazy imports included (``tests/test_layering.py``).
 """
 
 from __future__ import annotations
 
-import logging
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,27 +16,11 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import ModelLoadError, RuntimeMissing
-from ._common import TF_INSTALL, ConverterLog, first_line, name_outputs, pack_inputs, unique
+from ..errors import ModelLoadError
+from ._common import first_line, import_tf, quiet  # noqa: F401 - import_tf: re-exported
 from ._files import check_not_special
 from .base import LoadedModel, TensorSpec
 
-_TF: Any = None
-
-
-def import_tf() -> Any:
-    """``import tensorflow`` once, with its C++ and Python logging turned down."""
-    global _TF
-    if _TF is None:
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        try:
-            import tensorflow as tf
-        except ImportError as exc:  # pragma: no cover - depends on the install
-            raise RuntimeMissing("tensorflow", TF_INSTALL) from exc
-        tf.get_logger().setLevel(logging.ERROR)
-        logging.getLogger("absl").setLevel(logging.ERROR)
-        _TF = tf
-    return _TF
 
 
 def np_dtype(tf_dtype: Any) -> np.dtype:
@@ -251,6 +234,15 @@ class SessionModel(LoadedModel):
     def weights(self) -> dict[str, np.ndarray] | None:
         return self._weights_fn() if self._weights_fn is not None else None
 
+    def frozen_graph(self) -> Any:
+        """The graph with its variables (restored in the session) as constants, for the graph twin."""
+        inputs, outputs = [t.name for t in self._in], [t.name for t in self._out]
+        with self.graph.as_default():
+            has_variables = bool(import_tf().compat.v1.global_variables())
+        if has_variables:
+            return freeze_session(self.session, self.graph, inputs, outputs)
+        return FrozenGraph(self.graph_defs()[0], inputs, outputs)
+
     def close(self) -> None:
         if self.session is not None:
             self.session.close()
@@ -282,117 +274,57 @@ def const_weights(graph_def: Any) -> dict[str, np.ndarray]:
     return out
 
 
-# -- the serving function converters trace ---------------------------------------------
+# -- frozen graphs: weights as constants (the graph twin starts from one) -------------------
 
-def keras_signature(model: Any, format: str) -> tuple[list[Any], list[str]]:
-    """``tf.TensorSpec`` per Keras input (batch dim ``None``) and the output names.
-
-    Shared by the TFLite and ONNX exporters so both name inputs and outputs after the Keras
-    model (``image`` -> ``probs``), whatever the converter would have called them.
-    """
-    tf = import_tf()
-
-    inputs = getattr(model, "inputs", None)
-    if not inputs:
-        from .keras import SUBCLASSED_FIX, SUBCLASSED_WHAT
-
-        raise ModelLoadError(None, format, f"{SUBCLASSED_WHAT}: {type(model).__name__}", SUBCLASSED_FIX,
-                             action="export")
-    specs = []
-    for i, t in enumerate(inputs):
-        shape = (None, *[None if d is None else int(d) for d in tuple(t.shape)[1:]])
-        name = str(getattr(t, "name", None) or f"input_{i}").split(":", 1)[0]
-        specs.append(tf.TensorSpec(shape, tf.as_dtype(getattr(t, "dtype", "float32")), name=name))
-    from .keras import keras_output_names
-
-    return specs, unique(keras_output_names(model))
+class GraphUnavailable(Exception):
+    """The model's graph cannot be frozen; the message says why."""
 
 
 @dataclass
-class Serving:
-    """What a converter needs from a model: a traced function and what it closes over."""
+class FrozenGraph:
+    """A reference's inference graph with its weights as constants, and where to feed/fetch.
 
-    function: Any            # tf.function, None batch dim, returning {output name: tensor}
-    specs: list[Any]         # tf.TensorSpec per input, in the model's input order
-    output_names: list[str]  # in the model's output order
-    holder: Any              # an object tracking the variables, for the TFLite converter
-
-
-def begin_export(model: Any, path: str | Path, format: str, filename: str) -> tuple[Path, Serving, ConverterLog]:
-    """What a converting export (tflite, onnx) starts from: the file to write (``filename``
-    inside ``path`` when that is a directory), the model's serving function, and a log that
-    will hold the converter's output."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / filename
-    return path, serving_function(model, format), ConverterLog(format)
-
-
-def serving_function(model: Any, format: str = "tflite") -> Serving:
-    """The serving function of a Keras model, or of a SavedModel directory's signature.
-
-    Shared by the TFLite and ONNX exporters: tracing the model ourselves works for
-    Sequential and functional models alike (tf2onnx's ``from_keras`` fails on Keras 3
-    Sequential models with a KeyError on an internal tensor name), and lets a user's
-    SavedModel be converted without a Keras model at hand.
+    ``inputs``/``outputs`` are tensor names (``"x:0"``) in the order of the reference's
+    ``LoadedModel.inputs``/``.outputs``.
     """
+
+    graph_def: Any
+    inputs: list[str]
+    outputs: list[str]
+
+    def op_types(self) -> set[str]:
+        ops = {node.op for node in self.graph_def.node}
+        for function in self.graph_def.library.function:
+            ops.update(node.op for node in function.node_def)
+        return ops
+
+
+def freeze_concrete(fn: Any, input_order: list[int] | None = None) -> FrozenGraph:
+    """Freeze a ConcreteFunction; outputs in ``tf.nest.flatten(structured_outputs)`` order,
+    inputs in the function's flat order (``input_order`` reorders them)."""
+    import_tf()
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+    try:
+        with quiet():
+            frozen = convert_variables_to_constants_v2(fn, lower_control_flow=False)
+    except Exception as exc:  # noqa: BLE001 - any failure: no graph twin
+        raise GraphUnavailable(f"freezing the graph failed ({first_line(exc)})") from exc
+    inputs = [t.name for t in frozen.inputs if t.dtype.name != "resource"]
+    if input_order is not None:
+        inputs = [inputs[i] for i in input_order]
+    return FrozenGraph(frozen.graph.as_graph_def(), inputs, [t.name for t in frozen.outputs])
+
+
+def freeze_session(session: Any, graph: Any, inputs: list[str], outputs: list[str]) -> FrozenGraph:
+    """Freeze a TF1 graph whose variables live in ``session`` (a restored checkpoint)."""
     tf = import_tf()
-
-    if isinstance(model, (str, Path)):
-        return _saved_model_serving(Path(model))
-    specs, out_names = keras_signature(model, format)
-
-    def serve(*args: Any) -> dict[str, Any]:
-        # Inputs packed as the model was built (a dict model refuses a list); outputs named
-        # like KerasModel names them, so the reference and the export agree on names.
-        return name_outputs(model(pack_inputs(model, list(args)), training=False), out_names, numpy=False)
-
-    function = tf.function(serve, input_signature=specs, autograph=False)
-    return Serving(function, specs, out_names, variable_holder(model))
-
-
-def _saved_model_serving(path: Path) -> Serving:
-    """A positional tf.function over a SavedModel's serving signature (keyword-only)."""
-    tf = import_tf()
-
-    from . import saved_model
-
-    if not saved_model.detect(path):
-        raise ModelLoadError(path, None, "it is not a SavedModel directory, and only a Keras model or a "
-                             "SavedModel directory can be converted to tflite, onnx or tfjs", "pass the Keras model, or the directory "
-                             "written by model.export() / tf.saved_model.save()", action="convert")
-    loaded = saved_model.load(path, device="cpu")
-    names = [s.name for s in loaded.inputs]
-    specs = [tf.TensorSpec(s.shape, tf.as_dtype(s.dtype), name=s.name) for s in loaded.inputs]
-    signature = loaded.native
-
-    def serve(*args: Any) -> Any:
-        return signature(**dict(zip(names, args)))
-
-    function = tf.function(serve, input_signature=specs, autograph=False)
-    return Serving(function, specs, [s.name for s in loaded.outputs], loaded.loaded)
-
-
-def variable_holder(model: Any):
-    """A ``tf.Module`` that tracks the model's ``tf.Variable``s so the converter freezes them.
-
-    Keras 3 wraps each ``tf.Variable`` in a ``keras.Variable`` the converter does not see
-    through: without this, the weights stay as uninitialised resource variables and the
-    .tflite file outputs NaN.
-    """
-    tf = import_tf()
-
-    holder = tf.Module()
-    holder.model = model
-    holder.variables_ = [v.value if isinstance(getattr(v, "value", None), tf.Variable) else v
-                         for v in getattr(model, "variables", [])]
-    return holder
-
-
-def graph_op_types(concrete: Any) -> set[str]:
-    """Op types in a concrete function's graph and every function it calls."""
-    graph_def = concrete.graph.as_graph_def()
-    ops = {node.op for node in graph_def.node}
-    for function in graph_def.library.function:
-        ops.update(node.op for node in function.node_def)
-    return ops
+    names = sorted({name.split(":")[0] for name in outputs})
+    try:
+        with quiet():
+            graph_def = tf.compat.v1.graph_util.convert_variables_to_constants(
+                session, graph.as_graph_def(), names)
+    except Exception as exc:  # noqa: BLE001
+        raise GraphUnavailable(f"freezing the checkpoint's graph failed ("
+                                   f"{first_line(exc)})") from exc
+    return FrozenGraph(graph_def, list(inputs), list(outputs))

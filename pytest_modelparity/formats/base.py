@@ -130,7 +130,8 @@ class LoadedModel(abc.ABC):
                 if want is not None and got != want:
                     self._mismatch(f"input {spec.name!r} has a batch of {got} rows, but the model was built for a "
                                    f"fixed batch of {want} (axis 0); feed batches of {want}" if axis == 0 else
-                                   f"input {spec.name!r} has size {got} on axis {axis}, the model expects {want}", batch)
+                                   f"input {spec.name!r} has size {got} on axis {axis}, the model expects {want}"
+                                   + layout_hint(arr.shape, spec.shape), batch)
             if arr.dtype.kind not in _ACCEPTED_KINDS.get(spec.dtype.kind, spec.dtype.kind):
                 self._mismatch(f"input {spec.name!r} is {arr.dtype.name}, which cannot be cast safely to {spec.dtype.name}", batch)
             if spec.dtype.kind in "OS":  # a string input
@@ -193,6 +194,27 @@ class LoadedModel(abc.ABC):
 def _is_list_of_arrays(batch: Sequence[Any]) -> bool:
     """A list of arrays is one array per input; a nested list of numbers is one array."""
     return len(batch) > 0 and all(hasattr(b, "shape") and hasattr(b, "dtype") for b in batch)
+
+
+# (name of the batch's layout, name of the model's, the transpose that turns one into the other)
+_LAYOUTS = ((("channels-first (N, C, H, W)", "channels-last (N, H, W, C)", (0, 2, 3, 1)),
+             ("channels-last (N, H, W, C)", "channels-first (N, C, H, W)", (0, 3, 1, 2))))
+
+
+def layout_hint(given: tuple[int, ...], wanted: tuple[int | None, ...]) -> str:
+    """``"; the batch looks channels-first ... np.transpose(x, (0, 2, 3, 1))"`` when an image
+    batch fits the input once its channel axis is moved (PyTorch-style NCHW data fed to a Keras
+    NHWC model, or the reverse), else ``""``. Why: a size mismatch on axis 1 says nothing of the
+    cause, and transposing (not reshaping, which scrambles pixels silently) is the fix."""
+    if len(given) != 4 or len(wanted) != 4:
+        return ""
+    for batch_layout, model_layout, axes in _LAYOUTS:
+        moved = tuple(given[a] for a in axes)
+        if moved != tuple(given) and all(w is None or w == m for m, w in zip(moved, wanted)) \
+                and moved[3 if axes == (0, 2, 3, 1) else 1] in (1, 3, 4):
+            return (f"; the batch looks {batch_layout} while the model takes {model_layout}: pass "
+                    f"np.transpose(x, {axes}) (a reshape would scramble the pixels)")
+    return ""
 
 
 def _describe_batch(batch: Any) -> str:

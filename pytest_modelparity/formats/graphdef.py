@@ -83,8 +83,8 @@ def export(model: Any, path: Path, **options: Any) -> Path:
         raise ExportError(path, NAME, f"freezing left {len(tables)} resource input(s) ({', '.join(tables[:3])}): "
                              "lookup tables (StringLookup, IntegerLookup, TextVectorization) are not variables, "
                              "and a frozen GraphDef cannot hold or initialise them",
-                             "test this model as saved_model (it keeps the tables) or keras; string inputs "
-                             "without tables (e.g. keras.layers.Hashing) do export to graphdef")
+                             "test this model as keras or saved_model (they keep the tables; tflite often does too); string inputs "
+                             "without tables (e.g. keras.layers.Hashing) do export to graphdef", not_applicable=True)
     # Rename the function's output Identity nodes to the Keras output names ("probs:0").
     taken = {node.name for node in graph_def.node}
     renames = {}

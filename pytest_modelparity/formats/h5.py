@@ -17,6 +17,7 @@ from ..devices import require_tf_device
 from ._common import first_line
 from ._tf import require_path
 from .keras import KerasModel, load_keras_file, save_keras_file
+from .keras_specs import declare_input_specs
 
 NAME = "h5"
 EXPORT_REQUIRES: tuple[tuple[str, str], ...] = (("h5py", "pip install h5py"),)
@@ -66,7 +67,7 @@ def _has_lambda(config: str) -> bool:
 
 
 def load(source: Any, *, device: str = "cpu", safe_mode: bool = True,
-         custom_objects: dict | None = None) -> KerasModel:
+         custom_objects: dict | None = None, input_specs: Any = None) -> KerasModel:
     path = require_path(Path(source), NAME)
     with open(path, "rb") as f:
         head = f.read(8)
@@ -80,6 +81,7 @@ def load(source: Any, *, device: str = "cpu", safe_mode: bool = True,
                              "pass safe_mode=False to load_model only if you trust this file")
     require_tf_device(device, format=NAME)
     model = load_keras_file(path, NAME, safe_mode=safe_mode, custom_objects=custom_objects)
+    declare_input_specs(model, input_specs)
     return KerasModel(model, device=device, source=path, format=NAME)
 
 

@@ -16,16 +16,12 @@ import numpy as np
 
 from ..errors import ModelLoadError
 from ..devices import require_tf_device
-from ._common import first_line, is_keras_model, name_outputs, pack_inputs, quiet
-from ._tf import import_tf, require_path
-from .base import LoadedModel, TensorSpec
+from ._common import first_line, is_keras_model, name_outputs, quiet
+from ._tf import freeze_concrete, import_tf, require_path
+from .base import LoadedModel
+from .keras_specs import declare_input_specs, input_specs, is_subclassed, keras_output_names, output_specs, pack_inputs
 
 NAME = "keras"
-# A subclassed Keras 3 model never gets symbolic inputs, even after a call on data.
-SUBCLASSED_WHAT = ("the Keras model has no symbolic inputs (a subclassed keras.Model, or a Sequential "
-                   "model without an Input)")
-SUBCLASSED_FIX = ("wrap it in a functional model: x = keras.Input(shape); model = keras.Model(x, "
-                  "subclassed(x)); or build a Sequential model with keras.Input(...) first")
 EXPORT_REQUIRES: tuple[tuple[str, str], ...] = ()
 
 
@@ -42,8 +38,10 @@ class KerasModel(LoadedModel):
         self._device = require_tf_device(device, format=format)
         self._traced: Any = None
         self.compute_dtype = _compute_dtype(model)
-        super().__init__(device=device, source=source, inputs=_input_specs(model, source, format),
-                         outputs=_output_specs(model))
+        # A subclassed model has no symbolic inputs: its specs come from the shapes it was
+        # built for, or from the user (keras_specs); its outputs from tracing it once.
+        super().__init__(device=device, source=source, inputs=input_specs(model, source=source, format=format),
+                         outputs=output_specs(model))
 
     def _predict(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         tf = import_tf()
@@ -67,6 +65,14 @@ class KerasModel(LoadedModel):
 
     def graph_defs(self) -> list[Any]:
         return [self.traced_function().graph.as_graph_def()]
+
+    def frozen_graph(self) -> Any:
+        """The traced inference function with its weights as constants (for the graph twin)."""
+        frozen = freeze_concrete(self.traced_function())
+        # A dict-returning function flattens its outputs by sorted key.
+        flat = sorted(s.name for s in self.outputs)
+        frozen.outputs = [frozen.outputs[flat.index(s.name)] for s in self.outputs]
+        return frozen
 
     def weights(self) -> dict[str, np.ndarray]:
         return {getattr(v, "path", v.name): np.asarray(v.numpy()) for v in self.native.weights}
@@ -108,36 +114,8 @@ def _compute_dtype(model: Any) -> str | None:
     return name if name in ("float16", "bfloat16") else None
 
 
-def _input_specs(model: Any, source: Any, format: str) -> list[TensorSpec]:
-    try:
-        tensors = list(model.inputs)
-    except (AttributeError, ValueError) as exc:
-        raise ModelLoadError(source, format, SUBCLASSED_WHAT, SUBCLASSED_FIX) from exc
-    specs, seen = [], set()
-    for i, t in enumerate(tensors):
-        name = getattr(t, "name", None) or f"input_{i}"
-        name = name[:-2] if name.endswith(":0") else name
-        if name in seen:
-            name = f"{name}_{i}"
-        seen.add(name)
-        specs.append(TensorSpec(name, tuple(t.shape), t.dtype))
-    return specs
 
 
-def keras_output_names(model: Any) -> list[str]:
-    """The output names every form uses: the keys a dict-output model returns, else Keras'
-    ``output_names`` (layer names), else ``output_<i>``; in ``model.outputs`` order."""
-    n = len(getattr(model, "outputs", None) or []) or 1
-    struct = getattr(model, "_outputs_struct", None)
-    if isinstance(struct, dict) and len(struct) == n:
-        return sorted(str(k) for k in struct)  # Keras flattens a dict by sorted key
-    names = [str(n_) for n_ in (getattr(model, "output_names", None) or [])]
-    return names if len(names) == n and len(set(names)) == n else [f"output_{i}" for i in range(n)]
-
-
-def _output_specs(model: Any) -> list[TensorSpec]:
-    outputs = list(model.outputs)
-    return [TensorSpec(n, tuple(t.shape), t.dtype) for n, t in zip(keras_output_names(model), outputs)]
 
 
 def load_keras_file(path: Path, format: str, *, safe_mode: bool, custom_objects: dict | None) -> Any:
@@ -162,8 +140,13 @@ def load_keras_file(path: Path, format: str, *, safe_mode: bool, custom_objects:
 
 
 def load(source: Any, *, device: str = "cpu", safe_mode: bool = True,
-         custom_objects: dict | None = None) -> KerasModel:
-    """Load an in-memory Keras model (or a zero-argument factory returning one) or a ``.keras`` file."""
+         custom_objects: dict | None = None, input_specs: Any = None) -> KerasModel:
+    """Load an in-memory Keras model (or a zero-argument factory returning one) or a ``.keras`` file.
+
+    ``input_specs`` declares the inputs of a subclassed model that was never built or called
+    (``[(name, shape, dtype)]``, shapes with the batch dim first; see ``keras_specs``); every
+    later export of the same model object uses them too.
+    """
     if isinstance(source, (str, Path)):
         path = require_path(Path(source), NAME)
         if not zipfile.is_zipfile(path):
@@ -172,6 +155,7 @@ def load(source: Any, *, device: str = "cpu", safe_mode: bool = True,
                                  "re-save it with model.save('m.keras'), or pass the right format=")
         require_tf_device(device, format=NAME)
         model = load_keras_file(path, NAME, safe_mode=safe_mode, custom_objects=custom_objects)
+        declare_input_specs(model, input_specs)
         return KerasModel(model, device=device, source=path)
     model = source
     if not is_keras_model(model) and callable(model) and (isinstance(model, type) or not hasattr(model, "weights")):
@@ -179,6 +163,7 @@ def load(source: Any, *, device: str = "cpu", safe_mode: bool = True,
     if not is_keras_model(model):
         raise ModelLoadError(None, NAME, f"expected a keras.Model (or a factory returning one), got "
                              f"{type(model).__name__}", "pass a Keras model, or a path with format=")
+    declare_input_specs(model, input_specs)
     return KerasModel(model, device=device)
 
 
@@ -192,6 +177,30 @@ def save_keras_file(model: Any, path: Path, format: str, suffixes: tuple[str, ..
     if path.suffix.lower() not in suffixes:
         raise ValueError(f"a {format} export path must end with {' or '.join(suffixes)}, got {str(path)!r}")
     path.parent.mkdir(parents=True, exist_ok=True)
+    if is_subclassed(model):
+        return _save_subclassed(model, path, format, options)
     with quiet():
         _keras().saving.save_model(model, str(path), **options)
+    return path
+
+
+def _save_subclassed(model: Any, path: Path, format: str, options: dict[str, Any]) -> Path:
+    """Save a subclassed model and load it back: Keras writes one without complaint even when
+    it cannot rebuild it (an unregistered class, an ``__init__`` its config does not fit), so
+    such a file would fail only when read. That model cannot have this format: NotSerializable."""
+    from ..errors import NotSerializable
+
+    fix = ("register the class with @keras.saving.register_keras_serializable() and make get_config() "
+           "return its __init__ arguments; the other formats (saved_model, graphdef, tflite, onnx, tfjs) "
+           "trace the model and need neither")
+    name = type(model).__name__
+    try:
+        with quiet():
+            _keras().saving.save_model(model, str(path), **options)
+        load_keras_file(path, format, safe_mode=True, custom_objects=None)
+    except Exception as exc:  # noqa: BLE001 - any failure means "does not serialise"
+        path.unlink(missing_ok=True)
+        why = exc.problem if isinstance(exc, ModelLoadError) else first_line(exc)
+        raise NotSerializable(path, format, f"the subclassed model {name} does not serialise to {format} "
+                              f"({why})", fix) from exc
     return path

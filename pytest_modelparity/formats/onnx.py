@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import DeviceUnavailable, ExportError, ModelLoadError
 from .base import LoadedModel, TensorSpec
 from ._common import ONNX_INSTALL, TF_INSTALL, ConverterLog, finish_export, first_line, read_model_bytes
-from ._tf import begin_export, graph_op_types
+from .serving import begin_export, graph_op_types
 
 if TYPE_CHECKING:  # imported lazily at run time: onnx is optional
     import onnx
@@ -244,7 +244,7 @@ def export(model: Any, path: Path, *, opset: int = DEFAULT_OPSET,
             except _ResourceLeft as exc:
                 raise ExportError(path, NAME, str(exc), "compare this model through saved_model or tflite (both "
                                   "carry lookup tables), or export the model without its lookup layer",
-                                  route=route) from exc
+                                  route=route, not_applicable=True) from exc
             except Exception as exc:  # noqa: BLE001 - converter errors are many and untyped
                 raise _export_error(path, f"tf2onnx failed (opset {opset}): {first_line(exc, 200)}", log, route,
                                     exc) from exc

@@ -15,9 +15,10 @@ import numpy as np
 
 from ..errors import ModelLoadError
 from ..devices import require_tf_device
-from ._common import first_line, name_outputs, pack_inputs, quiet
-from ._tf import import_tf, require_path, spec
+from ._common import first_line, name_outputs, quiet
+from ._tf import freeze_concrete, import_tf, require_path, spec
 from .base import LoadedModel
+from .keras_specs import pack_inputs
 
 NAME = "saved_model"
 EXPORT_REQUIRES: tuple[tuple[str, str], ...] = ()
@@ -65,6 +66,18 @@ class SavedModelModel(LoadedModel):
 
     def graph_defs(self) -> list[Any]:
         return [self.native.graph.as_graph_def()]
+
+    def frozen_graph(self) -> Any:
+        """The signature with its variables as constants (for the graph twin)."""
+        # A signature's inputs are keyword arguments and its outputs a dict: both flatten
+        # in sorted-name order; the specs follow the exporter's order.
+        flat_in = sorted(s.name for s in self.inputs)
+        frozen = freeze_concrete(self.native, [flat_in.index(s.name) for s in self.inputs])
+        outputs = self.native.structured_outputs
+        if isinstance(outputs, dict):
+            flat_out = sorted(outputs)
+            frozen.outputs = [frozen.outputs[flat_out.index(s.name)] for s in self.outputs]
+        return frozen
 
     def weights(self) -> dict[str, np.ndarray]:
         out = {}

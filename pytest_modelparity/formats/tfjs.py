@@ -37,12 +37,13 @@ from ..scratch import owned_prefix
 from ._common import TF_INSTALL, ConverterLog, quiet, record_route
 from ._files import check_not_special, read_regular
 from .base import LoadedModel, TensorSpec
+from . import tfjs_rewrite
 
 NAME = "tfjs"
 CONVERTS_SAVED_MODEL = True  # export() also takes a SavedModel directory
 EXPORT_VALIDATES = True  # export() runs validate() before moving the files into place
 TFJS_CONVERTER_INSTALL = ("pip install --no-deps tensorflowjs==4.22.0 tensorflow_hub==0.16.1 && "
-                          "pip install 'pytest-modelparity[tfjs]'  (plain `pip install tensorflowjs` "
+                          "pip install packaging six  (the plugin's [tfjs] extra; plain `pip install tensorflowjs` "
                           "downgrades TensorFlow and protobuf)")
 EXPORT_REQUIRES = (("tensorflow", TF_INSTALL), ("tensorflowjs", TFJS_CONVERTER_INSTALL))
 
@@ -156,7 +157,9 @@ def check_weight_files(path: Path, manifest: list[dict[str, Any]]) -> list[tuple
     return groups
 
 
-STRING_INPUT_FIX = ("test the string model in formats keras, saved_model and graphdef; for tfjs, move the "
+STRING_INPUT_FIX = ("test the string model in formats keras and saved_model (they carry strings and lookup tables), "
+                    "tflite (often too; its export says when LiteRT cannot run it) and graphdef only when the model "
+                    "has no lookup table (e.g. keras.layers.Hashing); for tfjs, move the "
                     "text preprocessing (StringLookup/TextVectorization) out of the model and export the "
                     "model that takes its integer token ids")
 
@@ -166,7 +169,7 @@ def check_input_dtypes(path: Path, spec: dict[str, Any]) -> None:
     for key, value in ((spec.get("signature") or {}).get("inputs") or {}).items():
         if isinstance(value, dict) and value.get("dtype") == "DT_STRING":
             raise ModelLoadError(path, NAME, f"input {key!r} is a string tensor; the tfjs format here runs "
-                                 f"float32, int32 and bool inputs only", STRING_INPUT_FIX)
+                                 f"float32, int32 and bool inputs only", STRING_INPUT_FIX, not_applicable=True)
 
 
 def _tfjs_dtype(tf_dtype: str | None) -> str:
@@ -341,6 +344,9 @@ class TFJSModel(LoadedModel):
         self._closed = False
         self.restarts = 0  # Node processes started again after one died
         self._spec = spec
+        # Ops of this graph tensorflowjs 4.22 is known to run wrong (a model.json converted
+        # elsewhere): the diagnosis names them when the comparison fails.
+        self.converter_defects = tfjs_rewrite.known_defects(spec)
         signature = spec.get("signature") or {}
         meta = process.meta
         inputs = _signature_specs(signature["inputs"]) if signature.get("inputs") else _meta_specs(meta["inputs"])
@@ -783,7 +789,6 @@ def export(model: Any, path: Path, *, quantization: str | None = None, validate_
     the op, the backend, the fix and the kept log file, and leaves nothing at ``path``. The
     route (``export_route(path)``) says which rewrites applied.
     """
-    from . import tfjs_rewrite
 
     path = Path(path)
     out_dir = path.parent if path.suffix.lower() == ".json" else path
@@ -860,7 +865,8 @@ def export(model: Any, path: Path, *, quantization: str | None = None, validate_
 
 def _route(converter_options: dict[str, Any], rewrites: dict[str, int]) -> str:
     """How the export went, e.g. ``control_flow_v2, erfc->1-erf x1, hard_swish split x10``."""
-    names = {"erfc": "erfc->1-erf", "hard_swish": "hard_swish split", "unfused_bias": "non-vector bias unfused"}
+    names = {"erfc": "erfc->1-erf", "hard_swish": "hard_swish split", "unfused_bias": "non-vector bias unfused",
+             "band_part": "MatrixBandPart written out"}
     parts = ["control_flow_v2" if converter_options.get("control_flow_v2") else "lowered control flow"]
     parts += [f"{names.get(k, k)} x{v}" for k, v in rewrites.items() if v]
     return ", ".join(parts)
@@ -872,4 +878,4 @@ def refuse_string_inputs(model: Any, out_dir: Path) -> None:
         if str(getattr(t, "dtype", "")) == "string":
             name = str(getattr(t, "name", "?")).split(":", 1)[0]
             raise ExportError(out_dir, NAME, f"input {name!r} is a string tensor; the tfjs format here runs "
-                                 "float32, int32 and bool inputs only", STRING_INPUT_FIX)
+                                 "float32, int32 and bool inputs only", STRING_INPUT_FIX, not_applicable=True)

@@ -16,6 +16,11 @@ the converter's and the JS kernels', not the model's:
   fused op's ``BiasAdd``; the cpu backend broadcasts it, the wasm backend refuses ("FusedConv2D
   only supports rank-1 bias but got rank 4"): such nodes are unfused into the plain op,
   ``AddV2`` and the activation.
+- tfjs-converter 4.22's op table reads ``MatrixBandPart``'s ``num_upper`` from input 1 (its
+  ``num_lower``), so Keras' causal mask (``MatrixBandPart(ones, -1, 0)``, lower triangle) runs as
+  ``MatrixBandPart(ones, -1, -1)``: all ones, every token attends to the future (a GPT decoder's
+  logits off by 1.2x their scale). Each ``MatrixBandPart`` is rewritten after the converter's
+  optimisation into the band test written out (``Range``, ``Sub``, comparisons, ``SelectV2``).
 
 All run inside :func:`patched_converter`, which wraps the converter's ``optimize_graph`` for
 the duration of one conversion only. TensorFlow is imported lazily (by the caller's converter).
@@ -31,7 +36,7 @@ UNSUPPORTED_FUSED = {"_FusedHardSwish": "hard-swish"}
 _FUSED_OPS = ("_FusedConv2D", "_FusedMatMul", "FusedDepthwiseConv2dNative", "_FusedDepthwiseConv2dNative")
 
 
-def _const(tf: Any, name: str, value: float, dtype: Any) -> Any:
+def _const(tf: Any, name: str, value: Any, dtype: Any) -> Any:
     node = tf.compat.v1.NodeDef(name=name, op="Const")
     node.attr["dtype"].type = dtype
     node.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value, dtype=tf.as_dtype(dtype)))
@@ -163,6 +168,81 @@ def unfuse_non_vector_bias(graph_def: Any) -> int:
     return count
 
 
+def _strided_last(tf: Any, name: str, shape: str, axis: int) -> list[Any]:
+    """``shape[axis]`` (axis -2 or -1) as an int32 scalar: a StridedSlice and its three Consts."""
+    i32 = tf.int32.as_datatype_enum
+    begin = _const(tf, f"{name}/begin", [axis], i32)
+    end = _const(tf, f"{name}/end", [axis + 1 if axis != -1 else 0], i32)
+    step = _const(tf, f"{name}/step", [1], i32)
+    node = tf.compat.v1.NodeDef(name=name, op="StridedSlice", input=[shape, begin.name, end.name, step.name])
+    node.attr["T"].type = tf.int32.as_datatype_enum
+    node.attr["Index"].type = tf.int32.as_datatype_enum
+    for mask in ("begin_mask", "ellipsis_mask", "new_axis_mask"):
+        node.attr[mask].i = 0
+    node.attr["end_mask"].i = 1 if axis == -1 else 0
+    node.attr["shrink_axis_mask"].i = 1
+    return [begin, end, step, node]
+
+
+def rewrite_band_part(graph_def: Any) -> int:
+    """Replace every ``MatrixBandPart(a, lower, upper)`` by ``SelectV2(in_band, a, zeros_like(a))``
+    with ``in_band[m, n] = (lower < 0 or m - n <= lower) and (upper < 0 or n - m <= upper)``,
+    TensorFlow's definition, in ops tfjs 4.22 maps right. The node keeps its name (its consumers
+    need no change); returns how many were rewritten."""
+    import tensorflow as tf
+
+    i32 = tf.int32.as_datatype_enum
+    count = 0
+    new_nodes: list[Any] = []
+    for node in graph_def.node:
+        if node.op != "MatrixBandPart":
+            continue
+        data = [i for i in node.input if not i.startswith("^")]
+        controls = [i for i in node.input if i.startswith("^")]
+        if len(data) != 3:
+            continue
+        a, lower, upper = data
+        name, dtype = node.name, node.attr["T"].type
+        p = f"{name}/band"
+        shape = tf.compat.v1.NodeDef(name=f"{p}/shape", op="Shape", input=[a])
+        shape.attr["T"].type = dtype
+        shape.attr["out_type"].type = i32
+        rows = _strided_last(tf, f"{p}/rows", shape.name, -2)
+        cols = _strided_last(tf, f"{p}/cols", shape.name, -1)
+        zero = _const(tf, f"{p}/zero", 0, i32)
+        one = _const(tf, f"{p}/one", 1, i32)
+        nodes = [shape, *rows, *cols, zero, one]
+        m_range = tf.compat.v1.NodeDef(name=f"{p}/m", op="Range", input=[zero.name, rows[-1].name, one.name])
+        n_range = tf.compat.v1.NodeDef(name=f"{p}/n", op="Range", input=[zero.name, cols[-1].name, one.name])
+        for r in (m_range, n_range):
+            r.attr["Tidx"].type = i32
+        axis = _const(tf, f"{p}/axis", 1, i32)
+        m_col = tf.compat.v1.NodeDef(name=f"{p}/m_col", op="ExpandDims", input=[m_range.name, axis.name])
+        m_col.attr["T"].type = i32
+        m_col.attr["Tdim"].type = i32
+        below = _op(tf, f"{p}/m_minus_n", "Sub", [m_col.name, n_range.name], i32)
+        above = _op(tf, f"{p}/n_minus_m", "Sub", [n_range.name, m_col.name], i32)
+        nodes += [m_range, n_range, axis, m_col, below, above]
+        tests = []
+        for side, diff, bound in (("lower", below, lower), ("upper", above, upper)):
+            unbounded = _op(tf, f"{p}/{side}_unbounded", "Less", [bound, zero.name], i32)
+            within = _op(tf, f"{p}/{side}_within", "LessEqual", [diff.name, bound], i32)
+            ok = tf.compat.v1.NodeDef(name=f"{p}/{side}_ok", op="LogicalOr", input=[unbounded.name, within.name])
+            nodes += [unbounded, within, ok]
+            tests.append(ok.name)
+        in_band = tf.compat.v1.NodeDef(name=f"{p}/in_band", op="LogicalAnd", input=tests)
+        zeros = _op(tf, f"{p}/zeros", "ZerosLike", [a], dtype)
+        nodes += [in_band, zeros]
+        device = node.device
+        node.Clear()
+        node.CopyFrom(_op(tf, name, "SelectV2", [in_band.name, a, zeros.name] + controls, dtype))
+        node.device = device
+        new_nodes += nodes
+        count += 1
+    graph_def.node.extend(new_nodes)
+    return count
+
+
 def unsupported_fused(graph_def: Any) -> list[tuple[str, str, str]]:
     """``(node, op, fused activation)`` of fused ops whose activation the tfjs backends lack."""
     out = []
@@ -177,8 +257,8 @@ def unsupported_fused(graph_def: Any) -> list[tuple[str, str, str]]:
 
 @contextlib.contextmanager
 def patched_converter(converter: Any, stats: dict[str, int]) -> Iterator[None]:
-    """Run the converter with :func:`rewrite_erfc` before and :func:`split_fused_hard_swish`
-    after its ``optimize_graph``; ``stats`` receives how many nodes each rewrote."""
+    """Run the converter with :func:`rewrite_erfc` before and :func:`split_fused_hard_swish`,
+    :func:`unfuse_non_vector_bias` and :func:`rewrite_band_part` after its ``optimize_graph``; ``stats`` receives how many nodes each rewrote."""
     import tensorflow as tf
 
     original = converter.optimize_graph
@@ -193,6 +273,7 @@ def patched_converter(converter: Any, stats: dict[str, int]) -> Iterator[None]:
         optimized = original(graph, signature_def, *args, **kwargs)
         stats["hard_swish"] = stats.get("hard_swish", 0) + split_fused_hard_swish(optimized)
         stats["unfused_bias"] = stats.get("unfused_bias", 0) + unfuse_non_vector_bias(optimized)
+        stats["band_part"] = stats.get("band_part", 0) + rewrite_band_part(optimized)
         return optimized
 
     converter.optimize_graph = optimize_graph
@@ -200,3 +281,26 @@ def patched_converter(converter: Any, stats: dict[str, int]) -> Iterator[None]:
         yield
     finally:
         converter.optimize_graph = original
+
+
+# Known tensorflowjs 4.22 defects a model.json converted without these rewrites still carries:
+# (op, what goes wrong, the fix). Read from model.json alone (no TensorFlow), for the diagnosis.
+KNOWN_DEFECTS = {
+    "MatrixBandPart": (
+        "tensorflowjs 4.22 runs MatrixBandPart with num_upper read from num_lower's input (its op table maps "
+        "both to input 1; right only when the two are equal), so a causal attention mask (band_part(ones, -1, 0)) "
+        "lets every token see the future",
+        "convert with pytest_modelparity.export_model(model, 'tfjs', dir), which writes the band out in ops tfjs "
+        "maps right, or build the mask without tf.linalg.band_part (e.g. from tf.range comparisons)"),
+}
+
+
+def known_defects(model_json: dict[str, Any]) -> list[tuple[str, list[str], str, str]]:
+    """``(op, node names, problem, fix)`` for each known converter defect in a tfjs ``model.json``."""
+    nodes = (model_json.get("modelTopology") or {}).get("node") or []
+    found = []
+    for op, (problem, fix) in KNOWN_DEFECTS.items():
+        names = [n.get("name", "?") for n in nodes if n.get("op") == op]
+        if names:
+            found.append((op, names, problem, fix))
+    return found

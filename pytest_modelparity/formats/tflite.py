@@ -26,7 +26,7 @@ import numpy as np
 
 from ..errors import ExportError, ModelLoadError
 from ._common import TF_INSTALL, ConverterLog, finish_export, first_line, read_model_bytes, unique
-from ._tf import begin_export, graph_op_types
+from .serving import begin_export, graph_op_types
 from .base import LoadedModel, TensorSpec
 
 NAME = "tflite"
@@ -443,9 +443,14 @@ def export(model: Any, path: Path, *, quantization: str | None = None,
         raise ValueError(f"unknown tflite route {route!r}; use one of {', '.join(ROUTES)}")
     if static_batch is not None and (not isinstance(static_batch, int) or static_batch < 1):
         raise ValueError(f"static_batch must be a positive int, got {static_batch!r}")
-    path, serving, log = begin_export(model, path, NAME, "model.tflite")
+    from .mixed_precision import float32_plan
+
+    # A half-precision model computes in float32 with the same weights: TFLite has no float16
+    # kernels and no converter option makes it take them (mixed_precision.py, measured).
+    plan = float32_plan(model)
+    path, serving, log = begin_export(plan.subject, path, NAME, "model.tflite")
     try:
-        with log.capture():
+        with log.capture(), plan.scope:
             concrete = serving.function.get_concrete_function()
             loops = sorted(graph_op_types(concrete) & _LOOP_OPS)
             if variant == "int8" and loops:
@@ -474,9 +479,11 @@ def export(model: Any, path: Path, *, quantization: str | None = None,
                         break
             if content is None:
                 assert failure is not None
-                raise _converter_error(path, failure, log, variant, taken, loops)
+                raise _converter_error(path, failure, log, variant, taken, loops, plan.policy)
             why = f" (the graph has {', '.join(loops)})" if loops and taken == "static_batch" else ""
             route_text = taken + (f" {static_batch or 1}" if taken == "static_batch" else "") + why
+            if plan.route:
+                route_text += f"; {plan.route}"
         finish_export(path, content, NAME, route_text, log, validate_content)
     finally:
         log.discard()
@@ -549,7 +556,7 @@ def _static_batch_function(serving: Any, concrete: Any, batch: int) -> tuple[Any
 
 
 def _converter_error(path: Path, exc: BaseException, log: ConverterLog, variant: str, route: str,
-                     loops: list[str]) -> ExportError:
+                     loops: list[str], policy: str | None = None) -> ExportError:
     text = str(exc)
     log.note(f"modelparity: the TFLite converter failed ({variant}, route {route}):\n{text}")
     ops = sorted(set(re.findall(r"'tf\.(\w+)' op", text)) | set(re.findall(r"\btf\.(\w+)\(", text)))
@@ -557,6 +564,15 @@ def _converter_error(path: Path, exc: BaseException, log: ConverterLog, variant:
                    if re.search(r"TF Select|Select TF|you can enable|Flex|consider", ln) and len(ln.strip()) < 600), None)
     if advice:  # drop the MLIR location prefix ("<unknown>:0: error: ")
         advice = re.sub(r"^.*?\berror:\s*", "", advice)
+    if policy is not None and ops:
+        from .mixed_precision import policy_cause
+
+        # Every variant converts the same float16 graph: no other tflite variant is advice here.
+        return ExportError(path, NAME, f"{policy_cause(policy)} (the TFLite converter failed: {variant}, route "
+                           f"{route})", f"build the model under the 'float32' policy, or 'mixed_{policy.split('_')[-1]}' "
+                           "(float32 weights: exported as a float32-policy trace), for tflite; or compare it through "
+                           "saved_model, onnx or tfjs, which run float16 graphs", unsupported_ops=ops,
+                           log_path=log.keep(), route=route)
     if any(op.startswith("TensorList") for op in ops) and route != "static_batch":
         fix = ("a loop over tensor lists (a Keras RNN) converts with a static batch: leave converter_options' "
                "route at 'auto' (the default) or pass {'route': 'static_batch'}")

@@ -32,7 +32,7 @@ from typing import Iterator
 from ..errors import RuntimeMissing
 
 __all__ = ["RUNNER_DIR", "RUNNER_JS", "INSTALL_COMMAND", "cache_root", "ensure_node_modules",
-           "modules_dir", "node_executable"]
+           "installed_since", "modules_dir", "node_executable"]
 
 RUNNER_DIR = Path(__file__).resolve().parent
 RUNNER_JS = RUNNER_DIR / "runner.js"
@@ -78,6 +78,20 @@ def is_installed(target: Path | None = None) -> bool:
     target = target or modules_dir()
     return (target / _MARKER).is_file() and all(
         (target / "node_modules" / pkg / "package.json").is_file() for pkg in _REQUIRED)
+
+
+def installed_since(start: float) -> str | None:
+    """``"npm ci into <dir> took 7.1 s"`` when this lock file's install finished after ``start``
+    (a ``time.time()``), else None. Read from the install's marker file, so a pytest run learns of
+    an install made by any of its xdist workers (whose stderr went to the plugin's log)."""
+    marker = modules_dir() / _MARKER
+    try:
+        if marker.stat().st_mtime < start:
+            return None
+        took = marker.read_text().strip().removeprefix("npm ci took ")
+    except OSError:
+        return None
+    return f"npm ci into {modules_dir()} took {took}"
 
 
 @contextlib.contextmanager

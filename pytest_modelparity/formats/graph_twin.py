@@ -1,0 +1,353 @@
+"""The graph twin: a reference's frozen TensorFlow graph, rewritten to compute in float64.
+
+Why: the Keras-config twin (``keras_shadow.py``) rebuilds only functional and Sequential Keras
+models. A SavedModel signature, a frozen GraphDef, a TF1 checkpoint, a subclassed Keras model
+or a ``tf.Module`` has no config, yet each is a TensorFlow graph: freeze it (variables become
+constants), rewrite every float type to float64 and every float constant to float64, and the
+same arithmetic runs in float64 (notes/graph-twin.md: MobileNetV2, ResNet50, EfficientNetB0
+and an LSTM gave the Keras twin's e32 this way, 1-7 s).
+
+Ops without a float64 kernel are replaced by their inference arithmetic
+(``FusedBatchNorm``/``V2``/``V3``: ``x * scale / sqrt(var + eps) + (offset - mean * ...)``);
+an op that stays unsupported makes the twin unavailable, with the op named.
+
+The ``float16 weights`` twin is the same graph in float32 with every float constant of more
+than one element rounded to float16 (what a ``tflite:float16`` export stores).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from ._common import quiet
+from ._tf import FrozenGraph, GraphUnavailable, import_tf
+
+# TensorFlow DataType enum values (types.proto).
+DT_FLOAT, DT_DOUBLE, DT_HALF, DT_BFLOAT16 = 1, 2, 19, 14
+_LOW_FLOATS = (DT_FLOAT, DT_HALF, DT_BFLOAT16)
+_BATCH_NORMS = ("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3")
+# Ops that sum products: a float64 twin of a graph holding one cannot equal its float32
+# model bitwise on a whole output, unless part of it stayed float32 (not a faithful twin).
+ACCUMULATING_OPS = frozenset({
+    "MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "Conv2D", "Conv3D", "Conv1D",
+    "DepthwiseConv2dNative", "Conv2DBackpropInput", "Einsum", "Sum", "Mean", "_FusedMatMul",
+    "_FusedConv2D", "BiasAdd"})
+
+
+# -- rewriting ----------------------------------------------------------------------------
+
+def float64_graph_def(graph_def: Any, outputs: list[str] | None = None) -> Any:
+    """A copy of ``graph_def`` computing in float64 (batch norms decomposed first; the
+    functions Keras keeps from inlining, its grouped convolutions, inlined when ``outputs``
+    says what to keep)."""
+    tf = import_tf()
+    out = tf.compat.v1.GraphDef()
+    out.CopyFrom(graph_def)
+    if outputs:
+        _inline_kept_functions(out, outputs)
+    _decompose_batch_norms(out)
+    _depthwise_as_shifted_products(out)
+    for node in out.node:
+        _retype_node(node, tf)
+    for function in out.library.function:
+        for arg in list(function.signature.input_arg) + list(function.signature.output_arg):
+            if arg.type in _LOW_FLOATS:
+                arg.type = DT_DOUBLE
+        if any(n.op in _BATCH_NORMS for n in function.node_def):
+            raise GraphUnavailable(f"a fused batch norm inside function {function.signature.name} "
+                                       "(control flow) cannot be rewritten to float64")
+        for node in function.node_def:
+            _retype_node(node, tf)
+    return out
+
+
+def float16_weights_graph_def(graph_def: Any) -> Any:
+    """A copy of ``graph_def`` whose float32 constants (weights) are rounded to float16."""
+    tf = import_tf()
+    out = tf.compat.v1.GraphDef()
+    out.CopyFrom(graph_def)
+    nodes = list(out.node) + [n for f in out.library.function for n in f.node_def]
+    for node in nodes:
+        if node.op == "Const" and node.attr["dtype"].type == DT_FLOAT:
+            value = tf.make_ndarray(node.attr["value"].tensor)
+            if value.size > 1:
+                node.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value.astype(np.float16).astype(np.float32)))
+    return out
+
+
+def _retype_node(node: Any, tf: Any) -> None:
+    for key in node.attr:
+        attr = node.attr[key]
+        field = attr.WhichOneof("value")
+        if field == "type" and attr.type in _LOW_FLOATS:
+            attr.type = DT_DOUBLE
+        elif field == "list" and attr.list.type:
+            types = [DT_DOUBLE if t in _LOW_FLOATS else t for t in attr.list.type]
+            del attr.list.type[:]
+            attr.list.type.extend(types)
+        elif field == "tensor" and attr.tensor.dtype in _LOW_FLOATS:
+            value = tf.make_ndarray(attr.tensor).astype(np.float64)
+            attr.tensor.CopyFrom(tf.make_tensor_proto(value))
+
+
+def _decompose_batch_norms(graph_def: Any) -> None:
+    """Replace inference-mode fused batch norms (no float64 kernel) by their arithmetic.
+
+    y = x * m + (offset - mean * m), m = scale * rsqrt(variance + epsilon); the node keeps
+    its name (as the final Add), so its consumers are untouched. A batch norm in training
+    mode or whose other outputs are read cannot be decomposed: the twin is unavailable.
+    """
+    nodes = graph_def.node
+    norms = [n for n in nodes if n.op in _BATCH_NORMS]
+    if not norms:
+        return
+    names = {n.name for n in norms}
+    for node in nodes:
+        for inp in node.input:
+            bare, _, index = inp.lstrip("^").partition(":")
+            if bare in names and index not in ("", "0"):
+                raise GraphUnavailable(f"{bare} ({_op_of(nodes, bare)}) has another output than y read "
+                                           f"by {node.name}; it cannot be decomposed for a float64 run")
+    for norm in norms:
+        if norm.attr["is_training"].b:
+            raise GraphUnavailable(f"{norm.name} is a batch norm in training mode")
+        if norm.attr["data_format"].s not in (b"NHWC", b"", b"NDHWC"):
+            raise GraphUnavailable(f"{norm.name} is a {norm.attr['data_format'].s.decode()} batch norm")
+        x, scale, offset, mean, variance = list(norm.input)[:5]
+        controls = [i for i in norm.input if i.startswith("^")]
+        eps = norm.attr["epsilon"].f
+        base = norm.name
+        new = [
+            _node(f"{base}/mp64_eps", "Const", [], {"dtype": DT_FLOAT}, value=np.float32(eps)),
+            _node(f"{base}/mp64_var_eps", "AddV2", [variance, f"{base}/mp64_eps"]),
+            _node(f"{base}/mp64_rsqrt", "Rsqrt", [f"{base}/mp64_var_eps"]),
+            _node(f"{base}/mp64_m", "Mul", [scale, f"{base}/mp64_rsqrt"]),
+            _node(f"{base}/mp64_xm", "Mul", [x, f"{base}/mp64_m"]),
+            _node(f"{base}/mp64_mean_m", "Mul", [mean, f"{base}/mp64_m"]),
+            _node(f"{base}/mp64_shift", "Sub", [offset, f"{base}/mp64_mean_m"]),
+        ]
+        norm.Clear()
+        norm.name = base
+        norm.op = "AddV2"
+        norm.input.extend([f"{base}/mp64_xm", f"{base}/mp64_shift", *controls])
+        norm.attr["T"].type = DT_FLOAT
+        nodes.extend(new)
+
+
+_NOINLINE_ATTRS = ("_noinline", "_XlaMustCompile")
+
+
+def _inline_kept_functions(graph_def: Any, outputs: list[str]) -> bool:
+    """Inline the functions marked never to be inlined (Keras runs grouped convolutions in a
+    ``jit_compile`` function), so their convolutions can be rewritten like the others.
+    Grappler's function optimizer does the inlining once the marks are cleared; on any
+    failure the graph is left as it was (correct, only slower)."""
+    marked = [f for f in graph_def.library.function if any(a in f.attr and f.attr[a].b for a in _NOINLINE_ATTRS)]
+    if not marked:
+        return False
+    tf = import_tf()
+    from tensorflow.core.protobuf import config_pb2
+    from tensorflow.python.grappler import tf_optimizer
+    from tensorflow.python.training import saver
+
+    work = tf.compat.v1.GraphDef()
+    work.CopyFrom(graph_def)
+    for holder in [*work.library.function, *work.node, *[n for f in work.library.function for n in f.node_def]]:
+        for attr in _NOINLINE_ATTRS:
+            if attr in holder.attr:
+                del holder.attr[attr]
+    try:
+        graph = tf.Graph()
+        with graph.as_default():
+            tf.graph_util.import_graph_def(work, name="")
+            fetch = graph.get_collection_ref("train_op")
+            fetch.extend(graph.get_tensor_by_name(name) for name in outputs)
+        meta = saver.export_meta_graph(graph_def=graph.as_graph_def(), graph=graph)
+        config = config_pb2.ConfigProto()
+        config.graph_options.rewrite_options.min_graph_nodes = -1
+        config.graph_options.rewrite_options.optimizers.append("function")
+        with quiet():
+            inlined = tf_optimizer.OptimizeGraph(config, meta)
+    except Exception:  # noqa: BLE001 - keep the functions: the twin is slower, not wrong
+        return False
+    graph_def.CopyFrom(inlined)
+    return True
+
+
+def _depthwise_as_shifted_products(graph_def: Any) -> None:
+    """Depthwise convolutions as sums of shifted products (plain elementwise float64 ops).
+
+    Why: TensorFlow's CPU float64 depthwise kernel is ~30x slower than float32 (ConvNeXtTiny's
+    graph twin cost 22-57x a reference call); the Keras twin does the same for the same
+    reason. Only the plain case is rewritten (NHWC, multiplier 1, no dilation, SAME/VALID,
+    a constant filter, static height and width); any other stays as it is, slow but right.
+    """
+    tf = import_tf()
+    nodes = {n.name: n for n in graph_def.node}
+    convs = [n for n in graph_def.node if n.op in ("DepthwiseConv2dNative", "Conv2D")]
+    if not convs:
+        return
+    graph = tf.Graph()
+    try:
+        with graph.as_default():
+            tf.graph_util.import_graph_def(graph_def, name="")
+    except Exception:  # noqa: BLE001 - shapes unknown: keep the convolutions as they are
+        return
+    for conv in convs:
+        plan = _depthwise_plan(conv, nodes, graph, tf)
+        if plan is None:
+            continue
+        x, kernel, (sh, sw), pads, (oh, ow) = plan
+        base, new = conv.name, []
+        if any(pads):
+            paddings = np.array([[0, 0], [pads[0], pads[1]], [pads[2], pads[3]], [0, 0]], np.int32)
+            new.append(_const(f"{base}/mp64_paddings", paddings))
+            new.append(_node(f"{base}/mp64_pad", "Pad", [x, f"{base}/mp64_paddings"], {"Tpaddings": 3}))
+            x = f"{base}/mp64_pad"
+        terms = []
+        for i in range(kernel.shape[0]):
+            for j in range(kernel.shape[1]):
+                tag = f"{base}/mp64_{i}_{j}"
+                begin = np.array([0, i, j, 0], np.int32)
+                end = np.array([0, i + (oh - 1) * sh + 1, j + (ow - 1) * sw + 1, 0], np.int32)
+                new += [_const(f"{tag}/begin", begin), _const(f"{tag}/end", end),
+                        _const(f"{tag}/strides", np.array([1, sh, sw, 1], np.int32)),
+                        _const(f"{tag}/w", kernel[i, j, :, 0].astype(np.float32))]
+                window = _node(f"{tag}/window", "StridedSlice", [x, f"{tag}/begin", f"{tag}/end", f"{tag}/strides"],
+                               {"Index": 3})
+                window.attr["begin_mask"].i = 9  # batch and channel axes whole
+                window.attr["end_mask"].i = 9
+                new += [window, _node(f"{tag}/term", "Mul", [f"{tag}/window", f"{tag}/w"])]
+                terms.append(f"{tag}/term")
+        controls = [i for i in conv.input if i.startswith("^")]
+        conv.Clear()
+        conv.name, conv.op = base, "AddN"
+        conv.input.extend([*terms, *controls])
+        conv.attr["N"].i = len(terms)
+        conv.attr["T"].type = DT_FLOAT
+        graph_def.node.extend(new)
+
+
+def _depthwise_plan(conv: Any, nodes: dict, graph: Any, tf: Any) -> Any:
+    """``(input, kernel, strides, pads, output size)`` of a plain depthwise convolution, else None."""
+    attr = conv.attr
+    if (attr["data_format"].s not in (b"NHWC", b"") or attr["padding"].s not in (b"SAME", b"VALID")
+            or any(d != 1 for d in attr["dilations"].list.i) or attr["T"].type != DT_FLOAT):
+        return None
+    x, filt = list(conv.input)[:2]
+    source = nodes.get(filt.split(":")[0].lstrip("^"))
+    while source is not None and source.op == "Identity":
+        source = nodes.get(source.input[0].split(":")[0])
+    if source is None or source.op != "Const":
+        return None
+    kernel = tf.make_ndarray(source.attr["value"].tensor)
+    try:
+        height, width, channels = graph.get_tensor_by_name(x if ":" in x else f"{x}:0").shape.as_list()[1:4]
+    except Exception:  # noqa: BLE001
+        return None
+    if height is None or width is None or kernel.ndim != 4:
+        return None
+    if conv.op == "Conv2D":  # grouped, one group per channel (ConvNeXt): a depthwise kernel
+        if kernel.shape[2] != 1 or channels is None or channels < 2 or kernel.shape[3] != channels:
+            return None
+        kernel = kernel.transpose(0, 1, 3, 2)
+    elif kernel.shape[3] != 1:
+        return None
+    strides = list(attr["strides"].list.i)
+    sh, sw = (strides[1], strides[2]) if len(strides) == 4 else (1, 1)
+    kh, kw = kernel.shape[:2]
+    if attr["padding"].s == b"SAME":  # TensorFlow's SAME: the extra row/column goes after
+        oh, ow = -(-height // sh), -(-width // sw)
+        ph, pw = max((oh - 1) * sh + kh - height, 0), max((ow - 1) * sw + kw - width, 0)
+        pads = (ph // 2, ph - ph // 2, pw // 2, pw - pw // 2)
+    else:
+        oh, ow = -(-(height - kh + 1) // sh), -(-(width - kw + 1) // sw)
+        pads = (0, 0, 0, 0)
+    return x, kernel, (sh, sw), pads, (oh, ow)
+
+
+def _const(name: str, value: np.ndarray) -> Any:
+    tf = import_tf()
+    node = tf.compat.v1.NodeDef()
+    node.name, node.op = name, "Const"
+    node.attr["dtype"].type = tf.as_dtype(value.dtype).as_datatype_enum
+    node.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value))
+    return node
+
+
+def _node(name: str, op: str, inputs: list[str], types: Mapping[str, int] | None = None, value: Any = None) -> Any:
+    tf = import_tf()
+    node = tf.compat.v1.NodeDef()
+    node.name, node.op = name, op
+    node.input.extend(inputs)
+    if value is not None:
+        node.attr["dtype"].type = DT_FLOAT
+        node.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value))
+    else:
+        node.attr["T"].type = DT_FLOAT
+    for key, t in (types or {}).items():
+        node.attr[key].type = t
+    return node
+
+
+def _op_of(nodes: Any, name: str) -> str:
+    return next((n.op for n in nodes if n.name == name), "?")
+
+
+# -- running ------------------------------------------------------------------------------
+
+class GraphTwin:
+    """A rewritten graph in its own ``tf.Graph`` and Session, fed and fetched by position."""
+
+    def __init__(self, frozen: FrozenGraph, graph_def: Any, input_dtype: Any) -> None:
+        tf = import_tf()
+        self.graph = tf.Graph()
+        try:
+            with quiet(), self.graph.as_default():
+                tf.graph_util.import_graph_def(graph_def, name="")
+        except Exception as exc:  # noqa: BLE001
+            raise GraphUnavailable(f"the rewritten graph does not import ({type(exc).__name__}: "
+                                       f"{_first(exc)})") from exc
+        self.inputs = [self.graph.get_tensor_by_name(n) for n in frozen.inputs]
+        self.outputs = [self.graph.get_tensor_by_name(n) for n in frozen.outputs]
+        self.input_dtype = input_dtype
+        config = tf.compat.v1.ConfigProto(device_count={"GPU": 0})
+        self.session = tf.compat.v1.Session(graph=self.graph, config=config)
+
+    def run(self, xs: list[np.ndarray]) -> list[np.ndarray]:
+        feeds = {}
+        for tensor, x in zip(self.inputs, xs):
+            arr = np.asarray(x)
+            if arr.dtype.kind == "f":
+                arr = arr.astype(self.input_dtype)
+            feeds[tensor] = arr
+        try:
+            values = self.session.run(self.outputs, feed_dict=feeds)
+        except Exception as exc:  # noqa: BLE001 - e.g. an op without a float64 kernel
+            raise GraphUnavailable(f"running the rewritten graph failed ({type(exc).__name__}: "
+                                       f"{_first(exc)})") from exc
+        return [np.asarray(v) for v in values]
+
+    def close(self) -> None:
+        self.session.close()
+
+    def __del__(self) -> None:  # a twin lives as long as its reference: free the session
+        try:
+            self.session.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def build(frozen: FrozenGraph, kind: str) -> GraphTwin:
+    """The float64 twin (``kind="float64"``) or the float16-weights twin of ``frozen``."""
+    if kind == "float64":
+        return GraphTwin(frozen, float64_graph_def(frozen.graph_def, frozen.outputs), np.float64)
+    return GraphTwin(frozen, float16_weights_graph_def(frozen.graph_def), np.float32)
+
+
+def _first(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else type(exc).__name__

@@ -1,0 +1,115 @@
+"""The serving function a converting export (tflite, onnx) traces, and what it closes over.
+
+Why its own module: it sits above the formats it reads (a Keras model through
+``keras_specs``, a SavedModel directory through ``saved_model``), so ``_tf.py``, which those
+formats build on, imports none of them and the ``formats`` package has no import circle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import ModelLoadError
+from . import saved_model
+from ._common import ConverterLog, import_tf, name_outputs, unique
+from .keras_specs import input_specs, keras_output_names, pack_inputs, tf_specs
+
+
+def keras_signature(model: Any, format: str) -> tuple[list[Any], list[str]]:
+    """``tf.TensorSpec`` per Keras input (batch dim ``None``) and the output names.
+
+    Shared by the TFLite and ONNX exporters so both name inputs and outputs after the Keras
+    model (``image`` -> ``probs``), whatever the converter would have called them. A
+    subclassed model's inputs come from ``keras_specs`` (built shapes or declared specs).
+    """
+    return tf_specs(input_specs(model, format=format, action="export")), unique(keras_output_names(model))
+
+
+@dataclass
+class Serving:
+    """What a converter needs from a model: a traced function and what it closes over."""
+
+    function: Any            # tf.function, None batch dim, returning {output name: tensor}
+    specs: list[Any]         # tf.TensorSpec per input, in the model's input order
+    output_names: list[str]  # in the model's output order
+    holder: Any              # an object tracking the variables, for the TFLite converter
+
+
+def begin_export(model: Any, path: str | Path, format: str, filename: str) -> tuple[Path, Serving, ConverterLog]:
+    """What a converting export (tflite, onnx) starts from: the file to write (``filename``
+    inside ``path`` when that is a directory), the model's serving function, and a log that
+    will hold the converter's output."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / filename
+    return path, serving_function(model, format), ConverterLog(format)
+
+
+def serving_function(model: Any, format: str = "tflite") -> Serving:
+    """The serving function of a Keras model, or of a SavedModel directory's signature.
+
+    Shared by the TFLite and ONNX exporters: tracing the model ourselves works for
+    Sequential and functional models alike (tf2onnx's ``from_keras`` fails on Keras 3
+    Sequential models with a KeyError on an internal tensor name), and lets a user's
+    SavedModel be converted without a Keras model at hand.
+    """
+    tf = import_tf()
+
+    if isinstance(model, (str, Path)):
+        return _saved_model_serving(Path(model))
+    specs, out_names = keras_signature(model, format)
+
+    def serve(*args: Any) -> dict[str, Any]:
+        # Inputs packed as the model was built (a dict model refuses a list); outputs named
+        # like KerasModel names them, so the reference and the export agree on names.
+        return name_outputs(model(pack_inputs(model, list(args)), training=False), out_names, numpy=False)
+
+    function = tf.function(serve, input_signature=specs, autograph=False)
+    return Serving(function, specs, out_names, variable_holder(model))
+
+
+def _saved_model_serving(path: Path) -> Serving:
+    """A positional tf.function over a SavedModel's serving signature (keyword-only)."""
+    tf = import_tf()
+
+    if not saved_model.detect(path):
+        raise ModelLoadError(path, None, "it is not a SavedModel directory, and only a Keras model or a "
+                             "SavedModel directory can be converted to tflite, onnx or tfjs", "pass the Keras model, or the directory "
+                             "written by model.export() / tf.saved_model.save()", action="convert")
+    loaded = saved_model.load(path, device="cpu")
+    names = [s.name for s in loaded.inputs]
+    specs = [tf.TensorSpec(s.shape, tf.as_dtype(s.dtype), name=s.name) for s in loaded.inputs]
+    signature = loaded.native
+
+    def serve(*args: Any) -> Any:
+        return signature(**dict(zip(names, args)))
+
+    function = tf.function(serve, input_signature=specs, autograph=False)
+    return Serving(function, specs, [s.name for s in loaded.outputs], loaded.loaded)
+
+
+def variable_holder(model: Any):
+    """A ``tf.Module`` that tracks the model's ``tf.Variable``s so the converter freezes them.
+
+    Keras 3 wraps each ``tf.Variable`` in a ``keras.Variable`` the converter does not see
+    through: without this, the weights stay as uninitialised resource variables and the
+    .tflite file outputs NaN.
+    """
+    tf = import_tf()
+
+    holder = tf.Module()
+    holder.model = model
+    holder.variables_ = [v.value if isinstance(getattr(v, "value", None), tf.Variable) else v
+                         for v in getattr(model, "variables", [])]
+    return holder
+
+
+def graph_op_types(concrete: Any) -> set[str]:
+    """Op types in a concrete function's graph and every function it calls."""
+    graph_def = concrete.graph.as_graph_def()
+    ops = {node.op for node in graph_def.node}
+    for function in graph_def.library.function:
+        ops.update(node.op for node in function.node_def)
+    return ops

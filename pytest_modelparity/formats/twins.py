@@ -1,0 +1,178 @@
+"""Twins of a TensorFlow reference behind one interface: a runner that takes the batch the
+reference takes and returns the twin's outputs, in the reference's output order.
+
+Two ways to build one, tried in this order by ``shadow.twins_of``:
+
+- ``keras``: a functional/Sequential Keras model rebuilt from its config at another precision
+  (``keras_shadow.py``); cheap, and it keeps Keras' own layers (the depthwise speed-up).
+- ``graph``: any reference with a TensorFlow graph (a Keras model of any kind, a SavedModel
+  signature, a frozen GraphDef, a TF1 checkpoint, a ``tf.function``/``tf.Module``) frozen and
+  rewritten (``graph_twin.py``).
+
+Why a runner and not a model: the twin must be fed whatever the reference is fed. A
+``keras.applications`` model's input is named ``keras_tensor``, its config-rebuilt twin's
+``input_layer``; a graph's placeholders have names of their own. The runner fits the batch to
+the *reference's* inputs (its ``prepare_batch``: names, dtypes, shapes) and feeds the twin by
+position, so names never have to agree.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from ._common import import_tf, is_keras_model, name_outputs
+from ._tf import GraphUnavailable, freeze_concrete, spec
+from .base import LoadedModel
+from .keras_specs import pack_inputs
+
+Runner = Callable[[Any], dict]
+
+
+class TwinUnavailable(Exception):
+    """No twin of this kind can be built for this reference; the message says why."""
+
+
+class NotApplicable(TwinUnavailable):
+    """This way of building a twin does not apply to the reference (a Keras-config twin of a
+    SavedModel): not worth saying when another way measures or says why it cannot."""
+
+
+def build_runner(reference: Any, kind: str, method: str) -> tuple[Runner, bool]:
+    """``(runner, accumulates)``: a runner of the ``kind`` twin (``"float64"`` or
+    ``"float16 weights"``) built by ``method``, and whether the model sums products (a
+    float64 twin of such a model that equals it bitwise stayed partly float32)."""
+    loaded = as_loaded(reference)
+    if method == "keras":
+        return _keras_runner(loaded, kind)
+    if method == "graph":
+        return _graph_runner(loaded, kind)
+    raise ValueError(f"twin method {method!r}; expected 'keras' or 'graph'")
+
+
+def as_loaded(reference: Any) -> LoadedModel:
+    """The reference as a ``LoadedModel`` (a raw Keras model or ``tf.function`` is wrapped),
+    so every twin fits batches with the reference's own ``prepare_batch``."""
+    if isinstance(reference, LoadedModel):
+        return reference
+    if is_keras_model(reference):
+        from .keras import KerasModel
+
+        try:
+            return KerasModel(reference, device="cpu")
+        except Exception as exc:  # noqa: BLE001 - e.g. a subclassed model never called
+            raise TwinUnavailable(f"its inputs are unknown ({_first(exc)})") from exc
+    function = reference if hasattr(reference, "get_concrete_function") else getattr(reference, "__call__", None)
+    if hasattr(function, "get_concrete_function"):  # a tf.function, or a tf.Module calling one
+        return TracedFunction(function)
+    raise TwinUnavailable(f"{type(reference).__name__} is not a TensorFlow model (no graph to run in float64)")
+
+
+class TracedFunction(LoadedModel):
+    """A ``tf.function`` (or a ``tf.Module`` whose ``__call__`` is one) with an input
+    signature, seen as a model: positional inputs, outputs flattened as ``tf.nest`` does."""
+
+    format = "tf.function"
+
+    def __init__(self, function: Any) -> None:
+        tf = import_tf()
+        try:
+            self.native = function.get_concrete_function()
+        except Exception as exc:  # noqa: BLE001 - no input_signature: nothing to trace
+            raise TwinUnavailable("a tf.function without an input_signature cannot be traced for a float64 run; "
+                                  "give it input_signature=[tf.TensorSpec(...)]") from exc
+        specs = tf.nest.flatten(self.native.structured_input_signature)
+        structure = self.native.structured_outputs
+        names = sorted(structure) if isinstance(structure, dict) else [
+            f"output_{i}" for i in range(len(tf.nest.flatten(structure)))]
+        flat_out = tf.nest.flatten(structure)
+        super().__init__(device="cpu",
+                         inputs=[spec(s.name or f"input_{i}", s.shape, s.dtype) for i, s in enumerate(specs)],
+                         outputs=[spec(n, t.shape, t.dtype) for n, t in zip(names, flat_out)])
+
+    def _predict(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        tf = import_tf()
+        result = self.native(*[tf.constant(feeds[s.name]) for s in self.inputs])
+        return {s.name: np.asarray(v) for s, v in zip(self.outputs, tf.nest.flatten(result))}
+
+    def frozen_graph(self) -> Any:
+        return freeze_concrete(self.native)
+
+
+def _feeder(loaded: LoadedModel) -> Callable[[Any], list[np.ndarray]]:
+    """The batch fitted to the reference's inputs, as a list in its input order."""
+    def feed(batch: Any) -> list[np.ndarray]:
+        feeds = loaded.prepare_batch(batch)
+        return [feeds[s.name] for s in loaded.inputs]
+    return feed
+
+
+# -- the Keras-config twin ----------------------------------------------------------------
+
+def _keras_runner(loaded: LoadedModel, kind: str) -> tuple[Runner, bool]:
+    from .keras_shadow import ShadowUnavailable, float16_weights_twin, float64_twin
+
+    native: Any = getattr(loaded, "native", None)
+    if loaded.format not in ("keras", "h5") or not is_keras_model(native):
+        raise NotApplicable("not a Keras model")
+    try:
+        twin = float64_twin(native) if kind == "float64" else float16_weights_twin(native)
+    except ShadowUnavailable as exc:
+        raise TwinUnavailable(str(exc)) from exc
+    feed, names = _feeder(loaded), [s.name for s in loaded.outputs]
+    tf = import_tf()
+    cast = np.float64 if kind == "float64" else None
+
+    def run(batch: Any) -> dict:
+        xs = [x.astype(cast) if cast is not None and x.dtype.kind == "f" else x for x in feed(batch)]
+        with tf.device("/CPU:0"):
+            return name_outputs(twin(pack_inputs(twin, xs), training=False), names)
+
+    accumulates = any(np.ndim(w) >= 2 and np.asarray(w).dtype.kind == "f" for w in native.get_weights())
+    return run, accumulates
+
+
+# -- the graph twin -----------------------------------------------------------------------
+
+def _graph_runner(loaded: LoadedModel, kind: str) -> tuple[Runner, bool]:
+    from . import graph_twin
+
+    frozen = frozen_graph(loaded)
+    try:
+        twin = graph_twin.build(frozen, "float64" if kind == "float64" else "float16 weights")
+    except GraphUnavailable as exc:
+        raise TwinUnavailable(str(exc)) from exc
+    feed, names = _feeder(loaded), [s.name for s in loaded.outputs]
+
+    def run(batch: Any) -> dict:
+        try:
+            return dict(zip(names, twin.run(feed(batch))))
+        except GraphUnavailable as exc:
+            raise TwinUnavailable(str(exc)) from exc
+
+    return run, bool(frozen.op_types() & graph_twin.ACCUMULATING_OPS)
+
+
+def frozen_graph(loaded: LoadedModel) -> Any:
+    """The reference's inference graph with constants for weights (``graph_twin.FrozenGraph``)."""
+    from . import graph_twin
+
+    hook = getattr(loaded, "frozen_graph", None)
+    if not callable(hook):
+        raise TwinUnavailable(f"the {loaded.format} form has no TensorFlow graph to run in float64")
+    try:
+        frozen = hook()
+    except GraphUnavailable as exc:
+        raise TwinUnavailable(str(exc)) from exc
+    if frozen is None:
+        raise TwinUnavailable(f"this {loaded.format} model exposes no TensorFlow graph")
+    if len(frozen.inputs) != len(loaded.inputs) or len(frozen.outputs) != len(loaded.outputs):
+        raise TwinUnavailable(f"the frozen graph has {len(frozen.inputs)} inputs and {len(frozen.outputs)} outputs, "
+                              f"the model {len(loaded.inputs)} and {len(loaded.outputs)}")
+    return frozen
+
+
+def _first(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else type(exc).__name__

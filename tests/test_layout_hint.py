@@ -1,0 +1,34 @@
+"""A channels-first image batch fed to a channels-last model (PyTorch-style data, a Keras model),
+or the reverse, is refused with the layout named and the transpose that fixes it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from models import tiny_cnn
+from pytest_modelparity import errors
+from pytest_modelparity.formats.base import layout_hint
+
+
+def test_a_channels_first_batch_gets_the_transpose_that_fits_it():
+    from pytest_modelparity import assert_outputs_close, load_model
+
+    model = tiny_cnn(input_shape=(8, 8, 3))
+    x = np.random.default_rng(0).random((2, 3, 8, 8)).astype("float32")
+    with pytest.raises(errors.BatchMismatchError) as info:
+        assert_outputs_close(load_model(model), model, inputs=x)
+    text = str(info.value)
+    assert "looks channels-first (N, C, H, W) while the model takes channels-last (N, H, W, C)" in text
+    assert "np.transpose(x, (0, 2, 3, 1))" in text
+    fixed = np.transpose(x, (0, 2, 3, 1))
+    assert_outputs_close(load_model(model), model, inputs=fixed)  # the advice, followed, works
+
+
+def test_the_hint_in_both_directions_and_only_where_it_fits():
+    assert "(0, 2, 3, 1)" in layout_hint((2, 3, 32, 32), (None, 32, 32, 3))
+    assert "(0, 3, 1, 2)" in layout_hint((2, 32, 32, 3), (None, 3, 32, 32))
+    assert "(0, 2, 3, 1)" in layout_hint((2, 1, 28, 28), (None, 28, 28, 1))  # grayscale
+    assert layout_hint((2, 3, 16, 16), (None, 32, 32, 3)) == ""  # wrong size, not a layout
+    assert layout_hint((2, 7, 8, 8), (None, 8, 8, 7)) == ""  # 7 is not an image's channel count
+    assert layout_hint((2, 8, 3), (None, 3, 8)) == ""  # not an image batch
