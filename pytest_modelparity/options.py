@@ -58,9 +58,10 @@ _OPTIONS: tuple[tuple[str, Literal["string", "bool"], str], ...] = (
      "NAME=LOW,HIGH;NAME=LOW,HIGH; used by zero-code mode, parity_batch and tflite:int8 calibration "
      "(a modelparity_elements fixture in conftest.py wins). Default: [-1, 1] for floats, [0, 10] for ints"),
     ("timeout", "string",
-     f"seconds one model load, one predict (tfjs: Node.js) or one export may take before it is stopped and "
-     f"fails the test (default: {DEFAULT_TIMEOUT_S:g}; 'none' waits forever). Node.js start-up has its own "
-     f"shorter limit (30 s, or this one when shorter)"),
+     f"seconds one export (in the export process), one tfjs load or one tfjs predict (in Node.js) may take "
+     f"before that process is stopped and the test fails (default: {DEFAULT_TIMEOUT_S:g}; 'none' waits "
+     f"forever); in-process runtimes (TensorFlow, LiteRT, onnxruntime) cannot be stopped safely and are not "
+     f"bounded. Node.js start-up has its own shorter limit (30 s, or this one when shorter)"),
     ("export-process", "string",
      "child (default): converters run in one persistent child process, so a converter's crash, abort, OOM "
      "kill or hang fails that export only; inline: in the test process"),
