@@ -136,7 +136,8 @@ class ExportProcess:
             here = str(Path(__file__).resolve().parent.parent)
             env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH", "")) if p)
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "pytest_modelparity.export_process", str(write_fd)],
+                [sys.executable, "-m", "pytest_modelparity.export_process", str(write_fd),
+                 str(self.log_path) if log_target is not subprocess.DEVNULL else ""],
                 stdin=subprocess.PIPE, stdout=log_target, stderr=subprocess.STDOUT, pass_fds=(write_fd,), env=env)
         finally:
             os.close(write_fd)
@@ -293,6 +294,10 @@ class ExportProcess:
         except OSError:
             return []
         lines = [ln.rstrip() for ln in text.splitlines() if ln.strip()]
+        fatal = next((i for i, ln in enumerate(lines) if ln.startswith("Fatal Python error")), None)
+        if fatal is not None:  # faulthandler's report: the error, then the innermost frames first
+            frames = [ln.strip() for ln in lines[fatal + 1:] if ln.strip().startswith("File ")]
+            return [lines[fatal][:300]] + [f[:300] for f in frames[:_LOG_TAIL - 1]]
         return [ln[:300] for ln in lines[-_LOG_TAIL:]]
 
 
@@ -371,8 +376,14 @@ def _limit_memory(extra: int) -> Any:
     return lambda: resource.setrlimit(resource.RLIMIT_AS, old)
 
 
-def _main(reply_fd: int) -> None:
+def _main(reply_fd: int, log_path: str = "") -> None:
     reply = os.fdopen(reply_fd, "wb")
+    if log_path:
+        # The converters point fds 1 and 2 at a temporary log of their own while converting: a
+        # crash's "Fatal Python error" and traceback go to the session log through this handle.
+        import faulthandler
+
+        faulthandler.enable(file=open(log_path, "a"))  # noqa: SIM115 - kept open for the process's life
     stdin = sys.stdin.buffer.fileno()
     models: dict[str, Any] = {}
     while True:
@@ -394,4 +405,4 @@ def _main(reply_fd: int) -> None:
 
 
 if __name__ == "__main__":
-    _main(int(sys.argv[1]))
+    _main(int(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else "")
