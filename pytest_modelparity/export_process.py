@@ -217,8 +217,10 @@ class ExportProcess:
         except (BrokenPipeError, OSError):
             pass  # it died before reading: reported below with its exit status
         peak = _peak_rss(proc.pid)
+        poller = select.poll()  # not select(): it fails on descriptors above 1023
+        poller.register(self._reply_fd, select.POLLIN)
         while True:
-            ready, _, _ = select.select([self._reply_fd], [], [], _POLL_S)
+            ready = poller.poll(int(_POLL_S * 1000))
             peak = _peak_rss(proc.pid) or peak
             if ready:
                 head = _read_exact(self._reply_fd, _LEN.size)
