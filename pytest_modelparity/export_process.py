@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -171,7 +172,9 @@ class ExportProcess:
             return path
         path = self._dir / f"{key}.keras"
         try:
-            model.save(str(path))
+            with warnings.catch_warnings():  # Keras' own deprecation noise belongs to no test
+                warnings.simplefilter("ignore")
+                model.save(str(path))
         except Exception as exc:  # noqa: BLE001
             self.inline_reasons.append(f"the model does not save as .keras ({type(exc).__name__}: {exc})")
             return None
