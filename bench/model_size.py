@@ -4,6 +4,7 @@ Each measurement runs in a fresh Python (peak RSS is per process and never goes 
 
 - ``bare``: builds the model and calls the converter directly (``model.export``,
   ``TFLiteConverter.from_keras_model``, ``tf2onnx.convert.from_keras``), nothing else;
+  ``bare-large``: the same with tf2onnx's large-model mode (weights as external data, onnx only);
 - ``inline``: ``export_model`` in that process (what ``--modelparity-export-process=inline`` does:
   conversion plus the plugin's validation of the artifact);
 - ``child``: ``ExportProcess.export`` (the plugin's default): the model is saved as ``.keras``,
@@ -45,7 +46,7 @@ def build(size_mb: int):
     return keras.Model(x, y, name=f"mlp_{size_mb}mb")
 
 
-def bare_export(model, fmt: str, out: Path) -> None:
+def bare_export(model, fmt: str, out: Path, *, large_model: bool = False) -> None:
     import tensorflow as tf
 
     if fmt == "saved_model":
@@ -56,7 +57,14 @@ def bare_export(model, fmt: str, out: Path) -> None:
         import tf2onnx
 
         spec = (tf.TensorSpec((None, WIDTH), tf.float32, name="x"),)
-        tf2onnx.convert.from_keras(model, input_signature=spec, opset=17, output_path=str(out))
+        # large_model: tf2onnx writes the weights as external data, in a .zip beside the graph.
+        # tf2onnx 1.16 calls np.product there, which numpy 2 removed: aliased for this measurement.
+        import numpy as np
+
+        if large_model and not hasattr(np, "product"):
+            np.product = np.prod  # type: ignore[attr-defined]
+        tf2onnx.convert.from_keras(model, input_signature=spec, opset=17, large_model=large_model,
+                                   output_path=str(out.with_suffix(".zip") if large_model else out))
     else:
         raise SystemExit(f"no bare route for {fmt}")
 
@@ -69,8 +77,9 @@ def one(mode: str, fmt: str, size_mb: int) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="modelsize-"))
     start = time.perf_counter()
     child_peak = None
-    if mode == "bare":
-        bare_export(model, fmt, tmp / ("m.tflite" if fmt == "tflite" else "m.onnx" if fmt == "onnx" else "m"))
+    if mode in ("bare", "bare-large"):
+        bare_export(model, fmt, tmp / ("m.tflite" if fmt == "tflite" else "m.onnx" if fmt == "onnx" else "m"),
+                    large_model=mode == "bare-large")
     elif mode == "inline":
         from pytest_modelparity import export_model
 
