@@ -50,9 +50,9 @@ def check_not_special(path: str | Path, format: str | None) -> None:
         raise _special_error(Path(path), format, kind)
 
 
-def read_regular(path: Path, format: str, *, limit: int | None = None, limit_reason: str = "") -> bytes:
+def read_regular(path: Path, format: str) -> bytes:
     """The bytes of regular file ``path``; ``ModelLoadError`` for anything else, or for a file
-    larger than ``limit`` (a format's own) or than the memory available."""
+    larger than the memory available."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
@@ -67,9 +67,6 @@ def read_regular(path: Path, format: str, *, limit: int | None = None, limit_rea
             raise ModelLoadError(path, format, "this is a directory, not a model file",
                                  "pass the model file inside it, or the format that matches the directory")
         size = info.st_size
-        if limit is not None and size > limit:
-            raise ModelLoadError(path, format, f"the file is {human_bytes(size)}, more than {limit_reason or 'the limit'} "
-                                 f"({human_bytes(limit)})", "export the model in a form that fits, or split it")
         free = available_memory()
         if free is not None and size > _MEMORY_SHARE * free:
             raise ModelLoadError(path, format, f"the file is {human_bytes(size)}, and only {human_bytes(free)} of "
