@@ -31,10 +31,11 @@ import tempfile
 import time
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
+from .entry_lock import entry_lock
 from .errors import ExportError
 from .scratch import CACHE_TEMP, SYSTEM_TEMP, owned_prefix, sweep
 from .quiet import make_ignored_dir
@@ -181,9 +182,15 @@ def _manifest(directory: Path) -> dict[str, list]:
 class ExportCache:
     """Content-keyed, process-safe store of exported models (see the module docstring)."""
 
-    def __init__(self, root: str | os.PathLike | None = None, *, enabled: bool = True) -> None:
+    def __init__(self, root: str | os.PathLike | None = None, *, enabled: bool = True,
+                 exporter: Callable[..., Any] | None = None, lock_timeout_s: float | None = 900.0) -> None:
+        from .formats import export_model
+
         self.root = Path(root).expanduser() if root is not None else default_cache_dir()
         self.enabled = enabled
+        # export_model, or one with its signature that runs it elsewhere (a child process)
+        self.exporter: Callable[..., Any] = exporter or export_model
+        self.lock_timeout_s = lock_timeout_s
         self.hits = 0
         self.misses = 0
         self.notes: list[str] = []          # damaged entries dropped and re-exported
@@ -216,7 +223,6 @@ class ExportCache:
     # -- export ------------------------------------------------------------------------
     def export(self, model: Any, format: str, **options: Any) -> Path:
         """Path of ``model`` exported to ``format`` with ``options``: reused when cached."""
-        from .formats import export_model, export_route
 
         self.sweep()
         if not self.enabled:
@@ -227,28 +233,58 @@ class ExportCache:
             return self._export_fresh(model, format, options)
         final = self.entry_dir(format, key)
         artifact = self.artifact_path(format, key)
-        if final.is_dir() and (final / _META).exists():
-            problem = self._verify(final)
-            if problem is None:
-                self.hits += 1
-                return self._recorded(final, artifact, format)
-            self._drop(final)
-            self.notes.append(f"export cache: the {format} entry {final} was damaged ({problem}); "
-                              "dropped it and exported again")
-        self.misses += 1
+        hit = self._hit(final, artifact, format)
+        if hit is not None:
+            return hit
         try:
             make_ignored_dir(self.root)  # a new cache dir ignores itself for git (.gitignore: *)
             (self.root / format).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise self._unwritable(format, exc) from exc
+        # One exporter per entry across processes (xdist workers, parallel sessions): the others
+        # wait here, then find the entry and hit.
+        with entry_lock(self.root / format / f".{key}.lock", timeout_s=self.lock_timeout_s) as waited:
+            if waited.note:
+                self.notes.append(f"export cache: {waited.note}")
+            hit = self._hit(final, artifact, format)
+            if hit is not None:
+                return hit
+            return self._export_entry(model, format, options, key, final, artifact)
+
+    def _hit(self, final: Path, artifact: Path, format: str) -> Path | None:
+        """The artifact of a complete, intact entry (counted as a hit); a damaged one is dropped."""
+        if not (final.is_dir() and (final / _META).exists()):
+            return None
+        problem = self._verify(final)
+        if problem is None:
+            self.hits += 1
+            return self._recorded(final, artifact, format)
+        self._drop(final)
+        self.notes.append(f"export cache: the {format} entry {final} was damaged ({problem}); "
+                          "dropped it and exported again")
+        return None
+
+    @staticmethod
+    def _unwritable(format: str, exc: OSError) -> ExportError:
+        return ExportError(exc.filename or format, format, f"the export cache cannot be written "
+                           f"({type(exc).__name__}: {exc})", "make the cache directory writable, point "
+                           "--modelparity-cache-dir (or MODELPARITY_CACHE_DIR) at a writable directory, or pass "
+                           "--modelparity-no-cache")
+
+    def _export_entry(self, model: Any, format: str, options: dict[str, Any], key: str, final: Path,
+                      artifact: Path) -> Path:
+        from .formats import export_route
+
+        self.misses += 1
+        try:
             tmp = Path(tempfile.mkdtemp(dir=self.root / format, prefix=owned_prefix(f".{key[:16]}.tmp-")))
         except OSError as exc:
-            raise ExportError(self.root / format, format, f"the export cache cannot be written ({type(exc).__name__}: "
-                              f"{exc})", "make the cache directory writable, point --modelparity-cache-dir (or "
-                              "MODELPARITY_CACHE_DIR) at a writable directory, or pass --modelparity-no-cache") from exc
+            raise self._unwritable(format, exc) from exc
         try:
             # export_model validates the artifact (tflite, onnx: loaded and run once) and raises
             # ExportError otherwise: nothing below runs, the temporary folder is removed, and
             # no broken file is ever renamed into the cache.
-            written = Path(export_model(model, format, tmp / artifact.name, **options))
+            written = Path(self.exporter(model, format, tmp / artifact.name, **options))
             try:
                 # Some formats return a file inside the folder they wrote (tfjs: tfjs/model.json).
                 relative = written.resolve().relative_to(tmp.resolve())
@@ -345,14 +381,12 @@ class ExportCache:
         return entry / relative
 
     def _export_fresh(self, model: Any, format: str, options: dict[str, Any]) -> Path:
-        from .formats import export_model
-
         self.sweep()
         tmp = Path(tempfile.mkdtemp(prefix=owned_prefix(f"modelparity-{format}-")))
         if not self._scratch:
             atexit.register(self._remove_scratch)
         self._scratch.append(tmp)
-        return export_model(model, format, tmp / ARTIFACT_NAMES.get(format, "model"), **options)
+        return Path(self.exporter(model, format, tmp / ARTIFACT_NAMES.get(format, "model"), **options))
 
     def _remove_scratch(self) -> None:
         for path in self._scratch:

@@ -96,6 +96,7 @@ class ParitySession:
     calibrations: dict[str, dict] = field(default_factory=dict)
     _tmp: Path | None = None
     _cache: Any = None
+    _exporter: Any = None  # export_process.ExportProcess, or None for export_model in this process
     left_out: list[list[str]] = field(default_factory=list)  # [format, device] pairs a format cannot run on
     started: float = field(default_factory=time.time)  # wall clock: what this run installed (tfjs npm ci)
     # node id -> (device, outcome, skip/failure reason) of every matrix test: "nothing ran on a GPU"
@@ -196,7 +197,10 @@ class ParitySession:
             path = self.export(obj, format, opts, conv, elements, dataset)
             as_is = src.path is not None and path == src.path
             self._set_precision()
-            loaded = _load_source(path, base, device, opts if as_is else {})
+            load_opts = dict(opts if as_is else {})
+            if base == "tfjs":  # Node.js runs it: --modelparity-timeout bounds its load and each predict
+                load_opts.setdefault("timeout_s", self.options.timeout)
+            loaded = _load_source(path, base, device, load_opts)
             ranges = self.calibration_ranges.get(format)
             if ranges:  # diagnosis names inputs outside them (diagnose.calibration)
                 with contextlib.suppress(AttributeError):
@@ -270,12 +274,10 @@ class ParitySession:
             if cache is not None:
                 path = Path(cache.export(model, base, **options))
             else:
-                from .formats import export_model
-
                 if self._tmp is None:
                     self._tmp = Path(tempfile.mkdtemp(prefix=owned_prefix("modelparity-")))
                 target = self._tmp / f"{len(self.artifacts)}-{format.replace(':', '-')}" / _EXPORT_NAMES[base]
-                path = export_model(model, base, target, **options)
+                path = Path(self.exporter()(model, base, target, **options))
         except (RuntimeMissing, DeviceUnavailable, ModelLoadError):
             raise
         except Exception as exc:  # noqa: BLE001 - any converter failure, reported once per format
@@ -304,8 +306,23 @@ class ParitySession:
                 cache_mod = importlib.import_module("pytest_modelparity.cache")
             except ImportError:
                 return None
-            self._cache = cache_mod.ExportCache(self.options.cache_dir, enabled=self.options.cache)
+            self._cache = cache_mod.ExportCache(self.options.cache_dir, enabled=self.options.cache,
+                                                exporter=self.exporter(), lock_timeout_s=self.options.timeout)
         return self._cache
+
+    def exporter(self) -> Any:
+        """What converts: ``export_model`` here, or the persistent child process (the default)
+        that turns a converter's crash, abort, OOM kill or hang into one ``ExportError``."""
+        from .formats import export_model
+
+        if self.options.export_process != "child":
+            return export_model
+        if self._exporter is None:
+            from .export_process import ExportProcess
+
+            self._exporter = ExportProcess(timeout_s=self.options.timeout, memory_limit=self.options.export_memory,
+                                           log_path=None if self.logs is None else self.logs.path)
+        return self._exporter.export
 
     @staticmethod
     def _once(table: dict, key: tuple, build: Any) -> Any:
@@ -373,6 +390,9 @@ class ParitySession:
                         close()
                     except Exception:  # noqa: BLE001 - closing must not mask results
                         pass
+        if self._exporter is not None:
+            self._exporter.close()
+            self._exporter = None
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
         if self._tf32_before is not None:  # TF's switch is process-wide: give it back

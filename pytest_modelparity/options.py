@@ -29,6 +29,7 @@ FORMAT_VARIANTS: dict[str, tuple[str, ...]] = {"tflite": ("float16", "dynamic_ra
 VALID_FORMATS: tuple[str, ...] = ALL_FORMATS + tuple(
     f"{base}:{variant}" for base, variants in FORMAT_VARIANTS.items() for variant in variants)
 DEVICE_CHOICES = ("cpu", "gpu", "all")
+DEFAULT_TIMEOUT_S = 600.0
 
 # (option suffix, ini type, help). Each option --modelparity-X has the ini key modelparity_X.
 _OPTIONS: tuple[tuple[str, Literal["string", "bool"], str], ...] = (
@@ -63,6 +64,18 @@ _OPTIONS: tuple[tuple[str, Literal["string", "bool"], str], ...] = (
      "LOW,HIGH: the range the input values are drawn from (e.g. 0,255 for raw pixels), or per input "
      "NAME=LOW,HIGH;NAME=LOW,HIGH; used by zero-code mode, parity_batch and tflite:int8 calibration "
      "(a modelparity_elements fixture in conftest.py wins). Default: [-1, 1] for floats, [0, 10] for ints"),
+    ("timeout", "string",
+     f"seconds one export (in the export process), one tfjs load or one tfjs predict (in Node.js) may take "
+     f"before that process is stopped and the test fails (default: {DEFAULT_TIMEOUT_S:g}; 'none' waits "
+     f"forever); in-process runtimes (TensorFlow, LiteRT, onnxruntime) cannot be stopped safely and are not "
+     f"bounded. Node.js start-up has its own shorter limit (30 s, or this one when shorter)"),
+    ("export-process", "string",
+     "child (default): converters run in one persistent child process, so a converter's crash, abort, OOM "
+     "kill or hang fails that export only; inline: in the test process"),
+    ("export-memory", "string",
+     "the most memory one export may add, e.g. 4G or 500M (RLIMIT_AS in the export process; needs "
+     "--modelparity-export-process=child): a larger conversion fails with ExportError instead of taking the "
+     "machine (default: no limit)"),
 )
 # ini-only keys: the "ini" tolerance layer (below a marker, above the built-in table).
 _INI_ONLY: tuple[tuple[str, str], ...] = (
@@ -92,6 +105,9 @@ class ParityOptions:
     quant_budget: str | None = None  # --modelparity-quant-budget (checked by quantized.parse_budget)
     # (low, high) or {input name: (low, high)}: what the batches are drawn from (None: per dtype)
     input_range: tuple[float, float] | dict[str, tuple[float, float]] | None = None
+    timeout: float | None = DEFAULT_TIMEOUT_S  # None: no limit
+    export_process: str = "child"  # or "inline"
+    export_memory: int | None = None  # bytes of address space one export may add
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -211,6 +227,47 @@ def split_format(name: str) -> tuple[str, str | None]:
     return base, variant or None
 
 
+def parse_timeout(text: Any) -> float | None:
+    """``--modelparity-timeout``: seconds > 0, or ``none`` for no limit (default 600)."""
+    if text is None or str(text).strip() == "":
+        return DEFAULT_TIMEOUT_S
+    if str(text).strip().lower() in ("none", "off", "inf"):
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise pytest.UsageError(f"--modelparity-timeout: {text!r} is not a number of seconds above 0; pass e.g. 120, "
+                                "or none to wait forever")
+    return value
+
+
+def parse_export_process(text: Any) -> str:
+    value = str(text or "child").strip().lower()
+    if value not in ("child", "inline"):
+        raise pytest.UsageError(f"--modelparity-export-process: {text!r} is not child or inline")
+    return value
+
+
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(option: str, text: Any) -> int | None:
+    """``4G``, ``500M``, ``1048576`` -> bytes; empty -> None."""
+    if text is None or str(text).strip() == "":
+        return None
+    raw = str(text).strip().upper().removesuffix("IB").removesuffix("B")
+    unit = raw[-1:] if raw[-1:] in _UNITS else ""
+    try:
+        value = float(raw[:-1] if unit else raw) * _UNITS[unit]
+    except ValueError:
+        value = 0
+    if not value >= 1:
+        raise pytest.UsageError(f"{option}: {text!r} is not a size; pass e.g. 4G, 500M or a number of bytes")
+    return int(value)
+
+
 def _float(config: pytest.Config, key: str) -> float | None:
     raw = config.getini(key)
     if raw in (None, ""):
@@ -298,6 +355,9 @@ def parse_options(config: pytest.Config) -> ParityOptions:
         data=_data_path(config, _value(config, "modelparity_data")),
         quant_budget=_quant_budget(_value(config, "modelparity_quant_budget")),
         input_range=parse_input_range(_value(config, "modelparity_input_range")),
+        timeout=parse_timeout(_value(config, "modelparity_timeout")),
+        export_process=parse_export_process(_value(config, "modelparity_export_process")),
+        export_memory=parse_size("--modelparity-export-memory", _value(config, "modelparity_export_memory")),
     )
 
 

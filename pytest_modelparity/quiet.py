@@ -15,6 +15,7 @@ import io
 import os
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -75,11 +76,15 @@ class LogSink:
                 if self.root is not None:
                     make_ignored_dir(self.root)
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                log = open(self.path, "ab" if self.written else "wb", buffering=0)  # one run per file
+                # Appended, never truncated: concurrent sessions (and xdist workers of two runs)
+                # share these files. Each session's first block says whose lines follow.
+                log = open(self.path, "ab", buffering=0)
             except OSError:  # an unwritable cache dir: leave the output where it goes anyway
                 yield
                 return
-            log.write(f"== {what}\n".encode())
+            if not self.written:
+                log.write(f"\n==== session pid {os.getpid()} started {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
+            log.write(f"== {what} (pid {os.getpid()})\n".encode())
             self.written = True
             for stream in (sys.stdout, sys.stderr):
                 with contextlib.suppress(Exception):

@@ -13,6 +13,7 @@ reproducible. Pass a Hypothesis strategy in ``elements`` to draw values element 
 
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -21,6 +22,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from .formats.base import TensorSpec
+from .resources import check_allocation
 from .validators import check_batch_size
 
 __all__ = ["Batch", "batches", "fixed_batch", "specs_of", "seeded_batch", "PROFILE", "register_profile"]
@@ -134,6 +136,10 @@ def _strings(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
 
 def _fill(rng: np.random.Generator, spec: TensorSpec, shape: tuple[int, ...], rule: Any) -> np.ndarray:
     kind = spec.dtype.kind
+    # Refused before numpy tries (a shape like (1, 1e6, 1e6, 3) asked for 87 TiB): the random
+    # numbers are drawn as 8-byte values, then cast; a string cell costs a Python object.
+    per_element = 64 if kind in "OSU" else 8 + spec.dtype.itemsize
+    check_allocation(math.prod(shape) * per_element, f"a batch for input {spec.name!r} of shape {shape}")
     if kind in "OSU":  # a string input
         if rule is not None:
             raise InvalidArgument(f"input {spec.name!r} is a string input: pass a Hypothesis strategy "

@@ -14,8 +14,13 @@ Lifetime: the process must never outlive Python. Three independent guards:
   3. on Linux, ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` makes the kernel kill it when the thread
      that started it exits (only set when started from the main thread, since a worker
      thread's exit would otherwise kill a process still in use).
-A process that died anyway makes the next call raise ``NodeProcessDied`` with the exit status
-and the tail of its stderr; loading the model again starts a new one.
+A process that died anyway makes the call raise ``NodeProcessDied`` with the exit status
+and the tail of its stderr; the tfjs model (``formats/tfjs.py``) starts a new one on its next call.
+
+Start-up is a handshake with its own short limit (``handshake_timeout_s``, 30 s): runner.js
+sends an ``S`` frame before it requires tfjs, so a ``node`` on PATH that never answers (a hung
+wrapper, not Node.js at all) is named within seconds, apart from a model that loads slowly
+(``timeout_s`` bounds the load after the handshake, and each predict).
 
 Besides ``predict``, ``fetch`` asks for named graph nodes (``model.execute(inputs, nodes)``):
 the intermediate tensors the layer table of the diagnosis compares.
@@ -48,7 +53,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["NodeProcess", "NodeProcessDied", "RunnerError", "encode_tensors", "decode_tensors"]
+__all__ = ["HANDSHAKE_TIMEOUT_S", "NodeHandshakeFailed", "NodeProcess", "NodeProcessDied", "RunnerError",
+           "encode_tensors", "decode_tensors"]
 
 _DTYPE_CODES = {np.dtype("float32"): 0, np.dtype("int32"): 1, np.dtype("bool"): 2}
 _CODE_DTYPES = {code: dtype for dtype, code in _DTYPE_CODES.items()}
@@ -57,6 +63,8 @@ _MAX_FRAME = 2**32 - 1
 _WRITE_CHUNK = 1 << 20
 _READ_CHUNK = 1 << 22
 _STDERR_LINES = 40
+# Node prints its first frame before requiring tfjs: tens of milliseconds, seconds on a loaded machine.
+HANDSHAKE_TIMEOUT_S = 30.0
 
 
 class RunnerError(RuntimeError):
@@ -64,7 +72,15 @@ class RunnerError(RuntimeError):
 
 
 class NodeProcessDied(RuntimeError):
-    """The Node.js process serving a tfjs model is gone; load the model again for a new one."""
+    """The Node.js process serving a tfjs model is gone (``timed_out``: Python killed it after
+    its time limit); the tfjs model starts a new one on its next call."""
+
+    timed_out = False
+
+
+class NodeHandshakeFailed(NodeProcessDied):
+    """``node`` started but never answered runner.js's first frame: the runtime itself is broken
+    (a hung wrapper on PATH, not Node.js), so no backend or retry can help."""
 
 
 def encode_tensors(tensors: Mapping[str, np.ndarray]) -> bytes:
@@ -167,14 +183,17 @@ class NodeProcess:
     """One ``node runner.js <model.json> <backend>`` process; ``predict`` is a round trip."""
 
     def __init__(self, model_json: str | Path, *, backend: str, node: str, runner_js: Path,
-                 node_modules: Path, description: str, timeout_s: float | None = 600.0) -> None:
+                 node_modules: Path, description: str, timeout_s: float | None = 600.0,
+                 handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S) -> None:
         self.description = description
         self.timeout_s = timeout_s
+        self.node = node
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=_STDERR_LINES)
         self.last_compute_ms: float | None = None
         self.execution: str | None = None  # "execute" or "executeAsync" (control flow), once known
         self._lock = threading.Lock()
         self._dead: str | None = None
+        self._reported = False
         env = dict(os.environ, MODELPARITY_TFJS_MODULES=str(node_modules))
         on_linux_main = sys.platform.startswith("linux") and threading.current_thread() is threading.main_thread()
         self.proc = subprocess.Popen(
@@ -189,6 +208,7 @@ class NodeProcess:
         self._stderr_thread = threading.Thread(target=self._drain_stderr, name=f"tfjs-stderr-{self.pid}",
                                                daemon=True)
         self._stderr_thread.start()
+        self._handshake(min(handshake_timeout_s, timeout_s) if timeout_s else handshake_timeout_s)
         kind, payload = self._read_frame(self._deadline())
         if kind == "E":
             self.close()
@@ -197,6 +217,25 @@ class NodeProcess:
             self.close()
             raise NodeProcessDied(f"{self.description}: unexpected first message {kind!r} from the runner")
         self.meta: dict[str, Any] = json.loads(payload.tobytes().decode("utf-8"))
+
+    def _handshake(self, limit: float) -> None:
+        """Wait (at most ``limit`` s) for runner.js's ``S`` frame: proof that Node runs it."""
+        try:
+            kind, body = self._read_frame(time.monotonic() + limit, timeout_what=f"{limit:g} s")
+        except NodeProcessDied as exc:
+            what = str(exc).split("\n  fix:")[0]
+            raise NodeHandshakeFailed(
+                f"{what}\n  Node.js ({self.node!r}) did not complete runner.js's start-up handshake within "
+                f"{limit:g} s (handshake_timeout_s): it is hung, or not Node.js (a wrapper script on PATH?)\n"
+                f"  fix: check that `{self.node} --version` answers at once, or put a working Node.js >= 18 "
+                f"first on PATH") from None
+        if kind == "E":
+            self.close()
+            raise RunnerError(body.tobytes().decode("utf-8", "replace"))
+        if kind != "S":
+            self.close()
+            raise NodeHandshakeFailed(f"{self.description}: Node.js ({self.node!r}) answered {kind!r} instead of "
+                                      "runner.js's handshake; is this runner.js from the same pytest-modelparity?")
 
     # -- I/O ---------------------------------------------------------------------------
     def _drain_stderr(self) -> None:
@@ -223,7 +262,8 @@ class NodeProcess:
         tail = "\n".join(f"    {line}" for line in self.stderr_tail) or "    (nothing)"
         self._dead = (f"{self.description}: the Node.js process (pid {self.pid}) {status} {while_doing}.\n"
                       f"  stderr tail:\n{tail}\n"
-                      f"  fix: load the model again (load_model(...)) to start a new process")
+                      f"  fix: nothing to do for the next call: it starts a new Node.js process and loads the "
+                      f"model again; if that dies too, the stderr tail above says why")
         self._finalizer()
         return NodeProcessDied(self._dead)
 
@@ -270,23 +310,32 @@ class NodeProcess:
             buf += chunk
         return buf
 
-    def _read_frame(self, deadline: float | None) -> tuple[str, memoryview]:
+    def _read_frame(self, deadline: float | None, *, timeout_what: str | None = None) -> tuple[str, memoryview]:
         try:
             (length,) = _U32.unpack(self._read_exact(4, deadline))
             if length == 0:
                 raise ValueError("empty frame")
             payload = memoryview(self._read_exact(length, deadline))
         except TimeoutError:
-            raise self._timed_out() from None
+            raise self._timed_out(timeout_what) from None
         except (EOFError, OSError, ValueError):
             raise self._died("while Python waited for its answer") from None
         return chr(payload[0]), payload[1:]
 
-    def _timed_out(self) -> NodeProcessDied:
+    def _timed_out(self, limit: str | None = None) -> NodeProcessDied:
         self.proc.kill()
-        return self._died(f"after not answering within {self.timeout_s:g} s (timeout_s), so Python killed it")
+        limit = limit or (f"{self.timeout_s:g} s (timeout_s; the plugin's --modelparity-timeout)")
+        exc = self._died(f"after not answering within {limit}, so Python killed it")
+        exc.timed_out = True
+        return exc
 
     # -- API ---------------------------------------------------------------------------
+    @property
+    def reported_dead(self) -> bool:
+        """True once a call has failed with ``NodeProcessDied``: only then may a new process
+        replace this one (an interrupted call kills it without telling; the next call does)."""
+        return self._reported
+
     @property
     def alive(self) -> bool:
         return self._dead is None and self.proc.poll() is None
@@ -297,6 +346,13 @@ class NodeProcess:
             return self._exchange(message)
 
     def _exchange(self, message: bytes) -> tuple[str, memoryview]:
+        try:
+            return self._exchange_once(message)
+        except NodeProcessDied:
+            self._reported = True  # a caller has been told: the model may start a new process now
+            raise
+
+    def _exchange_once(self, message: bytes) -> tuple[str, memoryview]:
         if len(message) > _MAX_FRAME:
             raise ValueError(f"{self.description}: this batch is {len(message)} bytes, more than one frame of the "
                              f"runner's protocol carries (4 GiB); split it into smaller batches")

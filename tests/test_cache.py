@@ -114,7 +114,8 @@ def test_default_root_follows_the_environment(monkeypatch, tmp_path):
 
 
 def test_losing_a_race_uses_the_winners_artifact(model, tmp_path, monkeypatch):
-    """Another worker finishes the same export while ours runs: ours is discarded."""
+    """Another worker finishes the same export while ours runs: ours is discarded. (The entry
+    lock makes this rare: only a worker that gave up waiting, or a filesystem without flock.)"""
     root = tmp_path / "cache"
     real_export = formats.export_model
     winner: list[Path] = []
@@ -123,7 +124,8 @@ def test_losing_a_race_uses_the_winners_artifact(model, tmp_path, monkeypatch):
         written = real_export(m, fmt, path, **options)
         if not winner:
             monkeypatch.setattr(formats, "export_model", real_export)
-            winner.append(ExportCache(root).export(m, fmt, **options))
+            # A worker that gave up waiting for our lock (lock_timeout_s=0) exports too, and renames first.
+            winner.append(ExportCache(root, lock_timeout_s=0).export(m, fmt, **options))
         return written
 
     monkeypatch.setattr(formats, "export_model", export_while_another_worker_wins)
@@ -151,7 +153,7 @@ WORKER = textwrap.dedent("""
 """)
 
 
-def test_two_processes_exporting_at_once_share_one_intact_artifact(model, tmp_path):
+def test_two_processes_exporting_at_once_export_once_and_share_one_intact_artifact(model, tmp_path):
     root, go, ready = tmp_path / "cache", tmp_path / "go", tmp_path / "ready"
     ready.mkdir()
     script = WORKER.format(tests=str(TESTS), go=str(go), root=str(root), ready=str(ready))
@@ -168,6 +170,8 @@ def test_two_processes_exporting_at_once_share_one_intact_artifact(model, tmp_pa
     print("workers:", [out.strip() for out, _ in results])
     paths = {out.split()[-2] for out, _ in results}
     assert len(paths) == 1, paths
+    # The entry lock: one process converted, the other waited for it and hit.
+    assert sorted(int(out.split()[-1]) for out, _ in results) == [0, 1]
     path = Path(paths.pop())
     assert len(ExportCache(root).entries()) == 1
     assert not [p for p in (root / "tflite").iterdir() if p.name.startswith(".")]

@@ -138,7 +138,9 @@ def test_doubled_softmax_fails_assert_outputs_close(cnn, tmp_path):
     assert "softmax(expected)" in str(info.value)
 
 
-def test_killed_process_gives_clear_error_then_fresh_load_works(cnn, cnn_tfjs):
+def test_killed_process_fails_one_call_then_a_fresh_process_serves_the_model(cnn, cnn_tfjs):
+    """Kill the real node child: the next call fails saying so (pid, signal, stderr tail), the
+    call after it gets a new Node process that loaded the model again (no reload by the user)."""
     x = models.images(2)
     model = _load(cnn_tfjs, backend="cpu")  # the cpu backend prints the banner checked below
     first = model.predict(x)["probs"]
@@ -150,13 +152,43 @@ def test_killed_process_gives_clear_error_then_fresh_load_works(cnn, cnn_tfjs):
     text = str(info.value)
     assert str(pid) in text and "SIGKILL" in text
     assert "stderr tail" in text and "TensorFlow.js" in text  # tfjs's Node banner went to stderr
-    assert "load the model again" in text and str(cnn_tfjs) in text
-    with pytest.raises(NodeProcessDied, match="SIGKILL"):  # and it keeps saying so
-        model.predict(x)
+    assert "starts a new Node.js process" in text and str(cnn_tfjs) in text
+    np.testing.assert_array_equal(model.predict(x)["probs"], first)
+    assert model.process.pid != pid and model.restarts == 1 and model.backend == "cpu"
+    _started_pids.append(model.process.pid)
     model.close()
-    with _load(cnn_tfjs, backend="cpu") as fresh:
-        assert fresh.process.pid != pid
-        np.testing.assert_array_equal(fresh.predict(x)["probs"], first)
+    with pytest.raises(NodeProcessDied, match="closed"):  # a closed model is not restarted
+        model.predict(x)
+
+
+def _hung_node(tmp_path: Path) -> Path:
+    """A real ``node`` on PATH that never answers (a hung wrapper): a shell that sleeps."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "node"
+    fake.write_text("#!/bin/sh\nexec sleep 600\n")
+    fake.chmod(0o755)
+    return bin_dir
+
+
+def test_node_that_never_answers_fails_its_handshake_fast_and_once(cnn_tfjs, tmp_path, monkeypatch):
+    """backend="auto" would try wasm then cpu: a dead runtime must not double the wait, and a
+    second model fails at once instead of waiting again."""
+    from pytest_modelparity import load_model
+
+    _load(cnn_tfjs).close()  # installs the npm packages first, with the real node
+    monkeypatch.setenv("PATH", f"{_hung_node(tmp_path)}{os.pathsep}{os.environ['PATH']}")
+    start = time.monotonic()
+    with pytest.raises(errors.ModelLoadError) as info:
+        load_model(cnn_tfjs, "tfjs", timeout_s=2.0)
+    took = time.monotonic() - start
+    text = str(info.value)
+    assert "handshake within 2 s" in text and str(tmp_path / "bin" / "node") in text and "Node.js" in text
+    assert took < 6, f"waited {took:.1f} s: the wasm -> cpu fallback must not wait again"
+    start = time.monotonic()
+    with pytest.raises(errors.ModelLoadError, match="remembered"):
+        load_model(cnn_tfjs, "tfjs", timeout_s=2.0)
+    assert time.monotonic() - start < 1
 
 
 def test_hung_process_times_out_and_is_killed(cnn_tfjs):
@@ -411,12 +443,14 @@ def test_call_interrupted_mid_exchange_never_returns_a_stale_answer(cnn_tfjs, ba
     try:
         with pytest.raises(NodeProcessDied) as info:
             model.predict(small)
-        assert "interrupted (_Interrupted)" in str(info.value) and "load the model again" in str(info.value)
+        assert "interrupted (_Interrupted)" in str(info.value) and "starts a new Node.js process" in str(info.value)
         assert _wait_gone(pid)
+        # The call after that gets a fresh process, answering its own batch.
+        np.testing.assert_array_equal(model.predict(small)["probs"], expected_small)
+        assert model.process.pid != pid
+        _started_pids.append(model.process.pid)
     finally:
         model.close()
-    with _load(cnn_tfjs) as fresh:
-        np.testing.assert_array_equal(fresh.predict(small)["probs"], expected_small)
 
 
 def test_node_dying_half_way_through_its_answer_is_reported(cnn_tfjs, tmp_path, monkeypatch):

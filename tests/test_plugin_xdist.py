@@ -45,3 +45,33 @@ def test_two_workers_give_the_serial_verdicts_and_all_rows(pytester: pytest.Pyte
     assert _verdicts(two) == _verdicts(one)
     assert len(two["rows"]) == len(one["rows"]) == 8
     parallel.stdout.fnmatch_lines(["*= model parity summary =*", "*test_close[[]saved_model-cpu-1.01[]]*FAIL*"])
+
+
+EXPORT_SUITE = textwrap.dedent('''
+    import pytest
+
+    @pytest.mark.parametrize("i", range(4))
+    def test_runs(parity_candidate, parity_batch, i):
+        assert parity_candidate.predict(parity_batch)
+''')
+
+
+def test_two_workers_on_a_cold_cache_export_each_format_once(pytester: pytest.Pytester) -> None:
+    """The per-entry export lock: the worker that comes second waits for the first one's export
+    and reuses it (cache_hit), where both used to convert and one threw its copy away."""
+    pytester.makeconftest(TINY_SOURCE_CONFTEST)
+    pytester.makepyfile(test_exports=EXPORT_SUITE)
+    result = pytester.runpytest_subprocess(
+        "--modelparity-formats=keras,saved_model,tflite", "--modelparity-cache-dir=cold-cache", "-n", "2",
+        "-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning", "--modelparity-report=xdist.json")
+    result.assert_outcomes(passed=12)
+    doc = json.loads((pytester.path / "xdist.json").read_text())
+    by_format: dict[str, list[bool]] = {}
+    for artifact in doc["artifacts"]:
+        by_format.setdefault(artifact["format"], []).append(artifact["cache_hit"])
+    assert sorted(by_format) == ["keras", "saved_model", "tflite"]
+    for fmt, hits in by_format.items():
+        assert hits.count(False) == 1, f"{fmt} was exported {hits.count(False)} times: {doc['artifacts']}"
+    assert any(len(hits) == 2 for hits in by_format.values()), "no format was needed by both workers"
+    entries = [p for p in (pytester.path / "cold-cache").glob("*/*") if (p / "meta.json").is_file()]
+    assert len(entries) == 3 and not list((pytester.path / "cold-cache").glob("*/.*.lock"))  # no lock left

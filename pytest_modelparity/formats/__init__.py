@@ -29,7 +29,9 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import ExportError, ModelLoadError, RuntimeMissing
+from ..resources import resource_failure
 from ..tfjs_runner import NODE_HINT
+from ._files import check_not_special
 from ._common import ONNX_INSTALL, TF_INSTALL, TFLITE_INSTALL, export_route, is_keras_model, record_route
 from ._tf import ancestor_ops, import_tf
 from .base import LoadedModel, TensorSpec
@@ -107,6 +109,7 @@ def detect_format(path: str | Path) -> str:
             raise _broken_link(p, implied)
         raise ModelLoadError(p, implied, "no such file or directory",
                              f"check the path (a relative path is taken from {Path.cwd()})")
+    check_not_special(p, implied)  # before any detect() opens it: a FIFO would block there
     for name in ALL_FORMATS:
         if format_module(name).detect(p):
             return name
@@ -147,6 +150,8 @@ def load_model(source: Any, format: str | None = None, *, device: str = "cpu", *
     _check_name(format)
     if isinstance(source, (str, Path)) and os.path.islink(source) and not os.path.exists(source):
         raise _broken_link(Path(source), format)  # the same words with format= as without
+    if isinstance(source, (str, Path)):
+        check_not_special(source, format)
     missing = missing_runtime(format)
     if missing is not None:
         raise missing
@@ -215,20 +220,83 @@ def export_model(model: Any, format: str, path: str | Path, *, converter_options
             options.update(converter_options)  # tfjs.export passes its extra keywords to the converter
         else:
             raise TypeError(f"format {format!r} takes no converter_options (only tflite, onnx and tfjs convert)")
+    _check_size_limit(model, format, options, Path(path))
+    target = export_path(format, path)
     try:
-        written = Path(module.export(model, export_path(format, path), **options))
-    except ExportError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - only write failures are rewrapped, the rest re-raised
-        failure = _write_failure(exc)
-        if failure is None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # e.g. /proc/x/m.tflite: say so before converting anything
+        failure = f"{type(exc).__name__}: {exc.strerror or exc}"
+        raise ExportError(path, format, f"the directory {str(target.parent)!r} cannot be created ({failure})",
+                          _write_fix(failure, target)) from exc
+    try:
+        written = Path(module.export(model, target, **options))
+        validate = getattr(module, "validate", None)
+        if validate is not None and not getattr(module, "EXPORT_VALIDATES", False):
+            validate(written)
+    except Exception as exc:  # noqa: BLE001 - machine limits and write failures are rewrapped, the rest re-raised
+        reported = _export_failure(exc, format, Path(path))
+        if reported is exc:
             raise
-        raise ExportError(path, format, f"the export could not be written ({failure})",
-                          _write_fix(failure, Path(path))) from exc
-    validate = getattr(module, "validate", None)
-    if validate is not None and not getattr(module, "EXPORT_VALIDATES", False):
-        validate(written)
+        raise reported from exc
     return written
+
+
+# Formats written as one protobuf or FlatBuffer: neither can exceed 2 GiB.
+_SIZE_LIMITS = {"onnx": "protobuf", "graphdef": "protobuf", "tflite": "FlatBuffer"}
+_TWO_GIB = 2**31 - 1
+# How much smaller a TFLite quantisation writes the weights (float32 = 1).
+_TFLITE_SHRINK = {"float16": 2, "dynamic_range": 4, "int8": 4}
+
+
+def weight_bytes(model: Any) -> int | None:
+    """Bytes of a Keras model's weights, from their shapes and dtypes (nothing copied), or None."""
+    import math
+
+    import numpy as np
+
+    try:
+        return sum(math.prod(int(d) for d in w.shape) * np.dtype(str(getattr(w.dtype, "name", w.dtype))).itemsize
+                   for w in model.weights)
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+def _check_size_limit(model: Any, format: str, options: dict[str, Any], path: Path) -> None:
+    """A model whose weights cannot fit the format's 2 GiB container is refused before converting
+    (the converters fail after minutes and many gigabytes, or write a file nothing loads)."""
+    container = _SIZE_LIMITS.get(format)
+    if container is None or isinstance(model, (str, Path)):
+        return
+    size = weight_bytes(model)
+    if size is None:
+        return
+    written = size // _TFLITE_SHRINK.get(str(options.get("quantization")), 1) if format == "tflite" else size
+    if written > _TWO_GIB:
+        from ..resources import human_bytes
+
+        fix = {"tflite": "quantise it (quantization='float16' halves it, 'int8' quarters it), or test it as "
+                         "saved_model/keras",
+               "onnx": "test it as saved_model/keras; tf2onnx's large-model mode (external data) is not "
+                       "used by this plugin yet",
+               "graphdef": "test it as saved_model (variables are stored outside the graph there)"}[format]
+        raise ExportError(path, format, f"the model's weights take {human_bytes(written)} in this format, more "
+                          f"than a {container} can hold (2 GiB); refused before converting", fix)
+
+
+def _export_failure(exc: Exception, format: str, path: Path) -> Exception:
+    """The error an export failure is reported as: a machine limit (file size, disk, memory,
+    threads) named as such whatever the converter wrapped it in, a write failure with its fix,
+    or ``exc`` itself."""
+    limit = resource_failure(exc, str(path.parent if str(path.parent) not in ("", ".") else Path.cwd()))
+    if limit is not None:
+        return ExportError(path, format, limit[0], limit[1], log_path=getattr(exc, "log_path", None),
+                           route=getattr(exc, "route", None))
+    if isinstance(exc, ExportError):
+        return exc
+    failure = _write_failure(exc)
+    if failure is None:
+        return exc
+    return ExportError(path, format, f"the export could not be written ({failure})", _write_fix(failure, path))
 
 
 # TensorFlow raises its own types for a failed write (it must not be imported to test them).

@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from ..errors import ModelLoadError, RuntimeMissing
+from ._files import read_regular
 
 # The packages themselves, not `pip install 'pytest-modelparity[x]'`: the plugin is not on PyPI,
 # so that command fails unless pip is pointed at a checkout, git URL or wheel (README).
@@ -118,12 +119,7 @@ def read_model_bytes(source: Any, format: str, suffix: str,
     if path.is_dir():
         raise ModelLoadError(path, format, f"this is a directory, not a {suffix} file",
                              f"pass the {suffix} file inside it, or the format that matches the directory")
-    try:
-        with open(path, "rb") as fh:
-            content = fh.read()
-    except OSError as exc:
-        raise ModelLoadError(path, format, f"cannot be read: {exc.strerror or exc}",
-                             "check the file's permissions") from exc
+    content = read_regular(path, format)  # a FIFO or device is refused, the size checked first
     if not content:
         raise ModelLoadError(path, format, "the file is empty (0 bytes)",
                              f"re-export the model; an interrupted copy or export leaves empty {suffix} files")

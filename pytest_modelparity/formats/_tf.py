@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import ModelLoadError
 from ._common import first_line, import_tf, quiet  # noqa: F401 - import_tf: re-exported
+from ._files import check_not_special
 from .base import LoadedModel, TensorSpec
 
 
@@ -56,6 +57,7 @@ def require_path(path: Path, format: str, *, kind: str = "file") -> Path:
     """Check ``path`` exists and is a ``kind`` ("file" or "dir"), or raise ModelLoadError."""
     if not path.exists():
         raise ModelLoadError(path, format, "no such file or directory", "check the path")
+    check_not_special(path, format)
     if kind == "file" and not path.is_file():
         raise ModelLoadError(path, format, "is a directory, expected a file",
                              "pass the model file itself, or the right format=")

@@ -137,8 +137,20 @@ class LoadedModel(abc.ABC):
             if spec.dtype.kind in "OS":  # a string input
                 feeds[spec.name] = as_string_array(arr)
                 continue
+            self._check_fits_memory(spec.name, arr, spec.dtype, batch)
             feeds[spec.name] = np.ascontiguousarray(arr, dtype=spec.dtype)
         return feeds
+
+    def _check_fits_memory(self, name: str, arr: np.ndarray, dtype: np.dtype, batch: Any) -> None:
+        """Refuse, with its size, an input the runtime would copy into memory that is not there
+        (a 2 GiB batch under a memory limit segfaulted a SavedModel predict)."""
+        from ..errors import InvalidArgumentError
+        from ..resources import check_allocation
+
+        try:
+            check_allocation(int(arr.size) * dtype.itemsize, f"input {name!r} ({arr.shape}, {dtype.name})")
+        except InvalidArgumentError as exc:
+            self._mismatch(str(exc), batch)
 
     def _mismatch(self, problem: str, batch: Any) -> None:
         raise BatchMismatchError(

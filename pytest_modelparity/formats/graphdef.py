@@ -15,6 +15,7 @@ from typing import Any, Sequence
 from ..errors import ExportError, ModelLoadError
 from ..devices import require_tf_device
 from ._common import first_line, quiet
+from ._files import read_regular
 from ._tf import SessionModel, const_weights, import_tf, new_session, require_path, resolve_tensors
 
 NAME = "graphdef"
@@ -28,8 +29,7 @@ def detect(path: Path) -> bool:
 def read_graph_def(path: Path) -> Any:
     """Parse ``path`` as a binary GraphDef, or raise a ModelLoadError saying why it is not one."""
     tf = import_tf()
-    with open(path, "rb") as f:
-        data = f.read()
+    data = read_regular(path, NAME)
     hint = ("this is a SavedModel's graph: load its directory with format='saved_model'"
             if path.name == "saved_model.pb" else
             "pass a frozen GraphDef (.pb written by graph_util / convert_variables_to_constants_v2)")

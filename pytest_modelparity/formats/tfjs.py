@@ -35,6 +35,7 @@ import numpy as np
 from ..errors import ExportError, ModelLoadError, RuntimeMissing
 from ..scratch import owned_prefix
 from ._common import TF_INSTALL, ConverterLog, quiet, record_route
+from ._files import check_not_special, read_regular
 from .base import LoadedModel, TensorSpec
 from . import tfjs_rewrite
 
@@ -62,8 +63,8 @@ _WEIGHT_ITEMSIZE = {"float32": 4, "int32": 4, "bool": 1, "uint8": 1, "uint16": 2
 # -- detection -------------------------------------------------------------------------
 def detect(path: Path) -> bool:
     """A ``model.json`` file, a directory holding one, or a ``.json`` file with a ``modelTopology``."""
-    if path.is_dir():
-        return (path / "model.json").is_file()
+    if path.is_dir():  # a model.json that is no regular file is detected, then refused by name
+        return (path / "model.json").exists() and not (path / "model.json").is_dir()
     if path.name == "model.json":
         return True
     if path.suffix.lower() == ".json" and path.is_file():
@@ -81,6 +82,7 @@ def model_json_path(source: Any) -> Path:
     path = Path(source)
     if path.is_dir():
         path = path / "model.json"
+    check_not_special(path, NAME)
     if not path.is_file():
         raise ModelLoadError(path, NAME, "no such file (a tfjs graph model is a model.json beside its "
                              "group*-shard*.bin weight files)", "check the path, or export with "
@@ -91,7 +93,7 @@ def model_json_path(source: Any) -> Path:
 def read_model_json(path: Path) -> dict[str, Any]:
     """Parse and check ``model.json``: a graph model whose weight files are complete and inside its directory."""
     try:
-        spec = json.loads(path.read_text(encoding="utf-8"))
+        spec = json.loads(read_regular(path, NAME).decode("utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ModelLoadError(path, NAME, f"model.json cannot be read as JSON ({type(exc).__name__}: {exc})",
                              "re-export or re-copy the model") from exc
@@ -132,6 +134,7 @@ def check_weight_files(path: Path, manifest: list[dict[str, Any]]) -> list[tuple
                 raise ModelLoadError(path, NAME, f"weightsManifest path {rel!r} points outside the model's "
                                      f"directory {str(root)!r}; refusing to read it",
                                      "weight shards must sit beside model.json (re-export the model)")
+            check_not_special(target, NAME)
             if not target.is_file():
                 raise ModelLoadError(target, NAME, f"weight file {rel!r} named by {path.name} is missing",
                                      "copy every group*-shard*.bin file beside model.json")
@@ -337,7 +340,9 @@ class TFJSModel(LoadedModel):
         # Why "auto" runs on cpu rather than wasm (None while wasm serves, or when asked for).
         self.fallback_reason = fallback_reason
         self.process = process
-        self._start = start  # backend -> NodeProcess, used to fall back from wasm to cpu
+        self._start = start  # backend -> NodeProcess: falls back from wasm to cpu, replaces a dead process
+        self._closed = False
+        self.restarts = 0  # Node processes started again after one died
         self._spec = spec
         # Ops of this graph tensorflowjs 4.22 is known to run wrong (a model.json converted
         # elsewhere): the diagnosis names them when the comparison fails.
@@ -394,11 +399,20 @@ class TFJSModel(LoadedModel):
             return list(zip(names, batch))
         return [(names[0] if len(names) == 1 else "?", batch)]
 
+    def _serving(self) -> Any:
+        """The live Node process. One that died (killed, crashed, timed out) fails the call that
+        finds it dead with ``NodeProcessDied`` (what happened, its stderr); the call after that
+        gets a fresh process that loads the model again."""
+        if self.process.reported_dead and not self._closed and self._start is not None:
+            self.process = self._start(self.backend)
+            self.restarts += 1
+        return self.process
+
     def _predict(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         from ..tfjs_process import RunnerError
 
         try:
-            result = self.process.predict(feeds)
+            result = self._serving().predict(feeds)
         except RunnerError as exc:
             if not self._can_fall_back():
                 raise run_error(Path(str(self.source)), self.backend, str(exc)) from exc
@@ -476,10 +490,11 @@ class TFJSModel(LoadedModel):
         nodes = self.layer_nodes()
         if not nodes:
             return []
-        values = self.process.fetch(self.prepare_batch(batch), [n for n, _ in nodes], max_bytes=max_bytes)
+        values = self._serving().fetch(self.prepare_batch(batch), [n for n, _ in nodes], max_bytes=max_bytes)
         return [(name, op, values[name]) for name, op in nodes if name in values]
 
     def close(self) -> None:
+        self._closed = True
         self.process.close()
 
 
@@ -582,6 +597,14 @@ def wasm_unsafe_reason(spec: dict[str, Any]) -> str | None:
     return None
 
 
+class NodeRuntimeFailed(ModelLoadError):
+    """Node.js itself failed the load (no handshake, or out of time): another backend cannot help."""
+
+
+# node executable -> why it failed its handshake: later loads in this process fail at once.
+_BROKEN_NODES: dict[str, str] = {}
+
+
 def load(source: Any, *, device: str = "cpu", backend: str = "auto", timeout_s: float | None = 600.0,
          **options: Any) -> TFJSModel:
     """Load a graph model (``model.json`` or its directory) into a new Node.js process.
@@ -602,7 +625,7 @@ def load(source: Any, *, device: str = "cpu", backend: str = "auto", timeout_s: 
     if backend not in BACKENDS:
         raise ValueError(f"unknown tfjs backend {backend!r}; use one of {', '.join(BACKENDS)}")
     from .. import tfjs_runner
-    from ..tfjs_process import NodeProcess, NodeProcessDied, RunnerError
+    from ..tfjs_process import NodeHandshakeFailed, NodeProcess, NodeProcessDied, RunnerError
 
     path = model_json_path(source)
     spec = read_model_json(path)
@@ -612,6 +635,10 @@ def load(source: Any, *, device: str = "cpu", backend: str = "auto", timeout_s: 
 
     def start(which: str) -> Any:
         description = f"tfjs model {str(path)!r} ({which} backend)"
+        broken = _BROKEN_NODES.get(node)
+        if broken is not None:  # a hung node costs its handshake limit once per process, not per model
+            raise NodeRuntimeFailed(path, NAME, f"{broken} (remembered from an earlier load in this process)",
+                                    "put a working Node.js >= 18 first on PATH")
         try:
             return NodeProcess(path, backend=which, node=node, runner_js=tfjs_runner.RUNNER_JS,
                                node_modules=node_modules, description=description, timeout_s=timeout_s)
@@ -620,13 +647,21 @@ def load(source: Any, *, device: str = "cpu", backend: str = "auto", timeout_s: 
                 raise RuntimeMissing(f"@tensorflow/tfjs in {node_modules} ({exc})",
                                      f"remove that directory and run `{tfjs_runner.INSTALL_COMMAND}`") from exc
             raise run_error(path, which, str(exc), action="load") from exc
+        except NodeHandshakeFailed as exc:
+            text, _, fix = str(exc).rpartition("\n  fix: ")
+            _BROKEN_NODES[node] = text.splitlines()[-1].strip()
+            raise NodeRuntimeFailed(path, NAME, text, fix) from exc
         except NodeProcessDied as exc:
+            if exc.timed_out:  # a slow load would be slower still on cpu: no fallback
+                raise NodeRuntimeFailed(path, NAME, str(exc)) from exc
             raise ModelLoadError(path, NAME, str(exc)) from exc
 
     reason = wasm_unsafe_reason(spec) if backend == "auto" else None
     first = backend if backend != "auto" else ("cpu" if reason else "wasm")
     try:
         process = start(first)
+    except NodeRuntimeFailed:
+        raise  # Node itself is hung or the load ran out of time: the cpu backend would wait as long again
     except ModelLoadError as exc:
         if backend != "auto":
             raise

@@ -15,7 +15,9 @@
 // message type. Tensors travel as raw little-endian bytes, never JSON:
 //   tensor := u16 name length, name (UTF-8), u8 dtype (0 float32, 1 int32, 2 bool as u8),
 //             u8 rank, rank x u32 dims, data bytes (product(dims) x itemsize)
-//   Node -> Python  'H' + UTF-8 JSON metadata   once, after the model loaded
+//   Node -> Python  'S' + UTF-8 node version    first, before tfjs is required: the start-up
+//                                               handshake (Python gives it a short limit of its own)
+//                   'H' + UTF-8 JSON metadata   once, after the model loaded
 //                   'R' + f64 compute ms + u8 mode (0 model.execute, 1 model.executeAsync)
 //                       + u16 count + tensors   a prediction
 //                   'E' + UTF-8 message         an error (load errors are followed by exit 1)
@@ -96,6 +98,14 @@ function fileHandler(tf, modelPath) {
             if (path.relative(dir, full).startsWith('..') || path.isAbsolute(path.relative(dir, full))) {
               throw new Error(`weight path ${JSON.stringify(p)} points outside ${dir}`);
             }
+            // A symlinked shard could lead anywhere: its real path must stay inside too, and
+            // it must be a regular file (a FIFO would block the read forever).
+            const real = fs.realpathSync(full);
+            const realDir = fs.realpathSync(dir);
+            if (path.relative(realDir, real).startsWith('..') || path.isAbsolute(path.relative(realDir, real))) {
+              throw new Error(`weight file ${JSON.stringify(p)} is a link leading outside ${dir} (to ${real})`);
+            }
+            if (!fs.statSync(real).isFile()) throw new Error(`weight file ${JSON.stringify(p)} is not a regular file`);
             buffers.push(fs.readFileSync(full));
           }
         }
@@ -161,6 +171,7 @@ function encodeTensor(name, dtype, shape, values) {
 }
 
 async function main() {
+  send('S', Buffer.from(process.version, 'utf8'));
   const [modelPath, backend = 'cpu'] = process.argv.slice(2);
   if (!modelPath) return fail('usage: node runner.js <model.json> <cpu|wasm>');
   if (backend !== 'cpu' && backend !== 'wasm') return fail(`unknown backend ${backend}; use cpu or wasm`);

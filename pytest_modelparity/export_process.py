@@ -1,0 +1,413 @@
+"""Exports in a child process: a converter's abort, segfault, OOM kill or hang costs one
+``ExportError``, never the test session.
+
+Why: TF's TFLite converter calls ``abort()`` when it runs out of memory, tf2onnx peaks at
+tens of times a model's weights, a SavedModel write can segfault; in-process, each of those
+took the whole pytest session (no report written). Here the converters run in one
+persistent worker (``python -m pytest_modelparity.export_process``, TensorFlow imported
+once), the Keras model handed over as a ``.keras`` file saved once per model. The parent
+watches it: the worker's death (signal or exit code), its peak memory (``VmHWM``), the
+export's time against ``timeout_s``, and the tail of the log the worker writes.
+
+A model that cannot be handed over (it does not save to ``.keras``, or its custom classes do
+not load in a fresh process) and options that do not pickle (a function) are exported in
+this process, as before; ``inline_reasons`` says which and why. No TensorFlow is imported
+here in the parent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import select
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+from .errors import ExportError, InvalidArgumentError, ModelLoadError, RuntimeMissing
+from .resources import human_bytes
+from .scratch import owned_prefix
+
+__all__ = ["ExportProcess"]
+
+_LEN = struct.Struct("<Q")
+_POLL_S = 0.25
+_LOG_TAIL = 8
+
+
+def _send(stream: Any, obj: Any) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(_LEN.pack(len(data)) + data)
+    stream.flush()
+
+
+def _read_exact(fd: int, n: int) -> bytes | None:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = os.read(fd, n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return bytes(buf)
+
+
+def _status(pid: int, field: bytes) -> int | None:
+    """A memory figure of ``/proc/<pid>/status`` in bytes, or None once the process is gone."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(field + b":"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _peak_rss(pid: int) -> int | None:
+    """The process's peak resident memory so far (``VmHWM``)."""
+    return _status(pid, b"VmHWM")
+
+
+def _how_it_ended(code: int | None) -> tuple[str, str]:
+    """``(what happened, fix)`` for the worker's exit status."""
+    if code is None:
+        return "stopped answering", "see the converter log"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        if -code == signal.SIGKILL:
+            return (f"was killed by {name} (what the kernel's OOM killer sends when memory runs out)",
+                    "give the export more memory (or run fewer xdist workers); docs/model-size.md lists what "
+                    "each format needs")
+        if -code == signal.SIGABRT:
+            return (f"aborted ({name}: the converter's C++ code failed a check, often for lack of memory)",
+                    "see the converter log; if it says out of memory, give the export more memory")
+        return f"crashed ({name})", "see the converter log; the same export in a fresh Python shows the crash"
+    return f"exited with code {code}", "see the converter log"
+
+
+class ExportProcess:
+    """One persistent export worker; ``export`` has :func:`formats.export_model`'s signature.
+
+    ``timeout_s``: the most one export (with its validation) may take; the worker is killed
+    past it. ``log_path``: the file the worker's output (TensorFlow, converters) is appended to.
+    ``memory_limit``: bytes of address space one export may add (``RLIMIT_AS`` in the worker,
+    set around each export); None: no limit. ``recycle_rss``: a worker holding more resident
+    memory than this after an export is replaced before the next one (None: never).
+    """
+
+    def __init__(self, *, timeout_s: float | None = 600.0, log_path: str | Path | None = None,
+                 memory_limit: int | None = None, recycle_rss: int | None = 2 << 30) -> None:
+        self.timeout_s = timeout_s
+        self.recycle_rss = recycle_rss
+        self.memory_limit = memory_limit
+        self.log_path = Path(log_path) if log_path is not None else None
+        self.inline_reasons: list[str] = []
+        self.peak_rss: int | None = None  # the worker's peak resident memory after its last export
+        self._proc: subprocess.Popen | None = None
+        self._reply_fd: int | None = None
+        self._dir = Path(tempfile.mkdtemp(prefix=owned_prefix("modelparity-handover-")))
+        self._handed: dict[str, Path] = {}  # weights digest -> .keras file
+
+    # -- the worker ------------------------------------------------------------------------
+    def _start(self) -> subprocess.Popen:
+        if self._proc is not None and self._proc.poll() is None:
+            return self._proc
+        read_fd, write_fd = os.pipe()
+        log_target: Any = subprocess.DEVNULL
+        if self.log_path is not None:
+            try:
+                self.log_path.parent.mkdir(parents=True, exist_ok=True)
+                log_target = open(self.log_path, "ab")
+            except OSError:
+                log_target = subprocess.DEVNULL
+        try:
+            env = dict(os.environ)
+            env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+            here = str(Path(__file__).resolve().parent.parent)
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH", "")) if p)
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "pytest_modelparity.export_process", str(write_fd),
+                 str(self.log_path) if log_target is not subprocess.DEVNULL else ""],
+                stdin=subprocess.PIPE, stdout=log_target, stderr=subprocess.STDOUT, pass_fds=(write_fd,), env=env)
+        finally:
+            os.close(write_fd)
+            if log_target is not subprocess.DEVNULL:
+                log_target.close()
+        self._reply_fd = read_fd
+        return self._proc
+
+    def close(self) -> None:
+        """Stop the worker (it exits when its stdin closes) and remove the handed-over files."""
+        self._stop_worker()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._proc is None else self._proc.pid
+
+    # -- the handover ----------------------------------------------------------------------
+    def _handover(self, model: Any) -> Path | None:
+        """The model saved as ``.keras`` (once per weights and architecture), or None when it cannot be."""
+        try:
+            digest = hashlib.sha256(model.to_json().encode())
+            for w in model.get_weights():
+                digest.update(memoryview(w).cast("B") if w.flags.c_contiguous else w.tobytes())
+            key = digest.hexdigest()[:24]
+        except Exception as exc:  # noqa: BLE001 - a model that cannot be keyed is exported inline
+            self.inline_reasons.append(f"{type(model).__name__} cannot be serialised ({type(exc).__name__}: {exc})")
+            return None
+        path = self._handed.get(key)
+        if path is not None and path.exists():
+            return path
+        path = self._dir / f"{key}.keras"
+        try:
+            with warnings.catch_warnings():  # Keras' own deprecation noise belongs to no test
+                warnings.simplefilter("ignore")
+                model.save(str(path))
+        except Exception as exc:  # noqa: BLE001
+            self.inline_reasons.append(f"the model does not save as .keras ({type(exc).__name__}: {exc})")
+            return None
+        self._handed[key] = path
+        return path
+
+    # -- exporting -------------------------------------------------------------------------
+    def export(self, model: Any, format: str, path: str | Path, **options: Any) -> Path:
+        """Export ``model`` to ``format`` at ``path`` in the worker (or inline, see the module docstring)."""
+        from .formats import export_model, record_route
+
+        if isinstance(model, (str, Path)):
+            handed: Path | str | None = str(model)  # a SavedModel directory: the worker reads it itself
+        else:
+            handed = self._handover(model)
+        try:
+            pickle.dumps(options)
+        except Exception as exc:  # noqa: BLE001 - e.g. a custom op handler function
+            self.inline_reasons.append(f"export options do not pickle ({type(exc).__name__}: {exc})")
+            handed = None
+        if handed is None:
+            return Path(export_model(model, format, path, **options))
+        request = {"model": str(handed), "keras_file": not isinstance(model, (str, Path)), "format": format,
+                   "path": str(path), "options": options, "memory_limit": self.memory_limit}
+        reply = self._ask(request, format, Path(path))
+        if "handover" in reply:  # the worker cannot rebuild the model (custom classes): inline it is
+            self.inline_reasons.append(reply["handover"])
+            return Path(export_model(model, format, path, **options))
+        if "error" in reply:
+            raise _rebuild(reply["error"], format, Path(path))
+        written = Path(reply["ok"])
+        if reply.get("route"):  # how the worker converted it, known here as if exported here
+            record_route(written, format, reply["route"])
+        return written
+
+    def _ask(self, request: dict, format: str, path: Path) -> dict:
+        proc = self._start()
+        assert proc.stdin is not None and self._reply_fd is not None
+        log_start = self._log_size()
+        start = time.monotonic()
+        try:
+            _send(proc.stdin, request)
+        except (BrokenPipeError, OSError):
+            pass  # it died before reading: reported below with its exit status
+        peak = _peak_rss(proc.pid)
+        poller = select.poll()  # not select(): it fails on descriptors above 1023
+        poller.register(self._reply_fd, select.POLLIN)
+        while True:
+            ready = poller.poll(int(_POLL_S * 1000))
+            peak = _peak_rss(proc.pid) or peak
+            if ready:
+                head = _read_exact(self._reply_fd, _LEN.size)
+                body = None if head is None else _read_exact(self._reply_fd, _LEN.unpack(head)[0])
+                if body is not None:
+                    self.peak_rss = peak
+                    reply: dict = pickle.loads(body)
+                    self._recycle_if_grown(proc)
+                    return reply
+                break  # EOF: the worker is gone
+            if proc.poll() is not None:
+                break
+            if self.timeout_s is not None and time.monotonic() - start > self.timeout_s:
+                proc.kill()
+                proc.wait()
+                self._forget()
+                raise ExportError(path, format, f"the export took longer than {self.timeout_s:g} s "
+                                  f"(--modelparity-timeout), so its process was stopped (peak memory "
+                                  f"{human_bytes(peak or 0)})",
+                                  "raise --modelparity-timeout (ini modelparity_timeout) for large models, or "
+                                  "export a smaller one", log_path=self.log_path)
+        code = proc.wait()
+        self._forget()
+        what, fix = _how_it_ended(code)
+        tail = self._log_tail(log_start)
+        problem = (f"the converter's process {what} after {time.monotonic() - start:.1f} s, with a peak memory of "
+                   f"{human_bytes(peak or 0)}; the test session goes on")
+        if tail:
+            problem += "; its last output:\n    " + "\n    ".join(tail)
+        raise ExportError(path, format, problem, fix, log_path=self.log_path)
+
+    def _recycle_if_grown(self, proc: subprocess.Popen) -> None:
+        """A worker that kept much memory after an export (tf2onnx's graphs, allocator caches) is
+        replaced: the next export would add its own peak to what is left (a 100 MB model's second
+        ONNX export peaked at 7.7 GB in one worker, 6.2 GB in a fresh one)."""
+        rss = _status(proc.pid, b"VmRSS")
+        if rss is not None and self.recycle_rss is not None and rss > self.recycle_rss:
+            self._stop_worker()
+
+    def _stop_worker(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            try:
+                if proc.stdin:
+                    proc.stdin.close()
+                proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                proc.kill()
+                proc.wait()
+        if self._reply_fd is not None:
+            os.close(self._reply_fd)
+            self._reply_fd = None
+
+    def _forget(self) -> None:
+        self._proc = None
+        if self._reply_fd is not None:
+            os.close(self._reply_fd)
+            self._reply_fd = None
+
+    def _log_size(self) -> int:
+        try:
+            return self.log_path.stat().st_size if self.log_path is not None else 0
+        except OSError:
+            return 0
+
+    def _log_tail(self, offset: int) -> list[str]:
+        if self.log_path is None:
+            return []
+        try:
+            with open(self.log_path, "rb") as fh:
+                fh.seek(offset)
+                text = fh.read(1 << 20).decode("utf-8", "replace")
+        except OSError:
+            return []
+        lines = [ln.rstrip() for ln in text.splitlines() if ln.strip()]
+        fatal = next((i for i, ln in enumerate(lines) if ln.startswith("Fatal Python error")), None)
+        if fatal is not None:  # faulthandler's report: the error, then the innermost frames first
+            frames = [ln.strip() for ln in lines[fatal + 1:] if ln.strip().startswith("File ")]
+            return [lines[fatal][:300]] + [f[:300] for f in frames[:_LOG_TAIL - 1]]
+        return [ln[:300] for ln in lines[-_LOG_TAIL:]]
+
+
+# -- errors across the process boundary ----------------------------------------------------
+def _describe(exc: BaseException) -> dict:
+    """An exception as plain data (ExportError's keyword-only fields do not survive pickle)."""
+    out: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc)}
+    for attr in ("path", "format", "problem", "fix", "action", "unsupported_ops", "advice", "log_path", "route",
+                 "what", "install"):
+        if hasattr(exc, attr):
+            value = getattr(exc, attr)
+            out[attr] = list(value) if isinstance(value, tuple) else value
+    if isinstance(exc, ExportError):
+        out["type"] = "ExportError"
+    elif isinstance(exc, ModelLoadError):
+        out["type"] = "ModelLoadError"
+    elif isinstance(exc, RuntimeMissing):
+        out["type"] = "RuntimeMissing"
+    return out
+
+
+def _rebuild(info: dict, format: str, path: Path) -> Exception:
+    kind = info.get("type")
+    if kind == "ExportError":
+        exc = ExportError(info.get("path"), info.get("format"), info.get("problem", ""), info.get("fix"),
+                          log_path=info.get("log_path"), route=info.get("route"))
+        exc.unsupported_ops = tuple(info.get("unsupported_ops") or ())
+        exc.advice = info.get("advice")
+        return exc
+    if kind == "ModelLoadError":
+        return ModelLoadError(info.get("path"), info.get("format"), info.get("problem", ""), info.get("fix"),
+                              action=info.get("action", "load"))
+    if kind == "RuntimeMissing":
+        return RuntimeMissing(info.get("what", "?"), info.get("install", "?"))
+    if kind == "InvalidArgumentError":
+        return InvalidArgumentError(info["message"])
+    if kind in ("TypeError", "ValueError"):
+        return {"TypeError": TypeError, "ValueError": ValueError}[kind](info["message"])
+    first = info["message"].strip().splitlines()[0][:300] if info["message"].strip() else ""
+    return ExportError(path, format, f"the converter failed ({kind}: {first})", None)
+
+
+# -- the worker side (python -m pytest_modelparity.export_process FD) ------------------------
+def _serve(request: dict, models: dict[str, Any]) -> dict:
+    from .formats import export_model, export_route
+
+    model: Any = request["model"]
+    if request["keras_file"]:
+        if model not in models:
+            try:
+                import keras
+
+                models[model] = keras.saving.load_model(model, compile=False, safe_mode=False)
+            except Exception as exc:  # noqa: BLE001 - the parent then exports inline
+                return {"handover": f"the model does not load back in a fresh process ({type(exc).__name__}: "
+                                    f"{str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''})"}
+        model = models[model]
+    limit = request.get("memory_limit")
+    restore = _limit_memory(limit) if limit else None
+    try:
+        written = export_model(model, request["format"], request["path"], **request["options"])
+        return {"ok": str(written), "route": export_route(written)}
+    finally:
+        if restore is not None:
+            restore()
+
+
+def _limit_memory(extra: int) -> Any:
+    """Cap this process's address space at what it maps now plus ``extra``; return the undo."""
+    import resource
+
+    with open("/proc/self/status", "rb") as fh:
+        size = next(int(ln.split()[1]) * 1024 for ln in fh if ln.startswith(b"VmSize:"))
+    old = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (size + int(extra), old[1]))
+    return lambda: resource.setrlimit(resource.RLIMIT_AS, old)
+
+
+def _main(reply_fd: int, log_path: str = "") -> None:
+    reply = os.fdopen(reply_fd, "wb")
+    if log_path:
+        # The converters point fds 1 and 2 at a temporary log of their own while converting: a
+        # crash's "Fatal Python error" and traceback go to the session log through this handle.
+        import faulthandler
+
+        faulthandler.enable(file=open(log_path, "a"))  # noqa: SIM115 - kept open for the process's life
+    stdin = sys.stdin.buffer.fileno()
+    models: dict[str, Any] = {}
+    while True:
+        head = _read_exact(stdin, _LEN.size)
+        if head is None:
+            return  # the parent closed our stdin (or died): done
+        body = _read_exact(stdin, _LEN.unpack(head)[0])
+        if body is None:
+            return
+        request = pickle.loads(body)
+        try:
+            result = _serve(request, models)
+        except BaseException as exc:  # noqa: BLE001 - every failure goes back to the parent
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            result = {"error": _describe(exc)}
+        print(f"== export to {request['format']} done (pid {os.getpid()})", flush=True)
+        _send(reply, result)
+
+
+if __name__ == "__main__":
+    _main(int(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else "")

@@ -1,0 +1,143 @@
+"""Machine limits: how much memory is free, and what a failure caused by a limit means.
+
+Why one module: a full disk, a file-size limit, memory or thread exhaustion surface as a dozen
+different exception types (``OSError`` errno EFBIG/ENOSPC, ``MemoryError``, TensorFlow's
+``ResourceExhaustedError``/``OutOfRangeError``, ``RuntimeError: can't start new thread``), and
+each converter used to wrap them in its own, wrong, fix ("check permissions", "export a
+functional model"). :func:`resource_failure` names the limit whatever wrapped it;
+:func:`check_allocation` refuses an array before numpy tries to allocate it. No TensorFlow here.
+"""
+
+from __future__ import annotations
+
+import errno
+import re
+from typing import Iterator
+
+from .errors import InvalidArgumentError
+
+__all__ = ["available_memory", "check_allocation", "human_bytes", "resource_failure"]
+
+
+def available_memory() -> int | None:
+    """Bytes the kernel says can be allocated without swapping (``MemAvailable``), lowered by
+    ``RLIMIT_AS`` when one is set; None when neither is known (not Linux)."""
+    found: list[int] = []
+    try:
+        with open("/proc/meminfo", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"MemAvailable:"):
+                    found.append(int(line.split()[1]) * 1024)
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+        if soft != resource.RLIM_INFINITY:
+            found.append(max(0, int(soft) - _mapped()))  # what is left of the address-space limit
+    except (ImportError, OSError, ValueError):
+        pass
+    return min(found) if found else None
+
+
+def _mapped() -> int:
+    """This process's address space in use (``VmSize``), 0 when unknown."""
+    try:
+        with open("/proc/self/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(n) < 1024 or unit == "PiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} PiB"  # pragma: no cover - the loop returns
+
+
+def check_allocation(nbytes: int, what: str, *, limit: int | None = None, share: float = 0.5) -> None:
+    """Refuse an allocation of ``nbytes`` before making it: over ``limit`` (a runtime's own),
+    or over ``share`` of the memory available now. ``InvalidArgumentError`` names the size."""
+    if limit is not None and nbytes > limit:
+        raise InvalidArgumentError(f"{what} would take {human_bytes(nbytes)}, more than the "
+                                   f"{human_bytes(limit)} this runtime takes; use a smaller batch or shape")
+    free = available_memory()
+    if free is not None and nbytes > share * free:
+        raise InvalidArgumentError(f"{what} would take {human_bytes(nbytes)}, more than {share:.0%} of the "
+                                   f"{human_bytes(free)} of memory available now; use a smaller batch or shape")
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+# (words in the message, kind) for errors that carry no errno (TensorFlow's, the converters').
+_WORDS = (("File too large", "file_too_large"), ("No space left", "disk_full"),
+          ("can't start new thread", "threads"), ("Resource temporarily unavailable", "threads"),
+          ("pthread_create", "threads"), ("std::bad_alloc", "memory"), ("Unable to allocate", "memory"),
+          ("out of memory", "memory"), ("OOM when allocating", "memory"))
+_ERRNOS = {errno.EFBIG: "file_too_large", errno.ENOSPC: "disk_full", errno.EDQUOT: "disk_full",
+           errno.ENOMEM: "memory", errno.EAGAIN: "threads"}
+
+
+def _limit_hit(exc: BaseException) -> tuple[str, BaseException] | None:
+    """The kind of limit and the deepest exception in ``exc``'s chain that says so (wrappers
+    repeat their cause's words), or None."""
+    found: tuple[str, BaseException] | None = None
+    for current in _chain(exc):
+        if isinstance(current, MemoryError):
+            found = "memory", current
+        elif isinstance(current, OSError) and current.errno in _ERRNOS:
+            found = _ERRNOS[current.errno], current
+        else:
+            text = str(current)
+            found = next(((kind, current) for words, kind in _WORDS if words in text), found)
+    return found
+
+
+def resource_kind(exc: BaseException) -> str | None:
+    """``file_too_large``, ``disk_full``, ``memory`` or ``threads`` when ``exc`` (or what it
+    wraps) is a machine limit, else None."""
+    hit = _limit_hit(exc)
+    return None if hit is None else hit[0]
+
+
+def _describe(exc: BaseException) -> str:
+    text = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", str(exc)).strip()  # TensorFlow's op prefix
+    text = text.splitlines()[0][:200] if text else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def resource_failure(exc: BaseException, where: str) -> tuple[str, str] | None:
+    """``(problem, fix)`` when ``exc`` is a machine limit; ``where`` is the directory written."""
+    hit = _limit_hit(exc)
+    if hit is None:
+        return None
+    kind, detail = hit[0], _describe(hit[1])
+    free = available_memory()
+    if kind == "file_too_large":
+        return (f"a file grew past the file-size limit ({detail})",
+                "raise the limit (`ulimit -f unlimited` in the shell that runs pytest) or export a smaller model")
+    if kind == "disk_full":
+        return (f"the disk is full ({detail})", f"free disk space on the filesystem of {where}, or export to "
+                "another directory (--modelparity-cache-dir)")
+    if kind == "memory":
+        have = f"; {human_bytes(free)} available now" if free is not None else ""
+        return (f"out of memory ({detail}{have})",
+                "free memory or raise the memory limit (`ulimit -v`, the container's limit); exports of large "
+                "models need several times their weights' size (docs/model-size.md)")
+    return (f"no new thread could be started ({detail})",
+            "raise the process/thread limit (`ulimit -u`, the container's pids limit) or run fewer pytest-xdist "
+            "workers; OMP_NUM_THREADS=1 lowers the threads TensorFlow starts")

@@ -1,0 +1,139 @@
+"""Exports in a child process: real crashes (SIGKILL of the real worker, TFLite's converter
+aborting under a real RLIMIT_AS), a real hang past the time limit, and a model the worker
+cannot rebuild, each cost one export and never the session."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pytest_modelparity import errors, load_model
+from pytest_modelparity.export_process import ExportProcess
+
+import models
+from models import TINY_SOURCE_CONFTEST
+
+
+@pytest.fixture
+def worker(tmp_path: Path):
+    process = ExportProcess(timeout_s=300, log_path=tmp_path / "logs" / "export.log")
+    yield process
+    process.close()
+
+
+def _tflite_matches(path: Path, model) -> None:
+    x = np.random.default_rng(0).normal(size=(3, 16)).astype("float32")
+    np.testing.assert_allclose(load_model(path, "tflite").predict(x)["out"], np.asarray(model(x)), atol=1e-5)
+
+
+def test_an_export_in_the_worker_gives_the_same_artifact_as_inline(worker, tmp_path: Path) -> None:
+    model = models.mlp(seed=1)
+    path = worker.export(model, "tflite", tmp_path / "a" / "m")
+    assert path == tmp_path / "a" / "m.tflite" and worker.pid is not None and worker.pid != os.getpid()
+    _tflite_matches(path, model)
+    assert worker.peak_rss and worker.peak_rss > 50 << 20 and not worker.inline_reasons
+
+
+def test_a_killed_worker_fails_one_export_then_a_new_one_serves(worker, tmp_path: Path) -> None:
+    """SIGKILL is what the kernel's OOM killer sends: the export in flight fails, naming it."""
+    model = models.tiny_cnn(seed=2)
+    worker.export(model, "keras", tmp_path / "warm" / "m")  # TensorFlow imported in the worker
+    pid = worker.pid
+    assert pid is not None
+    threading.Timer(0.5, os.kill, (pid, signal.SIGKILL)).start()
+    with pytest.raises(errors.ExportError) as info:
+        worker.export(model, "tfjs", tmp_path / "killed")  # the slowest converter: still running at 0.5 s
+    text = str(info.value)
+    assert "was killed by SIGKILL" in text and "peak memory of" in text and "MiB" in text, text
+    assert "the test session goes on" in text and "converter log:" in text
+    path = worker.export(model, "tflite", tmp_path / "after" / "m")
+    assert worker.pid != pid and path.exists()
+
+
+def test_tflite_aborting_under_a_memory_limit_is_one_export_error(worker, tmp_path: Path) -> None:
+    """A real RLIMIT_AS in the worker: TF's TFLite converter aborts (in-process this was
+    'Fatal Python error: Aborted', the whole session gone)."""
+    model = models.mlp(seed=1)
+    worker.export(model, "keras", tmp_path / "warm" / "m")
+    worker.memory_limit = 50 << 20
+    with pytest.raises(errors.ExportError) as info:
+        worker.export(model, "tflite", tmp_path / "small" / "m")
+    text = str(info.value)
+    assert "SIGABRT" in text or "out of memory" in text, text
+    if "SIGABRT" in text:  # faulthandler's report, from the session log: where it aborted
+        assert "Fatal Python error: Aborted" in text and "tensorflow/lite/python" in text, text
+    worker.memory_limit = None
+    _tflite_matches(worker.export(model, "tflite", tmp_path / "big" / "m"), model)
+
+
+def test_an_export_past_the_time_limit_is_stopped(worker, tmp_path: Path) -> None:
+    model = models.tiny_cnn(seed=2)
+    worker.export(model, "keras", tmp_path / "warm" / "m")
+    worker.timeout_s = 0.3
+    start = time.monotonic()
+    with pytest.raises(errors.ExportError, match=r"took longer than 0.3 s \(--modelparity-timeout\)"):
+        worker.export(model, "tfjs", tmp_path / "slow")
+    assert time.monotonic() - start < 10
+
+
+def test_a_model_the_worker_cannot_rebuild_is_exported_inline(worker, tmp_path: Path) -> None:
+    """A custom layer defined here does not load in a fresh Python: exported in this process, said so."""
+    import keras
+
+    class Doubler(keras.layers.Layer):  # not registered, not importable by the worker
+        def call(self, x):
+            return x * 2.0
+
+    x = keras.Input((4,), name="x")
+    model = keras.Model(x, Doubler(name="out")(keras.layers.Dense(3, name="d")(x)))
+    path = worker.export(model, "tflite", tmp_path / "custom" / "m")
+    assert path.exists() and worker.inline_reasons, worker.inline_reasons
+    assert "does not load back in a fresh process" in worker.inline_reasons[0] or "save" in worker.inline_reasons[0]
+
+
+def test_the_plugin_session_goes_on_after_a_converter_abort(pytester: pytest.Pytester) -> None:
+    """Through the fixtures: the TFLite export aborts under --modelparity-export-memory, that test
+    fails with one ExportError, the keras test passes and the report is written."""
+    pytester.makeconftest(TINY_SOURCE_CONFTEST)
+    pytester.makepyfile(test_abort='''
+        def test_runs(parity_candidate, parity_batch):
+            assert parity_candidate.predict(parity_batch)
+    ''')
+    result = pytester.runpytest_subprocess(
+        "--modelparity-formats=keras,tflite", "--modelparity-export-memory=50M", "--modelparity-cache-dir=cache",
+        "-p", "no:cacheprovider", "--modelparity-report=out.json", timeout=300)
+    result.assert_outcomes(passed=1, errors=1)  # the candidate fixture fails: an error at setup
+    result.stdout.fnmatch_lines(["*ERROR at setup of test_runs[[]tflite-cpu[]]*",
+                                 "*cannot export the model*tflite*process aborted (SIGABRT*the test session goes on*",
+                                 "*Fatal Python error: Aborted", "*converter log:*main.log", "*1 passed*1 error*"])
+    assert result.ret == pytest.ExitCode.TESTS_FAILED  # pytest itself ended normally (in-process: killed by SIGABRT)
+    doc = json.loads((pytester.path / "out.json").read_text())
+    assert len(doc["tests"]) == 2 and "passed" in {t["outcome"] for t in doc["tests"]}
+
+
+def test_a_worker_holding_too_much_memory_after_an_export_is_replaced(tmp_path: Path) -> None:
+    """Measured: a 100 MB model's second ONNX export in one worker peaked at 7.7 GB, 6.2 GB in a
+    fresh one; a worker left above ``recycle_rss`` is replaced before the next export."""
+    model = models.mlp(seed=1)
+    process = ExportProcess(timeout_s=300, recycle_rss=1)  # every worker is "too big"
+    try:
+        process.export(model, "keras", tmp_path / "a" / "m")
+        assert process.pid is None  # stopped after answering
+        _tflite_matches(process.export(model, "tflite", tmp_path / "b" / "m"), model)
+    finally:
+        process.close()
+    kept = ExportProcess(timeout_s=300)  # the default, 2 GiB: a tiny model's worker is kept
+    try:
+        kept.export(model, "keras", tmp_path / "c" / "m")
+        first = kept.pid
+        kept.export(model, "tflite", tmp_path / "d" / "m")
+        assert first is not None and kept.pid == first
+    finally:
+        kept.close()

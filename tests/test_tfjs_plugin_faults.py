@@ -1,0 +1,72 @@
+"""The tfjs candidate in a real plugin session when Node.js misbehaves: the real node child
+killed with os.kill between tests, and a real `node` on PATH that never answers."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import textwrap
+import time
+
+import pytest
+
+from models import TINY_SOURCE_CONFTEST
+
+pytestmark = pytest.mark.skipif(shutil.which("node") is None, reason="Node.js is not installed (apt-get install nodejs npm)")
+
+KILL_SUITE = textwrap.dedent('''
+    import os, signal, time
+    import pytest
+    from pytest_modelparity.tfjs_process import NodeProcessDied
+
+    def test_1_predicts(parity_candidate, parity_batch):
+        assert parity_candidate.predict(parity_batch)
+
+    def test_2_node_is_killed(parity_candidate, parity_batch):
+        pid = parity_candidate.process.pid
+        os.kill(pid, signal.SIGKILL)
+        time.sleep(0.5)
+        parity_candidate.predict(parity_batch)  # fails: NodeProcessDied
+
+    def test_3_the_next_test_passes(parity_candidate, parity_batch, parity_reference):
+        from pytest_modelparity import assert_outputs_close
+        assert_outputs_close(parity_candidate.predict(parity_batch), parity_reference, inputs=parity_batch)
+        assert parity_candidate.restarts == 1
+''')
+
+
+def test_killing_node_mid_session_fails_one_test_and_the_next_passes(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(TINY_SOURCE_CONFTEST)
+    pytester.makepyfile(test_kill=KILL_SUITE)
+    result = pytester.runpytest_subprocess("--modelparity-formats=tfjs", "--modelparity-cache-dir=cache",
+                                           "-p", "no:cacheprovider", "-p", "no:randomly", timeout=600)
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["*test_2_node_is_killed*", "*NodeProcessDied*killed by signal SIGKILL*"])
+
+
+def test_a_node_that_never_answers_ends_the_run_fast_naming_node(pytester: pytest.Pytester,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fake `node` first on PATH (a shell that sleeps): the tfjs export's check and load name
+    it after the 30 s handshake, once; the session ends in well under the old 20 minutes."""
+    fake_bin = pytester.path / "fakebin"
+    fake_bin.mkdir()
+    fake = fake_bin / "node"
+    fake.write_text("#!/bin/sh\nexec sleep 600\n")
+    fake.chmod(0o755)
+    pytester.makeconftest(TINY_SOURCE_CONFTEST)
+    pytester.makepyfile(test_hung='''
+        import pytest
+
+        @pytest.mark.parametrize("i", range(3))
+        def test_predicts(parity_candidate, parity_batch, i):
+            parity_candidate.predict(parity_batch)
+    ''')
+    monkeypatch.setenv("PATH", f"{fake_bin}{os.pathsep}{os.environ['PATH']}")
+    start = time.monotonic()
+    result = pytester.runpytest_subprocess("--modelparity-formats=tfjs", "--modelparity-cache-dir=cache",
+                                           "-p", "no:cacheprovider", timeout=600)
+    took = time.monotonic() - start
+    assert result.ret != 0
+    text = result.stdout.str()
+    assert f"Node.js ('{fake}') did not complete runner.js's start-up handshake within 30 s" in text, text[-3000:]
+    assert took < 150, f"the run took {took:.0f} s"
