@@ -32,7 +32,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from .errors import ExportError, InvalidArgumentError, ModelLoadError, RuntimeMissing
+from .errors import ExportError, InvalidArgumentError, ModelLoadError, NotSerializable, RuntimeMissing
 from .resources import human_bytes
 from .scratch import owned_prefix
 
@@ -198,7 +198,8 @@ class ExportProcess:
         if handed is None:
             return Path(export_model(model, format, path, **options))
         request = {"model": str(handed), "keras_file": not isinstance(model, (str, Path)), "format": format,
-                   "path": str(path), "options": options, "memory_limit": self.memory_limit}
+                   "path": str(path), "options": options, "memory_limit": self.memory_limit,
+                   "input_names": _input_names(model)}
         reply = self._ask(request, format, Path(path))
         if "handover" in reply:  # the worker cannot rebuild the model (custom classes): inline it is
             self.inline_reasons.append(reply["handover"])
@@ -311,11 +312,13 @@ def _describe(exc: BaseException) -> dict:
     """An exception as plain data (ExportError's keyword-only fields do not survive pickle)."""
     out: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc)}
     for attr in ("path", "format", "problem", "fix", "action", "unsupported_ops", "advice", "log_path", "route",
-                 "what", "install"):
+                 "what", "install", "not_applicable"):
         if hasattr(exc, attr):
             value = getattr(exc, attr)
             out[attr] = list(value) if isinstance(value, tuple) else value
-    if isinstance(exc, ExportError):
+    if isinstance(exc, NotSerializable):
+        out["type"] = "NotSerializable"
+    elif isinstance(exc, ExportError):
         out["type"] = "ExportError"
     elif isinstance(exc, ModelLoadError):
         out["type"] = "ModelLoadError"
@@ -326,15 +329,17 @@ def _describe(exc: BaseException) -> dict:
 
 def _rebuild(info: dict, format: str, path: Path) -> Exception:
     kind = info.get("type")
-    if kind == "ExportError":
-        exc = ExportError(info.get("path"), info.get("format"), info.get("problem", ""), info.get("fix"),
-                          log_path=info.get("log_path"), route=info.get("route"))
+    if kind in ("ExportError", "NotSerializable"):
+        cls = NotSerializable if kind == "NotSerializable" else ExportError
+        exc = cls(info.get("path"), info.get("format"), info.get("problem", ""), info.get("fix"),
+                  log_path=info.get("log_path"), route=info.get("route"),
+                  not_applicable=bool(info.get("not_applicable")))
         exc.unsupported_ops = tuple(info.get("unsupported_ops") or ())
         exc.advice = info.get("advice")
         return exc
     if kind == "ModelLoadError":
         return ModelLoadError(info.get("path"), info.get("format"), info.get("problem", ""), info.get("fix"),
-                              action=info.get("action", "load"))
+                              action=info.get("action", "load"), not_applicable=bool(info.get("not_applicable")))
     if kind == "RuntimeMissing":
         return RuntimeMissing(info.get("what", "?"), info.get("install", "?"))
     if kind == "InvalidArgumentError":
@@ -346,6 +351,27 @@ def _rebuild(info: dict, format: str, path: Path) -> Exception:
 
 
 # -- the worker side (python -m pytest_modelparity.export_process FD) ------------------------
+def _input_names(model: Any) -> list[str] | None:
+    """The names of a Keras model's input tensors: an export names its inputs after them, and
+    an unnamed input is ``keras_tensor_<n>`` (numbered per process) until saved, after which it
+    loads back as its layer's name (``input_layer``). The worker gives them back."""
+    try:
+        return [str(t.name) for t in model.inputs] if not isinstance(model, (str, Path)) else None
+    except Exception:  # noqa: BLE001 - a subclassed model: its specs travel in its own way
+        return None
+
+
+def _rename_inputs(model: Any, names: list[str] | None) -> None:
+    """Give a model loaded back from ``.keras`` its original input tensor names."""
+    try:
+        tensors = list(model.inputs)
+    except Exception:  # noqa: BLE001
+        return
+    if names and len(names) == len(tensors):
+        for tensor, name in zip(tensors, names):
+            tensor.name = name
+
+
 def _serve(request: dict, models: dict[str, Any]) -> dict:
     from .formats import export_model, export_route
 
@@ -360,6 +386,7 @@ def _serve(request: dict, models: dict[str, Any]) -> dict:
                 return {"handover": f"the model does not load back in a fresh process ({type(exc).__name__}: "
                                     f"{str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''})"}
         model = models[model]
+        _rename_inputs(model, request.get("input_names"))
     limit = request.get("memory_limit")
     restore = _limit_memory(limit) if limit else None
     try:

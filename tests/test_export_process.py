@@ -41,6 +41,19 @@ def test_an_export_in_the_worker_gives_the_same_artifact_as_inline(worker, tmp_p
     assert worker.peak_rss and worker.peak_rss > 50 << 20 and not worker.inline_reasons
 
 
+def test_an_unnamed_input_keeps_its_name_through_the_worker(worker, tmp_path: Path) -> None:
+    """An unnamed Keras input is ``keras_tensor_<n>`` until saved, and loads back in the worker
+    as ``input_layer``: the export must still name it as the source does (a keras.applications
+    model's batches are keyed by that name), not as the reloaded copy would."""
+    import keras
+
+    x = keras.Input((16,))
+    model = keras.Model(x, keras.layers.Dense(3, name="out")(x))
+    path = worker.export(model, "tflite", tmp_path / "unnamed" / "m")
+    assert not worker.inline_reasons
+    assert [s.name for s in load_model(path, "tflite").inputs] == [model.inputs[0].name]
+
+
 def test_a_killed_worker_fails_one_export_then_a_new_one_serves(worker, tmp_path: Path) -> None:
     """SIGKILL is what the kernel's OOM killer sends: the export in flight fails, naming it."""
     model = models.tiny_cnn(seed=2)

@@ -14,6 +14,18 @@ from models import TINY_SOURCE_CONFTEST
 
 pytestmark = pytest.mark.skipif(shutil.which("node") is None, reason="Node.js is not installed (apt-get install nodejs npm)")
 
+
+@pytest.fixture(autouse=True)
+def _installed_node_modules(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pytester subprocess gets a temporary HOME: point it at the runner's installed npm
+    modules, or its first tfjs use would run `npm ci` (itself a node script: with the fake
+    `node` below it would hang for npm's own 900 s instead of testing the handshake)."""
+    from pytest_modelparity.tfjs_runner import INSTALL_COMMAND, cache_root, is_installed
+
+    if not is_installed():
+        pytest.skip(f"the Node runner's npm modules are not installed: {INSTALL_COMMAND}")
+    monkeypatch.setenv("MODELPARITY_CACHE_DIR", str(cache_root()))
+
 KILL_SUITE = textwrap.dedent('''
     import os, signal, time
     import pytest
