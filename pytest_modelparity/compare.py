@@ -370,10 +370,11 @@ def _resolve(tol: ToleranceSpec, dt: np.dtype, path: str) -> Tolerance:
 
 
 def _work_dtype(a: np.ndarray, e: np.ndarray, tol: Tolerance) -> np.dtype:
-    """float64 when either side is float64 (or wider), or when rtol is too large for
-    float32 (inf x 0 = NaN there); else float32 (float16 and bfloat16 widened)."""
+    """float64 when either side is float64 (or wider), or when a bound is too large for
+    float32 (an rtol: inf x 0 = NaN there; an atol: it rounds to inf, and inf - 0 <= inf
+    would let an infinity pass); else float32 (float16 and bfloat16 widened)."""
     wide = np.float64 in (a.dtype.type, e.dtype.type) or a.dtype.itemsize > 8 or \
-        e.dtype.itemsize > 8 or float(tol.rtol) >= _FLOAT32_MAX
+        e.dtype.itemsize > 8 or max(float(tol.rtol), float(tol.atol), float(tol.scale)) >= _FLOAT32_MAX
     return np.dtype(np.float64) if wide else np.dtype(np.float32)
 
 

@@ -349,3 +349,14 @@ def test_marker_tolerance_on_an_integer_output_through_the_plugin(pytester):
     assert off["['ids']"]["verdict"] == "fail" and off["['ids']"]["max_abs"] == 1.0
     assert off["['ids']"]["min_atol"] is None                  # no tolerance applies to ids
     assert off["['logits']"]["verdict"] == "pass"             # the marker's atol judged them
+
+
+def test_an_atol_beyond_float32_never_lets_an_infinity_pass():
+    """Found by Hypothesis: atol=1e39 rounded to inf in float32 arithmetic, and inf - 0 <= inf
+    let an infinite output pass against 0. Bounds beyond float32 are judged in float64."""
+    from pytest_modelparity.compare import compare
+    from pytest_modelparity.tolerances import Tolerance
+
+    for dtype in (np.float16, np.float32):
+        (oc,) = compare(np.array(np.inf, dtype), np.array(0.0, dtype), tolerance=Tolerance(0.0, 1e39)).outputs
+        assert not oc.passed

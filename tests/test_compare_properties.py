@@ -76,7 +76,7 @@ def small_chunks() -> Blocking:
 
 
 def _reference(a: np.ndarray, e: np.ndarray, tol: Tolerance, equal_nan: bool) -> np.ndarray:
-    if tol.rtol >= float(np.finfo(np.float32).max):   # see module docstring
+    if max(tol.rtol, tol.atol) >= float(np.finfo(np.float32).max):   # see module docstring (atol too: it rounds to inf)
         a, e = a.astype(np.float64), e.astype(np.float64)
     if a.dtype == np.float16:                     # judged in float32, see module docstring
         a, e = a.astype(np.float32), e.astype(np.float32)
