@@ -170,7 +170,9 @@ def test_smallest_passing_tolerances_really_pass(small_chunks, pair, tol):
         return
     assert oc.min_atol is not None and oc.min_rtol is not None
     if math.isfinite(oc.min_atol):
-        up = Tolerance(tol.rtol, oc.min_atol * (1 + 1e-5) + 1e-300, source="t", allow_vacuous=True)
+        # a hair above, but never past the largest float (a tolerance must be finite)
+        hair = min(oc.min_atol * (1 + 1e-5) + 1e-300, float(np.finfo(np.float64).max))
+        up = Tolerance(tol.rtol, hair, source="t", allow_vacuous=True)
         assert compare(a, e, tolerance=up, blocking=small_chunks).passed
         if oc.min_atol > 1e-30 and tol.rtol == 0 and a.dtype != np.float16:
             down = Tolerance(tol.rtol, oc.min_atol * 0.5, source="t")
