@@ -115,3 +115,29 @@ def keras_app(name: str, size: int = 64, *, classes: int = 10, seed: int = 0):
     model = build()
     x = np.random.default_rng(seed).uniform(-1, 1, (4, size, size, 3)).astype("float32")
     return trained_like(model, x), x
+
+
+def call_with_deadline(fn, seconds: float, unblock):
+    """Run ``fn()`` in a daemon thread; if it is still running after ``seconds``, call
+    ``unblock()`` (open the FIFO it waits on, kill the process it waits for) and give it 10 s
+    more. Returns ``(hung, elapsed seconds, box)``, box holding ``"result"`` or ``"error"``."""
+    import threading
+    import time
+
+    box: dict = {}
+
+    def run() -> None:
+        try:
+            box["result"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    start = time.monotonic()
+    thread.start()
+    thread.join(seconds)
+    hung = thread.is_alive()
+    if hung:
+        unblock()
+        thread.join(10)
+    return hung, time.monotonic() - start, box

@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from pathlib import Path
 
@@ -28,24 +27,15 @@ def _load_within(path: Path, seconds: float, **options):
     """``load_model(path)`` in a thread; fail (after unblocking it) if it is not done in ``seconds``."""
     from pytest_modelparity import load_model
 
-    box: dict = {}
+    def open_for_writing() -> None:  # blocked in open(): a writer lets it go before the test fails
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
 
-    def run() -> None:
-        try:
-            box["value"] = load_model(path, **options)
-        except BaseException as exc:  # noqa: BLE001 - handed to the test
-            box["error"] = exc
-
-    thread = threading.Thread(target=run, daemon=True)
-    start = time.monotonic()
-    thread.start()
-    thread.join(seconds)
-    if thread.is_alive():  # blocked in open(): a writer lets it go before the test fails
-        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
-        os.close(fd)
-        thread.join(5)
+    hung, took, box = models.call_with_deadline(lambda: load_model(path, **options), seconds, open_for_writing)
+    if hung:
         pytest.fail(f"load_model({path}) still blocked after {seconds} s")
-    return box, time.monotonic() - start
+    if "result" in box:
+        box["value"] = box.pop("result")
+    return box, took
 
 
 @pytest.mark.parametrize("name", ["m.tflite", "m.onnx", "m.keras", "m.pb", "m.h5", "tfjs/model.json", "tfjs"])

@@ -371,25 +371,9 @@ def test_large_batch_round_trips_and_costs_little_over_compute(cnn, cnn_tfjs):
 
 def _call_with_guard(fn, pid: int, limit: float):
     """Run ``fn`` in a thread; if it is still blocked after ``limit`` s, SIGKILL ``pid`` to free it."""
-    import threading
+    from models import call_with_deadline
 
-    box: dict = {}
-
-    def run():
-        try:
-            box["result"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - handed to the test
-            box["error"] = exc
-
-    thread = threading.Thread(target=run, daemon=True)
-    start = time.monotonic()
-    thread.start()
-    thread.join(limit)
-    hung = thread.is_alive()
-    if hung:
-        os.kill(pid, signal.SIGKILL)
-        thread.join(10)
-    return hung, time.monotonic() - start, box
+    return call_with_deadline(fn, limit, lambda: os.kill(pid, signal.SIGKILL))
 
 
 def test_timeout_covers_sending_a_large_batch_to_a_stopped_process(cnn_tfjs):
