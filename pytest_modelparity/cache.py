@@ -147,17 +147,6 @@ def _subclassed_architecture(model: Any) -> str:
     return "\n".join(parts)
 
 
-def _input_names(model: Any) -> list[str]:
-    """The model's input tensor names: an export names its inputs after them, and Keras
-    numbers unnamed ones per process (``keras_tensor_312``), which a config does not hold. An
-    entry exported by another process under other names would be fed by names this
-    process's batches do not use, so it must not be hit."""
-    try:
-        return [str(getattr(t, "name", "")) for t in (getattr(model, "inputs", None) or [])]
-    except (AttributeError, ValueError):  # a subclassed model: keyed by its specs instead
-        return []
-
-
 def _weights(model: Any) -> list[np.ndarray]:
     get = getattr(model, "get_weights", None)
     if callable(get):
@@ -204,11 +193,13 @@ class ExportCache:
     # -- keys --------------------------------------------------------------------------
     def key(self, model: Any, format: str, options: dict[str, Any] | None = None) -> str:
         """SHA-256 (hex) of architecture, weights, format, options and converter versions."""
+        from .formats.keras_specs import input_tensor_names
+
         h = hashlib.sha256()
         _feed(h, ("pytest-modelparity export", 3))  # 3: input names keyed
         _feed(h, format)
         h.update(_architecture(model).encode())
-        _feed(h, _input_names(model))
+        _feed(h, input_tensor_names(model))  # unnamed inputs are numbered per process
         _feed(h, _weights(model))
         _feed(h, dict(options or {}))
         _feed(h, dict(converter_versions()))

@@ -185,6 +185,7 @@ class ExportProcess:
     def export(self, model: Any, format: str, path: str | Path, **options: Any) -> Path:
         """Export ``model`` to ``format`` at ``path`` in the worker (or inline, see the module docstring)."""
         from .formats import export_model, record_route
+        from .formats.keras_specs import input_tensor_names
 
         if isinstance(model, (str, Path)):
             handed: Path | str | None = str(model)  # a SavedModel directory: the worker reads it itself
@@ -199,7 +200,7 @@ class ExportProcess:
             return Path(export_model(model, format, path, **options))
         request = {"model": str(handed), "keras_file": not isinstance(model, (str, Path)), "format": format,
                    "path": str(path), "options": options, "memory_limit": self.memory_limit,
-                   "input_names": _input_names(model)}
+                   "input_names": input_tensor_names(model)}
         reply = self._ask(request, format, Path(path))
         if "handover" in reply:  # the worker cannot rebuild the model (custom classes): inline it is
             self.inline_reasons.append(reply["handover"])
@@ -351,29 +352,9 @@ def _rebuild(info: dict, format: str, path: Path) -> Exception:
 
 
 # -- the worker side (python -m pytest_modelparity.export_process FD) ------------------------
-def _input_names(model: Any) -> list[str] | None:
-    """The names of a Keras model's input tensors: an export names its inputs after them, and
-    an unnamed input is ``keras_tensor_<n>`` (numbered per process) until saved, after which it
-    loads back as its layer's name (``input_layer``). The worker gives them back."""
-    try:
-        return [str(t.name) for t in model.inputs] if not isinstance(model, (str, Path)) else None
-    except Exception:  # noqa: BLE001 - a subclassed model: its specs travel in its own way
-        return None
-
-
-def _rename_inputs(model: Any, names: list[str] | None) -> None:
-    """Give a model loaded back from ``.keras`` its original input tensor names."""
-    try:
-        tensors = list(model.inputs)
-    except Exception:  # noqa: BLE001
-        return
-    if names and len(names) == len(tensors):
-        for tensor, name in zip(tensors, names):
-            tensor.name = name
-
-
 def _serve(request: dict, models: dict[str, Any]) -> dict:
     from .formats import export_model, export_route
+    from .formats.keras_specs import set_input_tensor_names
 
     model: Any = request["model"]
     if request["keras_file"]:
@@ -386,7 +367,7 @@ def _serve(request: dict, models: dict[str, Any]) -> dict:
                 return {"handover": f"the model does not load back in a fresh process ({type(exc).__name__}: "
                                     f"{str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''})"}
         model = models[model]
-        _rename_inputs(model, request.get("input_names"))
+        set_input_tensor_names(model, request.get("input_names") or [])
     limit = request.get("memory_limit")
     restore = _limit_memory(limit) if limit else None
     try:

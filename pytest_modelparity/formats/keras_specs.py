@@ -233,6 +233,29 @@ def subclassed_output_names(model: Any) -> list[str]:
     return [s.name for s in output_specs(model)]
 
 
+def input_tensor_names(model: Any) -> list[str]:
+    """The names of a Keras model's input tensors, which every export names its inputs after
+    (``[]`` for a subclassed model, keyed by its specs instead). An unnamed input is
+    ``keras_tensor_<n>``, numbered per process, until saved; it loads back from ``.keras`` as
+    its layer's name (``input_layer``). The export cache keys them; the export worker puts
+    them back on the copy it loads (``set_input_tensor_names``)."""
+    try:
+        return [str(getattr(t, "name", "")) for t in (getattr(model, "inputs", None) or [])]
+    except (AttributeError, ValueError):
+        return []
+
+
+def set_input_tensor_names(model: Any, names: list[str]) -> None:
+    """Give a model loaded back from ``.keras`` the input tensor names it was saved from."""
+    try:
+        tensors = list(model.inputs)
+    except (AttributeError, ValueError):
+        return
+    if names and len(names) == len(tensors):
+        for tensor, name in zip(tensors, names):
+            tensor.name = name
+
+
 def keras_output_names(model: Any) -> list[str]:
     """The output names every form uses: the keys a dict-output model returns, else Keras'
     ``output_names`` (layer names), else ``output_<i>``; in ``model.outputs`` order."""
