@@ -98,8 +98,7 @@ def assert_outputs_close(actual: Any, expected: Any, *, inputs: Any = None, rtol
                                     inputs, exp_raw, _leaf_paths(exp), fmt, meta)
         tol_fn = _tolerance_fn(act, tolerance, rtol=rtol, atol=atol, device=device, fmt=fmt,
                                compute=_compute_dtype(actual_model, expected_model), floors=floors,
-                               allow_vacuous=allow_vacuous, floor_missing=meta.get("noise_floor_missing"),
-                               twin=meta.get("shadow", {}).get("twin"))
+                               allow_vacuous=allow_vacuous, **_floor_of(meta))
     report = compare(act, exp, tolerance=tol_fn, equal_nan=equal_nan, full_stats=calibration is not None or recording.listening())
     report.title = f"{_name(actual_model) if actual_model is not None else 'actual'} vs " \
                    f"{_name(expected_model) if expected_model is not None else 'expected'}"
@@ -127,7 +126,7 @@ def _quantized_two_part(cand: Any, ref_model: Any, inputs: Any, act: Any, exp_ra
     floors = _shadow_floors(ref_model, inputs, exp_raw, _leaf_paths(exp), "tflite:float32", meta)
     conv_tol = _tolerance_fn(sib, None, rtol=None, atol=None, device=device, fmt="tflite:float32",
                              compute=_compute_dtype(ref_model), floors=floors, allow_vacuous=allow_vacuous,
-                             floor_missing=meta.get("noise_floor_missing"), twin=meta.get("shadow", {}).get("twin"))
+                             **_floor_of(meta))
     twin = quantized.float16_twin_of(sibling) if variant == "float16" else None
     report = quantized.two_part_report(quantized=act, sibling=sib, reference=exp, variant=variant,
                                        conversion_tolerance=conv_tol, equal_nan=equal_nan,
@@ -259,8 +258,7 @@ def assert_batch_invariant(model: Callable, inputs: Any, *, batch_sizes: Sequenc
                 floors = {f"[{f'sub-batches of {s}'!r}]{p}": v for s in sizes for p, v in floors.items()}
         tol_fn = _tolerance_fn(actual, tolerance, rtol=rtol, atol=atol, device=device, fmt=fmt,
                                compute=_compute_dtype(model), floors=floors, allow_vacuous=allow_vacuous,
-                               floor_missing=meta.get("noise_floor_missing"),
-                               twin=meta.get("shadow", {}).get("twin"))
+                               **_floor_of(meta))
     report = compare(actual, expected, tolerance=tol_fn, full_stats=calibration is not None or recording.listening())
     sizes_text = ", ".join(str(s) for s in sizes)
     report.title = f"{_name(model)}: batch of {n} at once vs sub-batches of {sizes_text}"
@@ -438,6 +436,12 @@ def _tolerance_fn(actual: Any, tolerance: Tolerance | None, *, rtol, atol, devic
         return replace(tol, allow_vacuous=True) if allow_vacuous else tol
 
     return for_output
+
+
+def _floor_of(meta: dict[str, Any]) -> dict[str, Any]:
+    """What ``_shadow_floors`` left in ``meta`` that ``_tolerance_fn`` words: why no twin
+    measured (``floor_missing``) and which one did (``twin``)."""
+    return {"floor_missing": meta.get("noise_floor_missing"), "twin": meta.get("shadow", {}).get("twin")}
 
 
 def _uses_default(tolerance: Any, rtol: float | None, atol: float | None) -> bool:
