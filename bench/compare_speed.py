@@ -3,7 +3,7 @@
 Times, on the same arrays in one process: a "read both arrays" baseline (``a.sum();
 e.sum()``, and ``np.add(a, e, out=buf)``), ``np.allclose``, ``numpy.testing.assert_allclose``
 (pass and fail), ``torch.testing.assert_close`` when torch is importable, and
-``pytest_modelparity.compare`` on a passing pair (the default scaled rule, and an explicit
+``pytest_modelparity.verdict.compare`` on a passing pair (the default scaled rule, and an explicit
 elementwise rtol/atol whose bound needs the per-element check) and on a failing pair (full
 statistics, which only failing outputs pay for). Prints medians and ratios to the baseline.
 
@@ -23,8 +23,8 @@ import time
 import numpy as np
 
 from pytest_modelparity import ParityError, assert_outputs_close
-from pytest_modelparity.compare import compare
-from pytest_modelparity.tolerances import Tolerance, default_tolerance
+from pytest_modelparity.verdict.compare import compare
+from pytest_modelparity.verdict.tolerances import Tolerance, default_tolerance
 
 
 def median_ms(fn, repeat: int) -> float:

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from models import tiny_cnn  # noqa: E402
 
-from pytest_modelparity.cache import ExportCache  # noqa: E402
+from pytest_modelparity.exports.cache import ExportCache  # noqa: E402
 
 
 def timed(fn):

@@ -81,7 +81,7 @@ def run_tflite(content: bytes, x: np.ndarray) -> np.ndarray:
 
 def measure_formats(seeds: int) -> None:
     import models
-    from pytest_modelparity.tolerances import default_tolerance
+    from pytest_modelparity.verdict.tolerances import default_tolerance
 
     f32 = default_tolerance("float32")
     print("\n== 1. TFLite variants vs Keras (max error of scale, top-1 agreement, elements beyond the float32 default)")
@@ -145,7 +145,7 @@ def dense_cases(seed: int):
 
 
 def measure_default_rule(seeds: int) -> None:
-    from pytest_modelparity.tolerances import default_tolerance
+    from pytest_modelparity.verdict.tolerances import default_tolerance
 
     tol = default_tolerance("float32")
     torch_rtol, torch_atol = 1.3e-6, 1e-5

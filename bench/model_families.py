@@ -99,7 +99,7 @@ def _problem(detail: str) -> str:
 
 def markdown(results: dict[str, list[dict]], formats: list[str], seconds: float) -> str:
     import platform
-    from pytest_modelparity.cache import converter_versions
+    from pytest_modelparity.exports.cache import converter_versions
 
     versions = ", ".join(f"{k} {v}" for k, v in converter_versions().items() if k not in ("pytest-modelparity", "python"))
     head = ["# Model families x formats (measured)", "",

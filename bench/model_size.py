@@ -85,7 +85,7 @@ def one(mode: str, fmt: str, size_mb: int) -> dict:
 
         export_model(model, fmt, tmp / "m")
     else:
-        from pytest_modelparity.export_process import ExportProcess
+        from pytest_modelparity.exports.worker import ExportProcess
 
         worker = ExportProcess(timeout_s=None, log_path=tmp / "export.log")
         try:

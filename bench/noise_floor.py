@@ -43,8 +43,8 @@ warnings.filterwarnings("ignore")
 import numpy as np  # noqa: E402
 
 from pytest_modelparity import ParityError, assert_outputs_close, export_model, load_model  # noqa: E402
-from pytest_modelparity.compare import compare  # noqa: E402
-from pytest_modelparity.tolerances import Tolerance, default_tolerance  # noqa: E402
+from pytest_modelparity.verdict.compare import compare  # noqa: E402
+from pytest_modelparity.verdict.tolerances import Tolerance, default_tolerance  # noqa: E402
 
 FORMS = ("saved_model", "graphdef", "tflite", "onnx", "tfjs", "tflite:float16")
 IMAGE_NETS = ("resnet50", "densenet121", "efficientnetb0", "mobilenetv3small", "convnexttiny")
@@ -170,7 +170,7 @@ def median_time(fn, repeat=3) -> float:
 
 def shadow_cost(ref, x, method: str = "keras") -> dict:
     """e32 as the ``method`` twin of ``ref`` measures it, and what that twin costs."""
-    from pytest_modelparity import shadow
+    from pytest_modelparity.checks import floor as shadow
 
     twin = shadow.twin_of(ref, method=method)
     if twin.model is None:

@@ -18,9 +18,9 @@ import re
 
 import numpy as np
 
-from pytest_modelparity.compare import compare
-from pytest_modelparity.formatting import short_float
-from pytest_modelparity.tolerances import Tolerance
+from pytest_modelparity.verdict.compare import compare
+from pytest_modelparity.verdict.formatting import short_float
+from pytest_modelparity.verdict.tolerances import Tolerance
 
 ADVICE = re.compile(r"(atol|rtol)=(\S+) \(with (atol|rtol)=([^;)]+)(; vacuous[^)]*)?\)")
 

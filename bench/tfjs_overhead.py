@@ -52,7 +52,7 @@ def resnet(runs: int) -> None:
     import keras
 
     from pytest_modelparity import export_model, load_model
-    from pytest_modelparity.tfjs_runner import modules_dir
+    from pytest_modelparity.runtime.tfjs_runner import modules_dir
 
     keras.utils.set_random_seed(0)
     model = keras.applications.ResNet50(weights=None, input_shape=(64, 64, 3))

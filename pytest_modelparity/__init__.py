@@ -11,6 +11,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 
+# public name -> the module (relative to this package) that defines it
 _EXPORTS = {
     "load_model": "formats",
     "export_model": "formats",
@@ -18,12 +19,12 @@ _EXPORTS = {
     "ALL_FORMATS": "formats",
     "LoadedModel": "formats.base",
     "TensorSpec": "formats.base",
-    "assert_outputs_close": "assertions",
-    "assert_deterministic": "assertions",
-    "assert_batch_invariant": "assertions",
-    "ComparisonReport": "compare",
-    "default_tolerance": "tolerances",
-    "Tolerance": "tolerances",
+    "assert_outputs_close": "checks.assertions",
+    "assert_deterministic": "checks.assertions",
+    "assert_batch_invariant": "checks.assertions",
+    "ComparisonReport": "verdict.compare",
+    "default_tolerance": "verdict.tolerances",
+    "Tolerance": "verdict.tolerances",
     "ParityError": "errors",
     "ModelLoadError": "errors",
     "ExportError": "errors",
@@ -33,12 +34,12 @@ _EXPORTS = {
     "BatchMismatchError": "errors",
     "NotApplicable": "errors",
     "localize_divergence": "diagnose",
-    "strategies": None,
+    "strategies": "checks",
 }
 
 # ``compare`` is both a submodule and the public function: bind the function eagerly (numpy
 # only, cheap) so importing the submodule elsewhere can never shadow it with the module.
-from .compare import compare  # noqa: E402,F401 - the public function, bound eagerly
+from .verdict.compare import compare  # noqa: E402,F401 - the public function, bound eagerly
 
 __all__ = sorted([*_EXPORTS, "compare"])
 
@@ -46,11 +47,10 @@ __all__ = sorted([*_EXPORTS, "compare"])
 def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module 'pytest_modelparity' has no attribute {name!r}")
-    module = _EXPORTS[name]
-    if module is None:
-        value: Any = importlib.import_module(f"{__name__}.{name}")
-    else:
-        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    module = importlib.import_module(f"{__name__}.{_EXPORTS[name]}")
+    value: Any = getattr(module, name, None)
+    if value is None:  # a submodule (``strategies``), not yet an attribute of its package
+        value = importlib.import_module(f"{module.__name__}.{name}")
     globals()[name] = value
     return value
 

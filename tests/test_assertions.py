@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pytest_modelparity import (ParityError, assert_batch_invariant, assert_deterministic,
-                                assert_outputs_close, diagnose, recording)
-from pytest_modelparity import tolerances as t
+from pytest_modelparity import ParityError, assert_batch_invariant, assert_deterministic, assert_outputs_close, diagnose
+from pytest_modelparity.reports import recording
+from pytest_modelparity.verdict import tolerances as t
 from pytest_modelparity.formats.base import LoadedModel, TensorSpec
 
 RNG = np.random.default_rng(0)

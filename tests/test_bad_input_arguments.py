@@ -12,7 +12,7 @@ import pytest
 
 from pytest_modelparity import ParityError, assert_batch_invariant, assert_deterministic, assert_outputs_close
 from pytest_modelparity.errors import InvalidArgumentError
-from pytest_modelparity.validators import check_batch_sizes, check_tolerance_value
+from pytest_modelparity.verdict.validators import check_batch_sizes, check_tolerance_value
 
 A = np.linspace(-1, 1, 12, dtype="float32").reshape(3, 4)
 

@@ -86,7 +86,7 @@ def test_batches_drawn_for_a_fixed_batch_model_have_its_batch(tmp_path: Path) ->
     """The plugin's parity_batch and Hypothesis batches fit such a model, so its suite runs."""
     from hypothesis import given, settings
 
-    from pytest_modelparity.strategies import batches, fixed_batch, seeded_batch
+    from pytest_modelparity.checks.strategies import batches, fixed_batch, seeded_batch
 
     model = fixed_batch_model()
     reference = load_model(model)

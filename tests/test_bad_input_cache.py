@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("tensorflow", reason="exporting needs TensorFlow: pip install 'pytest-modelparity[tensorflow]'")
 
-from pytest_modelparity.cache import ExportCache  # noqa: E402
+from pytest_modelparity.exports.cache import ExportCache  # noqa: E402
 
 from models import TINY_SOURCE_CONFTEST, mlp  # noqa: E402
 
@@ -110,7 +110,7 @@ def test_the_next_run_passes_after_one_re_export_and_one_line(pytester: pytest.P
 
 _LEAVE_BEHIND = textwrap.dedent('''
     import sys, tempfile
-    from pytest_modelparity.scratch import owned_prefix
+    from pytest_modelparity.runtime.scratch import owned_prefix
     # What a run killed mid-export leaves: a half-written cache entry and a tfjs intermediate.
     print(tempfile.mkdtemp(dir=sys.argv[1], prefix=owned_prefix(".0123456789abcdef.tmp-")))
     tfjs = tempfile.mkdtemp(prefix=owned_prefix("modelparity-tfjs-"))
@@ -125,7 +125,7 @@ def test_the_next_run_removes_what_a_killed_run_left(model, tmp_path: Path) -> N
     import sys
     import tempfile
 
-    from pytest_modelparity.scratch import GRACE_S, owned_prefix
+    from pytest_modelparity.runtime.scratch import GRACE_S, owned_prefix
 
     (tmp_path / "keras").mkdir()
     done = subprocess.run([sys.executable, "-c", _LEAVE_BEHIND, str(tmp_path / "keras")], capture_output=True,

@@ -14,7 +14,7 @@ import pytest
 import pytest_modelparity.formats as formats
 from models import mlp
 from pytest_modelparity import load_model
-from pytest_modelparity.cache import ExportCache, default_cache_dir
+from pytest_modelparity.exports.cache import ExportCache, default_cache_dir
 
 pytest.importorskip("tensorflow", reason="exports need TensorFlow: pip install 'pytest-modelparity[tensorflow]'")
 pytest.importorskip("ai_edge_litert", reason="these tests export to tflite: pip install 'pytest-modelparity[tflite]'")
@@ -142,7 +142,7 @@ WORKER = textwrap.dedent("""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     sys.path.insert(0, {tests!r})
     from models import mlp
-    from pytest_modelparity.cache import ExportCache
+    from pytest_modelparity.exports.cache import ExportCache
     model = mlp()
     open(os.path.join({ready!r}, str(os.getpid())), "w").close()
     go = {go!r}

@@ -70,7 +70,7 @@ def test_it_caches_the_directory_the_plugin_and_the_tfjs_runner_use(job):
     assert i_cache < i_runner < i_tests
     assert cache_env.endswith(".modelparity-cache")
     # The runner installs under $MODELPARITY_CACHE_DIR (what the cache step saves), not elsewhere.
-    from pytest_modelparity.tfjs_runner import modules_dir
+    from pytest_modelparity.runtime.tfjs_runner import modules_dir
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MODELPARITY_CACHE_DIR", "/ws/.modelparity-cache")

@@ -11,10 +11,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from pytest_modelparity.compare import Blocking, ComparisonReport, compare, elementwise_close
-from pytest_modelparity.tolerances import Tolerance
+from pytest_modelparity.verdict.compare import Blocking, ComparisonReport, compare, elementwise_close
+from pytest_modelparity.verdict.tolerances import Tolerance
 
-compare_mod = importlib.import_module("pytest_modelparity.compare")
+compare_mod = importlib.import_module("pytest_modelparity.verdict.compare")
 
 PLAIN = Tolerance(rtol=1.3e-6, atol=1e-5, source="argument")
 
@@ -343,7 +343,7 @@ def test_to_dict_is_strict_json(known_pair):
 def test_public_name_is_callable_whatever_the_import_order():
     import pytest_modelparity
 
-    assert pytest_modelparity.compare(np.ones(2), np.ones(2)).passed
+    assert pytest_modelparity.verdict.compare(np.ones(2), np.ones(2)).passed
 
 
 # --------------------------------------------------------------------------- short path

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from pytest_modelparity import ParityError, assert_outputs_close
-from pytest_modelparity.arrays import as_numpy, is_torch_like
-from pytest_modelparity.compare import compare, elementwise_close
+from pytest_modelparity.verdict.arrays import as_numpy, is_torch_like
+from pytest_modelparity.verdict.compare import compare, elementwise_close
 from pytest_modelparity.errors import InvalidArgumentError
-from pytest_modelparity.formatting import ceil_float, exact_float
-from pytest_modelparity.tolerances import Tolerance, resolve_tolerance
+from pytest_modelparity.verdict.formatting import ceil_float, exact_float
+from pytest_modelparity.verdict.tolerances import Tolerance, resolve_tolerance
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 ADVICE = re.compile(r"(atol|rtol)=(\S+) \(with (atol|rtol)=([^;)]+)")
@@ -354,8 +354,8 @@ def test_marker_tolerance_on_an_integer_output_through_the_plugin(pytester):
 def test_an_atol_beyond_float32_never_lets_an_infinity_pass():
     """Found by Hypothesis: atol=1e39 rounded to inf in float32 arithmetic, and inf - 0 <= inf
     let an infinite output pass against 0. Bounds beyond float32 are judged in float64."""
-    from pytest_modelparity.compare import compare
-    from pytest_modelparity.tolerances import Tolerance
+    from pytest_modelparity.verdict.compare import compare
+    from pytest_modelparity.verdict.tolerances import Tolerance
 
     for dtype in (np.float16, np.float32):
         (oc,) = compare(np.array(np.inf, dtype), np.array(0.0, dtype), tolerance=Tolerance(0.0, 1e39)).outputs

@@ -26,9 +26,9 @@ from hypothesis.extra import numpy as hnp
 
 import importlib
 
-compare_mod = importlib.import_module("pytest_modelparity.compare")
-from pytest_modelparity.compare import Blocking, compare, elementwise_close
-from pytest_modelparity.tolerances import Tolerance
+compare_mod = importlib.import_module("pytest_modelparity.verdict.compare")
+from pytest_modelparity.verdict.compare import Blocking, compare, elementwise_close
+from pytest_modelparity.verdict.tolerances import Tolerance
 
 FLOATS = [np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)]
 EXACT = [np.dtype(np.int8), np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.uint16),

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_modelparity.devices import DeviceSpec, onnx_providers, parse_device, require_cpu_only
+from pytest_modelparity.runtime.devices import DeviceSpec, onnx_providers, parse_device, require_cpu_only
 from pytest_modelparity.errors import DeviceUnavailable
 
 TESTS = Path(__file__).parent
@@ -85,7 +85,7 @@ def _no_gpu():
 
 def test_missing_gpu_is_a_clear_error():
     _no_gpu()
-    from pytest_modelparity.devices import available_devices, require_tf_device, tf_available
+    from pytest_modelparity.runtime.devices import available_devices, require_tf_device, tf_available
 
     assert available_devices() == ("cpu",)
     assert not tf_available("gpu") and tf_available("cpu")

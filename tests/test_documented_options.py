@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from models import TINY_SOURCE_CONFTEST
-from pytest_modelparity import devices
+from pytest_modelparity.runtime import devices
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
               pytest.mark.usefixtures("_heavy_modules_stay_loaded")]

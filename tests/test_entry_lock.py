@@ -11,13 +11,13 @@ import textwrap
 import time
 from pathlib import Path
 
-from pytest_modelparity.entry_lock import entry_lock
-from pytest_modelparity.quiet import LogSink
+from pytest_modelparity.exports.entry_lock import entry_lock
+from pytest_modelparity.runtime.quiet import LogSink
 
 HOLDER = textwrap.dedent('''
     import sys, time
     from pathlib import Path
-    from pytest_modelparity.entry_lock import entry_lock
+    from pytest_modelparity.exports.entry_lock import entry_lock
     with entry_lock(Path(sys.argv[1]), timeout_s=None):
         Path(sys.argv[2]).write_text("held")
         time.sleep(float(sys.argv[3]))

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from pytest_modelparity import errors, load_model
-from pytest_modelparity.export_process import ExportProcess
+from pytest_modelparity.exports.worker import ExportProcess
 
 import models
 from models import TINY_SOURCE_CONFTEST

@@ -142,7 +142,7 @@ def test_a_parent_directory_that_cannot_be_created_is_an_export_error(tmp_path: 
 
 def test_a_batch_that_cannot_fit_in_memory_is_refused_with_its_size() -> None:
     from pytest_modelparity import TensorSpec
-    from pytest_modelparity.strategies import seeded_batch
+    from pytest_modelparity.checks.strategies import seeded_batch
 
     with pytest.raises(errors.InvalidArgumentError, match=r"shape \(4, 1000000, 1000000, 3\) would take 131.0 TiB"):
         seeded_batch([TensorSpec("x", (None, 1_000_000, 1_000_000, 3), "float32")])
@@ -153,7 +153,7 @@ def test_resource_errors_are_told_apart() -> None:
     """The classifier on the exceptions Python itself raises for each limit."""
     import errno
 
-    from pytest_modelparity.resources import resource_failure, resource_kind
+    from pytest_modelparity.runtime.resources import resource_failure, resource_kind
 
     assert resource_kind(OSError(errno.EFBIG, "File too large")) == "file_too_large"
     assert resource_kind(OSError(errno.ENOSPC, "No space left on device")) == "disk_full"

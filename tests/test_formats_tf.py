@@ -13,10 +13,10 @@ import pytest
 tf = pytest.importorskip("tensorflow", reason="the TF formats need TensorFlow: pip install 'pytest-modelparity[tensorflow]'")
 
 from pytest_modelparity import export_model, load_model  # noqa: E402
-from pytest_modelparity.compare import compare  # noqa: E402
+from pytest_modelparity.verdict.compare import compare  # noqa: E402
 from pytest_modelparity.errors import BatchMismatchError, ModelLoadError  # noqa: E402
 from pytest_modelparity.formats import detect_format  # noqa: E402
-from pytest_modelparity.tolerances import default_tolerance  # noqa: E402
+from pytest_modelparity.verdict.tolerances import default_tolerance  # noqa: E402
 
 import tf1_graphs  # noqa: E402
 from models import images, mlp, tiny_cnn  # noqa: E402
@@ -179,7 +179,7 @@ def test_tf1_clean_graph_is_deterministic_and_forms_agree(tf1_dir, form):
 
 
 def test_assert_deterministic_on_tf1_graphs(tf1_dir):
-    assertions = pytest.importorskip("pytest_modelparity.assertions",
+    assertions = pytest.importorskip("pytest_modelparity.checks.assertions",
                                      reason="assert_deterministic lands with assertions.py (issue: core)")
     x = tf1_graphs.features(8)
     for form in (0, 1):
@@ -311,9 +311,9 @@ def test_export_checks_suffix(tmp_path):
 def test_format_modules_import_without_tensorflow():
     code = textwrap.dedent("""
         import sys
-        import pytest_modelparity.devices
+        import pytest_modelparity.runtime.devices
         from pytest_modelparity.formats import keras, h5, saved_model, checkpoint, graphdef, _tf
-        from pytest_modelparity.devices import parse_device
+        from pytest_modelparity.runtime.devices import parse_device
         parse_device("gpu:1")
         assert "tensorflow" not in sys.modules, "TensorFlow was imported"
         print("ok")

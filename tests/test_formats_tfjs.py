@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from pytest_modelparity import errors
-from pytest_modelparity.tfjs_process import NodeProcessDied, decode_tensors, encode_tensors
+from pytest_modelparity.runtime.tfjs_process import NodeProcessDied, decode_tensors, encode_tensors
 
 import models
 
@@ -551,7 +551,7 @@ def test_malformed_frame_is_answered_with_an_error_and_the_runner_keeps_serving(
     """A tensor whose bytes are fewer than its shape needs is an error, not silently zero-filled."""
     import struct
 
-    from pytest_modelparity.tfjs_process import RunnerError
+    from pytest_modelparity.runtime.tfjs_process import RunnerError
 
     short = b"P" + struct.pack("<HH5sBB4I", 1, 5, b"image", 0, 4, 1, 8, 8, 3) + b"\0" * 4
     with _load(cnn_tfjs) as js:
@@ -701,7 +701,7 @@ def test_intermediates_fetch_the_last_op_of_each_layer_scope_in_graph_order(cnn,
 
 
 def test_fetch_leaves_out_tensors_past_the_byte_budget_and_names_unknown_nodes(cnn_tfjs):
-    from pytest_modelparity.tfjs_process import RunnerError
+    from pytest_modelparity.runtime.tfjs_process import RunnerError
 
     x = models.images(2, seed=1)
     with _load(cnn_tfjs) as js:
@@ -783,7 +783,7 @@ def test_no_node_on_path_raises_runtime_missing(cnn_tfjs, monkeypatch, tmp_path)
 
 def test_failed_npm_install_raises_runtime_missing_and_leaves_no_cache(monkeypatch, tmp_path):
     """Real npm against an unreachable registry: the error says what to run, the cache stays clean."""
-    from pytest_modelparity import tfjs_runner
+    from pytest_modelparity.runtime import tfjs_runner
 
     if shutil.which("npm") is None:
         pytest.skip("npm is not installed: apt-get install nodejs npm")
@@ -805,7 +805,7 @@ def test_two_processes_racing_for_the_first_install_run_npm_ci_once(tmp_path):
     """pytest-xdist workers starting together: the file lock makes one run `npm ci` while the
     other waits and then uses it. Real npm (from its local cache when it has the packages), two
     real processes; a staging directory left by a killed install is cleared."""
-    from pytest_modelparity import tfjs_runner
+    from pytest_modelparity.runtime import tfjs_runner
 
     if shutil.which("npm") is None or shutil.which("node") is None:
         pytest.skip("Node.js and npm are not installed: apt-get install nodejs npm")

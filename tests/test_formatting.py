@@ -7,10 +7,10 @@ import math
 
 import numpy as np
 
-from pytest_modelparity.compare import compare
-from pytest_modelparity.formatting import json_number, json_value, short_float, table_number
-from pytest_modelparity.summary import rows_from_report
-from pytest_modelparity.tolerances import Tolerance
+from pytest_modelparity.verdict.compare import compare
+from pytest_modelparity.verdict.formatting import json_number, json_value, short_float, table_number
+from pytest_modelparity.reports.summary import rows_from_report
+from pytest_modelparity.verdict.tolerances import Tolerance
 
 
 def test_json_numbers_spell_non_finite_values_as_strings() -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from models import TINY_SOURCE_CONFTEST
-from pytest_modelparity import devices
+from pytest_modelparity.runtime import devices
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "bench" / "gpu_check.py"

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from models import TINY_SOURCE_CONFTEST
-from pytest_modelparity import devices
-from pytest_modelparity.matrix import left_out_line, nothing_on_gpu_line
+from pytest_modelparity.runtime import devices
+from pytest_modelparity.plugin.matrix import left_out_line, nothing_on_gpu_line
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
               pytest.mark.usefixtures("_heavy_modules_stay_loaded")]

@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from pytest_modelparity.devices import onnx_providers, set_tf32, tf32_enabled
+from pytest_modelparity.runtime.devices import onnx_providers, set_tf32, tf32_enabled
 
 from models import TINY_SOURCE_CONFTEST
 
@@ -21,7 +21,8 @@ CONFTEST = TINY_SOURCE_CONFTEST
 # Inside the run: TensorFlow's switch, and the rule a GPU float32 output would be judged by.
 PROBE = textwrap.dedent('''
     import tensorflow as tf
-    from pytest_modelparity import assert_outputs_close, tolerances
+    from pytest_modelparity import assert_outputs_close
+    from pytest_modelparity.verdict import tolerances
 
     def test_probe(parity_candidate, parity_reference, parity_batch, record_property):
         assert_outputs_close(parity_candidate, parity_reference, inputs=parity_batch)
@@ -35,7 +36,7 @@ PROBE = textwrap.dedent('''
 def test_tf32_off_turns_tensorflow_tf32_off_and_selects_the_strict_rule(pytester: pytest.Pytester, how) -> None:
     import tensorflow as tf
 
-    from pytest_modelparity.tolerances import GPU_FLOAT32_STRICT
+    from pytest_modelparity.verdict.tolerances import GPU_FLOAT32_STRICT
 
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_probe=PROBE)
@@ -56,7 +57,7 @@ def test_tf32_off_turns_tensorflow_tf32_off_and_selects_the_strict_rule(pytester
 
 
 def test_tf32_on_is_the_default_and_leaves_tensorflow_alone(pytester: pytest.Pytester) -> None:
-    from pytest_modelparity.tolerances import GPU_FLOAT32
+    from pytest_modelparity.verdict.tolerances import GPU_FLOAT32
 
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_probe=PROBE)

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pytest_modelparity import tolerances as tol
-from pytest_modelparity.compare import compare
+from pytest_modelparity.verdict import tolerances as tol
+from pytest_modelparity.verdict.compare import compare
 
 DATA = Path(__file__).parent / "data"
 NPZ = DATA / "gpu_drift_h200.npz"

@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from pytest_modelparity.html_report import histogram_svg, render_html
+from pytest_modelparity.reports.html import histogram_svg, render_html
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -64,7 +64,7 @@ def test_html_of_a_real_run_is_self_contained(pytester: pytest.Pytester, _heavy_
 
 
 def test_failing_rows_come_first() -> None:
-    from pytest_modelparity.html_report import render_html
+    from pytest_modelparity.reports.html import render_html
 
     rows = [{"nodeid": f"t.py::test_{i}", "verdict": v, "check": "outputs_close", "output": "x"}
             for i, v in enumerate(["pass", "pass", "fail", "pass"])]
@@ -73,7 +73,7 @@ def test_failing_rows_come_first() -> None:
 
 
 def test_hint_evidence_is_shown_under_each_hint() -> None:
-    from pytest_modelparity.html_report import render_html
+    from pytest_modelparity.reports.html import render_html
 
     row = {"nodeid": "t.py::test_x", "verdict": "fail", "check": "outputs_close", "output": "probs",
            "hints": ["first divergent layer: conv"], "hint_evidence": ["layer  max abs\nconv   0.9 <& >"]}

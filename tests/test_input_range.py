@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_modelparity.options import parse_input_range
+from pytest_modelparity.plugin.options import parse_input_range
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
               pytest.mark.usefixtures("_heavy_modules_stay_loaded")]

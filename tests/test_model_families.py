@@ -18,7 +18,7 @@ import pytest
 
 from families import SMALL, FAMILIES, gelu_encoder, recurrent, tokens, two_input
 from pytest_modelparity import ExportError, ModelLoadError, assert_outputs_close, export_model, load_model
-from pytest_modelparity.cache import ExportCache
+from pytest_modelparity.exports.cache import ExportCache
 from pytest_modelparity.formats import export_route
 
 pytest.importorskip("ai_edge_litert", reason="install LiteRT: pip install 'pytest-modelparity[tflite]'")

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from models import dense_784, images, mlp, tiny_cnn
-from pytest_modelparity import ParityError, assert_batch_invariant, assert_outputs_close, load_model, shadow
-from pytest_modelparity.tolerances import SHADOW_MULTIPLE, shadow_tolerance
+from pytest_modelparity import ParityError, assert_batch_invariant, assert_outputs_close, load_model
+from pytest_modelparity.checks import floor as shadow
+from pytest_modelparity.verdict.tolerances import SHADOW_MULTIPLE, shadow_tolerance
 
 pytest.importorskip("tensorflow", reason="the shadow needs TensorFlow: pip install 'pytest-modelparity[tensorflow]'")
 

@@ -81,7 +81,7 @@ def test_ids_session_scoping_and_one_export_per_format(suite: pytest.Pytester) -
 def test_batch_is_seeded_and_read_only(suite: pytest.Pytester) -> None:
     suite.makepyfile('''
         import numpy as np, pytest
-        from pytest_modelparity.strategies import seeded_batch
+        from pytest_modelparity.checks.strategies import seeded_batch
 
         def test_batch(parity_batch, parity_reference):
             assert list(parity_batch) == ["x"] and parity_batch["x"].shape == (4, 6)

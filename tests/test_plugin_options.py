@@ -147,8 +147,8 @@ def test_a_report_in_a_missing_directory_is_created(pytester: pytest.Pytester) -
 
 
 def test_a_failed_report_write_leaves_no_temp_file(tmp_path) -> None:
-    from pytest_modelparity.html_report import write_html
-    from pytest_modelparity.summary import write_json
+    from pytest_modelparity.reports.html import write_html
+    from pytest_modelparity.reports.summary import write_json
 
     (tmp_path / "r.json").mkdir()          # the rename into place fails after the temp file was written
     (tmp_path / "r.json" / "keep").write_text("x")

@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 from pytest_modelparity.formats import available_formats, tflite
-from pytest_modelparity.options import FORMAT_VARIANTS, VALID_FORMATS
+from pytest_modelparity.plugin.options import FORMAT_VARIANTS, VALID_FORMATS
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
               pytest.mark.usefixtures("_heavy_modules_stay_loaded")]

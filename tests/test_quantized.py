@@ -12,7 +12,8 @@ import pytest
 
 pytest.importorskip("sklearn", reason="scikit-learn (a test dependency: pip install -e .[test]) trains the digits model")
 
-from pytest_modelparity import ParityError, assert_outputs_close, export_model, load_model, quantized  # noqa: E402
+from pytest_modelparity import ParityError, assert_outputs_close, export_model, load_model  # noqa: E402
+from pytest_modelparity.checks import quantized
 from pytest_modelparity.errors import InvalidArgumentError  # noqa: E402
 
 
@@ -139,7 +140,7 @@ def test_dynamic_range_with_an_embedding_is_labelled_dynamic_range(tmp_path):
 
 
 def test_dataset_shapes(tmp_path):
-    from pytest_modelparity.dataset import as_dataset
+    from pytest_modelparity.checks.dataset import as_dataset
     from pytest_modelparity.formats.base import TensorSpec
 
     specs = [TensorSpec("image", (None, 2, 2), np.dtype("float32"))]
@@ -162,7 +163,7 @@ def test_dataset_batches_draw_real_rows_optionally_perturbed():
     from hypothesis import given, settings
 
     from pytest_modelparity.formats.base import TensorSpec
-    from pytest_modelparity.strategies import dataset_batches
+    from pytest_modelparity.checks.strategies import dataset_batches
 
     specs = [TensorSpec("x", (None, 3), np.dtype("float32"))]
     rows = np.random.default_rng(0).uniform(0, 1, (20, 3)).astype("float32")
@@ -296,7 +297,7 @@ def test_a_quantised_file_without_sibling_keeps_the_fixed_rule(digits):
 
 
 def test_one_flipped_row_of_a_small_batch_is_not_evidence_two_are():
-    from pytest_modelparity.tolerances import Tolerance
+    from pytest_modelparity.verdict.tolerances import Tolerance
 
     sibling = np.tile(np.array([[4.0, 0.0, 0.0]], np.float32), (4, 1))
     conversion = lambda dtype, path: Tolerance(0.0, 0.0, scale=1e-6)  # noqa: E731
@@ -314,7 +315,7 @@ def test_one_flipped_row_of_a_small_batch_is_not_evidence_two_are():
 def test_tf_data_dataset_feeds_rows():
     import tensorflow as tf
 
-    from pytest_modelparity.dataset import as_dataset
+    from pytest_modelparity.checks.dataset import as_dataset
     from pytest_modelparity.formats.base import TensorSpec
 
     rows = np.arange(24, dtype="float32").reshape(12, 2)

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from pytest_modelparity.quiet import GITIGNORE, LogSink, make_ignored_dir
+from pytest_modelparity.runtime.quiet import GITIGNORE, LogSink, make_ignored_dir
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 

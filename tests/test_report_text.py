@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from pytest_modelparity.compare import compare
+from pytest_modelparity.verdict.compare import compare
 from pytest_modelparity.diagnose import Hint
-from pytest_modelparity.report import format_report
-from pytest_modelparity.tolerances import Tolerance
+from pytest_modelparity.verdict.failure_text import format_report
+from pytest_modelparity.verdict.tolerances import Tolerance
 
 MARKER = Tolerance(rtol=1.3e-6, atol=1e-5, source="marker")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_modelparity.scope_hint import scope_mismatch_message
+from pytest_modelparity.plugin.scope_hint import scope_mismatch_message
 
 pytestmark = pytest.mark.usefixtures("_heavy_modules_stay_loaded")
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from pytest_modelparity import TensorSpec
-from pytest_modelparity.strategies import Batch, batches, seeded_batch, specs_of
+from pytest_modelparity.checks.strategies import Batch, batches, seeded_batch, specs_of
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 

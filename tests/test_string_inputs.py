@@ -58,7 +58,7 @@ def test_keras_string_model_loads_and_takes_str_bytes_and_object_arrays():
 
 def test_saved_model_of_a_lookup_model_matches_keras(tmp_path):
     from pytest_modelparity import assert_outputs_close, export_model, load_model
-    from pytest_modelparity.strategies import seeded_batch
+    from pytest_modelparity.checks.strategies import seeded_batch
 
     model = lookup_model()
     reference = load_model(model)
@@ -90,7 +90,7 @@ def test_tflite_string_lookup_model_is_a_typed_export_error(tmp_path):
 
 def test_graphdef_carries_string_inputs_without_tables(tmp_path):
     from pytest_modelparity import assert_outputs_close, export_model, load_model
-    from pytest_modelparity.strategies import seeded_batch
+    from pytest_modelparity.checks.strategies import seeded_batch
 
     model = hashing_model()
     reference = load_model(model)
@@ -127,7 +127,7 @@ def test_tfjs_refuses_a_string_model_with_a_typed_error(tmp_path):
 
 def test_seeded_string_batches_are_reproducible_words():
     from pytest_modelparity.formats.base import TensorSpec
-    from pytest_modelparity.strategies import seeded_batch
+    from pytest_modelparity.checks.strategies import seeded_batch
 
     spec = [TensorSpec("text", (None, 3), "string")]
     a, b = seeded_batch(spec, batch_size=8, seed=1), seeded_batch(spec, batch_size=8, seed=1)

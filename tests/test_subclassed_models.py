@@ -179,7 +179,7 @@ def test_export_cache_keys_a_subclassed_model_by_its_code(tmp_path):
     share a cached export (their configs are both just a class name)."""
     import keras
 
-    from pytest_modelparity.cache import ExportCache
+    from pytest_modelparity.exports.cache import ExportCache
 
     class Linear(keras.Model):
         def __init__(self):

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from pytest_modelparity import compare
-from pytest_modelparity.summary import environment, rows_from_report
+from pytest_modelparity.verdict import compare
+from pytest_modelparity.reports.summary import environment, rows_from_report
 
 
 def test_a_row_with_a_structure_problem_keeps_every_tolerance_key():
@@ -19,7 +19,7 @@ def test_a_row_with_a_structure_problem_keeps_every_tolerance_key():
 
 
 def test_environment_reports_the_installed_tfjs_version():
-    from pytest_modelparity.tfjs_runner import modules_dir
+    from pytest_modelparity.runtime.tfjs_runner import modules_dir
 
     pkg = modules_dir() / "node_modules" / "@tensorflow" / "tfjs-core" / "package.json"
     if not pkg.is_file():

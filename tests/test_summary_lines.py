@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from pytest_modelparity.summary import hidden_rows_line
+from pytest_modelparity.reports.summary import hidden_rows_line
 
 pytestmark = pytest.mark.usefixtures("_heavy_modules_stay_loaded")
 

@@ -81,14 +81,14 @@ def hard_swish_cnn():
 
 
 def test_fused_hard_swish_is_split_into_ops_tfjs_has_and_matches_keras(hard_swish_cnn, tmp_path):
-    from pytest_modelparity.strategies import seeded_batch
+    from pytest_modelparity.checks.strategies import seeded_batch
 
     path = _export(hard_swish_cnn, tmp_path / "web")
     assert "_FusedHardSwish" not in _fused_ops(path) and "Relu6" in _ops(path)
     with _load(path) as js:  # backend "auto"
         report = _parity(js, hard_swish_cnn, seeded_batch(js, batch_size=3, seed=1, elements=(-4.0, 8.0)))
         assert js.format_variant == f"tfjs:{js.backend}" == report.meta["format"]
-    from pytest_modelparity.summary import rows_from_report
+    from pytest_modelparity.reports.summary import rows_from_report
 
     (row,) = rows_from_report(report, nodeid="t::t", format="tfjs", device="cpu", kind="outputs_close", seq=0)
     assert row["format"] == "tfjs" and row["format_variant"] == js.format_variant  # the JSON says which ran
@@ -119,7 +119,7 @@ def test_residual_add_fused_as_a_bias_is_unfused_so_wasm_runs_it(tmp_path):
     """ResNet's conv -> BN -> add(conv shortcut -> BN) -> relu (as in ResNet50(weights=None)):
     the converter fuses the shortcut's conv output as the "bias" of a _FusedConv2D, which wasm refuses ("only supports rank-1 bias but
     got rank 4"); the export unfuses it and wasm matches Keras."""
-    from pytest_modelparity.strategies import seeded_batch
+    from pytest_modelparity.checks.strategies import seeded_batch
 
     keras.utils.set_random_seed(7)
     inp = keras.Input((8, 8, 3), name="image")
@@ -144,7 +144,7 @@ def lstm_text_model():
 
 
 def test_masked_lstm_runs_as_a_tf2_while_loop_and_matches_keras(tmp_path):
-    from pytest_modelparity.strategies import seeded_batch
+    from pytest_modelparity.checks.strategies import seeded_batch
 
     model = lstm_text_model()
     path = _export(model, tmp_path / "web")
@@ -169,7 +169,7 @@ def test_lowered_lstm_loop_fails_at_export_with_a_typed_error_and_leaves_nothing
 
 
 def test_exact_gelu_encoder_converts_with_erf_and_matches_keras(tmp_path):
-    from pytest_modelparity.strategies import seeded_batch
+    from pytest_modelparity.checks.strategies import seeded_batch
 
     keras.utils.set_random_seed(6)
     inp = keras.Input((4, 8), name="x")

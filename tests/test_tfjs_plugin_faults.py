@@ -20,7 +20,7 @@ def _installed_node_modules(monkeypatch: pytest.MonkeyPatch) -> None:
     """The pytester subprocess gets a temporary HOME: point it at the runner's installed npm
     modules, or its first tfjs use would run `npm ci` (itself a node script: with the fake
     `node` below it would hang for npm's own 900 s instead of testing the handshake)."""
-    from pytest_modelparity.tfjs_runner import INSTALL_COMMAND, cache_root, is_installed
+    from pytest_modelparity.runtime.tfjs_runner import INSTALL_COMMAND, cache_root, is_installed
 
     if not is_installed():
         pytest.skip(f"the Node runner's npm modules are not installed: {INSTALL_COMMAND}")
@@ -29,7 +29,7 @@ def _installed_node_modules(monkeypatch: pytest.MonkeyPatch) -> None:
 KILL_SUITE = textwrap.dedent('''
     import os, signal, time
     import pytest
-    from pytest_modelparity.tfjs_process import NodeProcessDied
+    from pytest_modelparity.runtime.tfjs_process import NodeProcessDied
 
     def test_1_predicts(parity_candidate, parity_batch):
         assert parity_candidate.predict(parity_batch)

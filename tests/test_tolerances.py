@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pytest_modelparity import tolerances as t
-from pytest_modelparity.compare import compare
-from pytest_modelparity.tolerances import Tolerance, default_tolerance, resolve_tolerance
+from pytest_modelparity.verdict import tolerances as t
+from pytest_modelparity.verdict.compare import compare
+from pytest_modelparity.verdict.tolerances import Tolerance, default_tolerance, resolve_tolerance
 
 
 @pytest.mark.parametrize("dtype, rtol, scale", [

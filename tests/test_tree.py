@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pytest_modelparity import tree
-from pytest_modelparity.assertions import assert_outputs_close
-from pytest_modelparity.compare import compare
+from pytest_modelparity.verdict import tree
+from pytest_modelparity.checks.assertions import assert_outputs_close
+from pytest_modelparity.verdict.compare import compare
 from pytest_modelparity.diagnose import _util
 
 

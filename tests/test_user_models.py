@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from pytest_modelparity import assert_batch_invariant, assert_outputs_close, export_model, load_model
-from pytest_modelparity.strategies import seeded_batch
+from pytest_modelparity.checks.strategies import seeded_batch
 
 
 def dict_in_dict_out():

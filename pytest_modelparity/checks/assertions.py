@@ -17,12 +17,15 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from . import diagnose, quantized, recording, shadow, tree, validators
-from . import tolerances as tol_mod
-from .arrays import as_numpy
-from .compare import ComparisonReport, compare
-from .errors import BatchMismatchError, InvalidArgumentError, NotApplicable, ParityError
-from .tolerances import Tolerance
+from .. import diagnose
+from . import floor, quantized
+from ..reports import recording
+from ..verdict import tree, validators
+from ..verdict import tolerances as tol_mod
+from ..verdict.arrays import as_numpy
+from ..verdict.compare import ComparisonReport, compare
+from ..errors import BatchMismatchError, InvalidArgumentError, NotApplicable, ParityError
+from ..verdict.tolerances import Tolerance
 
 __all__ = ["assert_outputs_close", "assert_deterministic", "assert_batch_invariant"]
 
@@ -49,7 +52,7 @@ def assert_outputs_close(actual: Any, expected: Any, *, inputs: Any = None, rtol
 
     Tolerance: explicit ``rtol``/``atol`` (plain per-element rule) > marker > ini > the
     default. The default against a Keras reference is a multiple of the model's own float32
-    error on ``inputs``, measured by running its float64 twin (``shadow.py``); otherwise the
+    error on ``inputs``, measured by running its float64 twin (``checks/floor.py``); otherwise the
     built-in scale-aware rule for the output dtype, device and format. ``tolerance=`` a
     ``Tolerance`` uses it as given; ``tolerance="calibrated"`` measures the reference
     (``expected``, which must then be a model) against its own batch-order drift and allows
@@ -422,11 +425,11 @@ def _tolerance_fn(actual: Any, tolerance: Tolerance | None, *, rtol, atol, devic
             except TypeError:
                 dtype = expected_dtype
         measured = (floors or {}).get(path)
-        if measured is not None and shadow.FLOAT64 in measured and np.dtype(dtype).kind == "f":
+        if measured is not None and floor.FLOAT64 in measured and np.dtype(dtype).kind == "f":
             # the float64 run measured the mixed-precision model's error itself: judge by it
-            tol = tol_mod.shadow_tolerance(dtype, measured[shadow.FLOAT64], device=device, format=fmt,
-                                           float16_weights=measured.get(shadow.FLOAT16_WEIGHTS),
-                                           compute=compute, twin=shadow.method_name(twin))
+            tol = tol_mod.shadow_tolerance(dtype, measured[floor.FLOAT64], device=device, format=fmt,
+                                           float16_weights=measured.get(floor.FLOAT16_WEIGHTS),
+                                           compute=compute, twin=floor.method_name(twin))
         else:
             if compute is not None and np.dtype(dtype).kind == "f":
                 dtype = tol_mod.less_precise(dtype, compute)
@@ -465,26 +468,26 @@ def _shadow_floors(model: Any, inputs: Any, reference: Any, paths: list[str], fm
     alignment renamed them one to one, the floors follow by position."""
     if model is None:
         return None
-    kinds = [shadow.FLOAT64] + ([shadow.FLOAT16_WEIGHTS] if (fmt or "").lower() == "tflite:float16" else [])
+    kinds = [floor.FLOAT64] + ([floor.FLOAT16_WEIGHTS] if (fmt or "").lower() == "tflite:float16" else [])
     found: dict[str, dict[str, float]] = {}
     info: dict[str, Any] = {}
     seconds = 0.0
     ref_leaves = dict(_leaves(reference))
     for kind in kinds:
-        floor = shadow.measure_floor(model, kind, inputs, ref_leaves, _leaves)
-        seconds += floor.seconds
-        if floor.errors is None:
-            info[kind] = f"unavailable: {floor.reason}"
+        measured = floor.measure_floor(model, kind, inputs, ref_leaves, _leaves)
+        seconds += measured.seconds
+        if measured.errors is None:
+            info[kind] = f"unavailable: {measured.reason}"
             continue
-        info[kind] = f"measured by the {shadow.method_name(floor.method)}" + (
-            f" ({floor.reason})" if floor.reason else "")
-        info.setdefault("twin", floor.method)
-        for path, err in floor.errors.items():
+        info[kind] = f"measured by the {floor.method_name(measured.method)}" + (
+            f" ({measured.reason})" if measured.reason else "")
+        info.setdefault("twin", measured.method)
+        for path, err in measured.errors.items():
             found.setdefault(path, {})[kind] = err
     info["seconds"] = round(seconds, 4)
     meta["shadow"] = info
-    if shadow.FLOAT64 not in {k for v in found.values() for k in v}:
-        meta["noise_floor_missing"] = str(info.get(shadow.FLOAT64, "unavailable: no twin"))[len("unavailable: "):]
+    if floor.FLOAT64 not in {k for v in found.values() for k in v}:
+        meta["noise_floor_missing"] = str(info.get(floor.FLOAT64, "unavailable: no twin"))[len("unavailable: "):]
     if not found:
         return None
     raw_paths = list(ref_leaves)
@@ -560,7 +563,7 @@ def _floors(drifts: list[tuple[Any, Any]], reference: Any) -> tuple[dict[str, fl
             ref = base_leaves.get(path)
             if ref is None or ref.dtype.kind not in "fc" or arr.shape != ref.shape:
                 continue
-            drift = (shadow.relative_error(arr, ref) or 0.0) if ref.size else 0.0
+            drift = (floor.relative_error(arr, ref) or 0.0) if ref.size else 0.0
             measured[path] = max(measured.get(path, 0.0), drift)
             dtypes[path] = tol_mod.less_precise(arr.dtype, ref.dtype)
     floors = {p: max(v, CALIBRATED_MIN_FLOOR_EPS * tol_mod.eps_of(dtypes[p])) for p, v in measured.items()}
@@ -622,7 +625,7 @@ def _name(model: Any) -> str:
 
 def _is_loaded_model(model: Any) -> bool:
     try:
-        from .formats.base import LoadedModel
+        from ..formats.base import LoadedModel
     except ImportError:  # pragma: no cover
         return False
     return isinstance(model, LoadedModel)

@@ -21,7 +21,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .errors import InvalidArgumentError
+from ..errors import InvalidArgumentError
 
 # Rows read at most (a long dataset is cut here: calibration and batches need few).
 MAX_ROWS = 2048

@@ -99,7 +99,7 @@ def twin_of(model: Any, kind: str = FLOAT64, method: str = "keras") -> Twin:
 def _build(model: Any, kind: str, method: str) -> Twin:
     import time
 
-    from .formats.twins import NotApplicable, TwinUnavailable, build_runner
+    from ..formats.twins import NotApplicable, TwinUnavailable, build_runner
 
     start = time.perf_counter()
     try:

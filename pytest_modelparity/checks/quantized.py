@@ -31,10 +31,10 @@ from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
-from . import tree
-from .compare import ComparisonReport, compare
-from .errors import InvalidArgumentError
-from .tolerances import Tolerance
+from ..verdict import tree
+from ..verdict.compare import ComparisonReport, compare
+from ..errors import InvalidArgumentError
+from ..verdict.tolerances import Tolerance
 
 VARIANTS = ("float16", "dynamic_range", "int8")
 CONVERSION = "conversion"
@@ -293,7 +293,7 @@ def float16_twin_of(sibling: Any) -> Any:
     """The float32 sibling with its weights rounded to float16, loaded (built once per sibling)."""
     twin = getattr(sibling, "float16_twin", None)
     if twin is None:
-        from .formats.tflite_quant import float16_twin_model
+        from ..formats.tflite_quant import float16_twin_model
 
         twin = float16_twin_model(sibling)
         sibling.float16_twin = twin

@@ -21,9 +21,9 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from .formats.base import TensorSpec
-from .resources import check_allocation
-from .validators import check_batch_size
+from ..formats.base import TensorSpec
+from ..runtime.resources import check_allocation
+from ..verdict.validators import check_batch_size
 
 __all__ = ["Batch", "batches", "fixed_batch", "specs_of", "seeded_batch", "PROFILE", "register_profile"]
 

@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from .. import tree
+from ..verdict import tree
 from ._util import (batch_size, fit_inputs, fits, measuring, flatten, is_keras_model, max_abs_diff, native_of, pick,
                     rows, run_model)
 from .calibration import default_rows_hint, outside_calibration

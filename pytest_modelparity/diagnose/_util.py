@@ -8,7 +8,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
-from .. import tree
+from ..verdict import tree
 
 # A transform "fits" when its residual is below this share of the output's largest value
 # (float noise measured on every format here stays <= 5e-6 of it; real bugs >= 2e-3)

@@ -36,9 +36,9 @@ from typing import Any, Callable
 import numpy as np
 
 from .entry_lock import entry_lock
-from .errors import ExportError
-from .scratch import CACHE_TEMP, SYSTEM_TEMP, owned_prefix, sweep
-from .quiet import make_ignored_dir
+from ..errors import ExportError
+from ..runtime.scratch import CACHE_TEMP, SYSTEM_TEMP, owned_prefix, sweep
+from ..runtime.quiet import make_ignored_dir
 
 __all__ = ["ARTIFACT_NAMES", "ExportCache", "UncacheableOption", "converter_versions", "default_cache_dir"]
 
@@ -105,7 +105,7 @@ def _feed(h: Any, obj: Any) -> None:
 
 def _architecture(model: Any) -> str:
     if getattr(model, "layers", None) is not None and not isinstance(model, (str, os.PathLike)):
-        from .formats.keras_specs import is_subclassed
+        from ..formats.keras_specs import is_subclassed
 
         if is_subclassed(model):
             return _subclassed_architecture(model)
@@ -127,7 +127,7 @@ def _subclassed_architecture(model: Any) -> str:
     by its input specs; a class whose source cannot be read (defined in a REPL) is not cached."""
     import inspect
 
-    from .formats.keras_specs import input_specs
+    from ..formats.keras_specs import input_specs
 
     parts = []
     for layer in [model, *model._flatten_layers(include_self=False)]:
@@ -173,7 +173,7 @@ class ExportCache:
 
     def __init__(self, root: str | os.PathLike | None = None, *, enabled: bool = True,
                  exporter: Callable[..., Any] | None = None, lock_timeout_s: float | None = 900.0) -> None:
-        from .formats import export_model
+        from ..formats import export_model
 
         self.root = Path(root).expanduser() if root is not None else default_cache_dir()
         self.enabled = enabled
@@ -193,7 +193,7 @@ class ExportCache:
     # -- keys --------------------------------------------------------------------------
     def key(self, model: Any, format: str, options: dict[str, Any] | None = None) -> str:
         """SHA-256 (hex) of architecture, weights, format, options and converter versions."""
-        from .formats.keras_specs import input_tensor_names
+        from ..formats.keras_specs import input_tensor_names
 
         h = hashlib.sha256()
         _feed(h, ("pytest-modelparity export", 3))  # 3: input names keyed
@@ -264,7 +264,7 @@ class ExportCache:
 
     def _export_entry(self, model: Any, format: str, options: dict[str, Any], key: str, final: Path,
                       artifact: Path) -> Path:
-        from .formats import export_route
+        from ..formats import export_route
 
         self.misses += 1
         try:
@@ -351,7 +351,7 @@ class ExportCache:
         """The artifact of a cache entry, with the route its meta.json keeps recorded for its
         final path (the exporter recorded the temporary one): ``export_route`` then says how
         it was made, whether this run exported it or reused it."""
-        from .formats import record_route
+        from ..formats import record_route
 
         path = self._artifact_in(entry, default)
         try:

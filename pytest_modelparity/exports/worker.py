@@ -4,7 +4,7 @@
 Why: TF's TFLite converter calls ``abort()`` when it runs out of memory, tf2onnx peaks at
 tens of times a model's weights, a SavedModel write can segfault; in-process, each of those
 took the whole pytest session (no report written). Here the converters run in one
-persistent worker (``python -m pytest_modelparity.export_process``, TensorFlow imported
+persistent worker (``python -m pytest_modelparity.exports.worker``, TensorFlow imported
 once), the Keras model handed over as a ``.keras`` file saved once per model. The parent
 watches it: the worker's death (signal or exit code), its peak memory (``VmHWM``), the
 export's time against ``timeout_s``, and the tail of the log the worker writes.
@@ -32,9 +32,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from .errors import ExportError, InvalidArgumentError, ModelLoadError, NotSerializable, RuntimeMissing
-from .resources import human_bytes
-from .scratch import owned_prefix
+from ..errors import ExportError, InvalidArgumentError, ModelLoadError, NotSerializable, RuntimeMissing
+from ..runtime.resources import human_bytes
+from ..runtime.scratch import owned_prefix
 
 __all__ = ["ExportProcess"]
 
@@ -137,7 +137,7 @@ class ExportProcess:
             here = str(Path(__file__).resolve().parent.parent)
             env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH", "")) if p)
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "pytest_modelparity.export_process", str(write_fd),
+                [sys.executable, "-m", "pytest_modelparity.exports.worker", str(write_fd),
                  str(self.log_path) if log_target is not subprocess.DEVNULL else ""],
                 stdin=subprocess.PIPE, stdout=log_target, stderr=subprocess.STDOUT, pass_fds=(write_fd,), env=env)
         finally:
@@ -184,8 +184,8 @@ class ExportProcess:
     # -- exporting -------------------------------------------------------------------------
     def export(self, model: Any, format: str, path: str | Path, **options: Any) -> Path:
         """Export ``model`` to ``format`` at ``path`` in the worker (or inline, see the module docstring)."""
-        from .formats import export_model, record_route
-        from .formats.keras_specs import input_tensor_names
+        from ..formats import export_model, record_route
+        from ..formats.keras_specs import input_tensor_names
 
         if isinstance(model, (str, Path)):
             handed: Path | str | None = str(model)  # a SavedModel directory: the worker reads it itself
@@ -351,10 +351,10 @@ def _rebuild(info: dict, format: str, path: Path) -> Exception:
     return ExportError(path, format, f"the converter failed ({kind}: {first})", None)
 
 
-# -- the worker side (python -m pytest_modelparity.export_process FD) ------------------------
+# -- the worker side (python -m pytest_modelparity.exports.worker FD) ------------------------
 def _serve(request: dict, models: dict[str, Any]) -> dict:
-    from .formats import export_model, export_route
-    from .formats.keras_specs import set_input_tensor_names
+    from ..formats import export_model, export_route
+    from ..formats.keras_specs import set_input_tensor_names
 
     model: Any = request["model"]
     if request["keras_file"]:

@@ -29,8 +29,8 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import ExportError, ModelLoadError, RuntimeMissing
-from ..resources import resource_failure
-from ..tfjs_runner import NODE_HINT
+from ..runtime.resources import resource_failure
+from ..runtime.tfjs_runner import NODE_HINT
 from ._files import check_not_special
 from ._common import ONNX_INSTALL, TF_INSTALL, TFLITE_INSTALL, export_route, is_keras_model, record_route
 from ._tf import ancestor_ops, import_tf
@@ -272,7 +272,7 @@ def _check_size_limit(model: Any, format: str, options: dict[str, Any], path: Pa
         return
     written = size // _TFLITE_SHRINK.get(str(options.get("quantization")), 1) if format == "tflite" else size
     if written > _TWO_GIB:
-        from ..resources import human_bytes
+        from ..runtime.resources import human_bytes
 
         fix = {"tflite": "quantise it (quantization='float16' halves it, 'int8' quarters it), or test it as "
                          "saved_model/keras",

@@ -19,12 +19,12 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from ..errors import ModelLoadError, RuntimeMissing
+from ..errors import ModelLoadError
+from ..runtime.tf_import import TF_INSTALL, import_tf  # noqa: F401 - TF_INSTALL: the formats read it here
 from ._files import read_regular
 
 # The packages themselves, not `pip install 'pytest-modelparity[x]'`: the plugin is not on PyPI,
 # so that command fails unless pip is pointed at a checkout, git URL or wheel (README).
-TF_INSTALL = "pip install tensorflow-cpu (or any TensorFlow >= 2.16 build; the plugin's [tensorflow] extra)"
 TFLITE_INSTALL = "pip install ai-edge-litert (the plugin's [tflite] extra)"
 ONNX_INSTALL = "pip install tf2onnx onnx onnxruntime (the plugin's [onnx] extra)"
 
@@ -44,24 +44,6 @@ def first_line(exc: BaseException, limit: int = 300) -> str:
     line = next((ln.strip() for ln in text.splitlines() if ln.strip()), text)
     line = f"{type(exc).__name__}: {line}"
     return line if len(line) <= limit else line[: limit - 3] + "..."
-
-
-_TF: Any = None
-
-
-def import_tf() -> Any:
-    """``import tensorflow`` once, with its C++ and Python logging turned down."""
-    global _TF
-    if _TF is None:
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        try:
-            import tensorflow as tf
-        except ImportError as exc:  # pragma: no cover - depends on the install
-            raise RuntimeMissing("tensorflow", TF_INSTALL) from exc
-        tf.get_logger().setLevel(logging.ERROR)
-        logging.getLogger("absl").setLevel(logging.ERROR)
-        _TF = tf
-    return _TF
 
 
 def is_keras_model(obj: Any) -> bool:

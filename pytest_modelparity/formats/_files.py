@@ -14,7 +14,7 @@ import stat
 from pathlib import Path
 
 from ..errors import ModelLoadError
-from ..resources import available_memory, human_bytes
+from ..runtime.resources import available_memory, human_bytes
 
 __all__ = ["check_not_special", "read_regular", "special_kind"]
 

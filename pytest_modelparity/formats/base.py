@@ -145,7 +145,7 @@ class LoadedModel(abc.ABC):
         """Refuse, with its size, an input the runtime would copy into memory that is not there
         (a 2 GiB batch under a memory limit segfaulted a SavedModel predict)."""
         from ..errors import InvalidArgumentError
-        from ..resources import check_allocation
+        from ..runtime.resources import check_allocation
 
         try:
             check_allocation(int(arr.size) * dtype.itemsize, f"input {name!r} ({arr.shape}, {dtype.name})")

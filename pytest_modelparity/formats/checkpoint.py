@@ -15,7 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import ModelLoadError
-from ..devices import require_tf_device
+from ..runtime.devices import require_tf_device
 from ._common import first_line, quiet
 from ._tf import SessionModel, import_tf, new_session, resolve_tensors
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import ExportError, ModelLoadError
-from ..devices import require_tf_device
+from ..runtime.devices import require_tf_device
 from ._common import first_line, quiet
 from ._files import read_regular
 from ._tf import SessionModel, const_weights, import_tf, new_session, require_path, resolve_tensors

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ModelLoadError
-from ..devices import require_tf_device
+from ..runtime.devices import require_tf_device
 from ._common import first_line
 from ._tf import require_path
 from .keras import KerasModel, load_keras_file, save_keras_file

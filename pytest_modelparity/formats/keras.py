@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ModelLoadError
-from ..devices import require_tf_device
+from ..runtime.devices import require_tf_device
 from ._common import first_line, is_keras_model, name_outputs, quiet
 from ._tf import freeze_concrete, import_tf, require_path
 from .base import LoadedModel
@@ -102,7 +102,7 @@ def _keras() -> Any:
 
 def _compute_dtype(model: Any) -> str | None:
     """The least precise float compute dtype of the model's layers (mixed_float16 -> float16)."""
-    from ..tolerances import less_precise
+    from ..verdict.tolerances import less_precise
 
     least: Any = None
     for layer in [model, *getattr(model, "_flatten_layers", lambda: [])()]:

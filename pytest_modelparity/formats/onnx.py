@@ -52,7 +52,7 @@ def providers_for(device: str) -> tuple[str, list[Any]]:
     (CPU kept as fallback for ops CUDA lacks). No CUDA provider -> DeviceUnavailable; an
     unknown device name -> ValueError.
     """
-    from ..devices import onnx_providers, parse_device
+    from ..runtime.devices import onnx_providers, parse_device
 
     spec = parse_device(device)
     return str(spec), onnx_providers(spec)

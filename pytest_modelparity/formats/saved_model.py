@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import ModelLoadError
-from ..devices import require_tf_device
+from ..runtime.devices import require_tf_device
 from ._common import first_line, name_outputs, quiet
 from ._tf import freeze_concrete, import_tf, require_path, spec
 from .base import LoadedModel

@@ -3,7 +3,7 @@
 Why Node.js and not a Python re-implementation: seed 003 is a SavedModel and its TFJS
 conversion disagreeing; only tfjs's own kernels (pure-JS CPU backend, or the wasm backend)
 show what the browser will compute. ``load`` starts one ``node runner.js`` process per model
-(``pytest_modelparity.tfjs_process``) and keeps it for every predict.
+(``pytest_modelparity.runtime.tfjs_process``) and keeps it for every predict.
 
 Export goes Keras -> ``model.export()`` SavedModel (temporary) -> the ``tensorflowjs``
 converter's ``convert_tf_saved_model``. ``tensorflowjs`` must be installed with ``--no-deps``
@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ExportError, ModelLoadError, RuntimeMissing
-from ..scratch import owned_prefix
+from ..runtime.scratch import owned_prefix
 from ._common import TF_INSTALL, ConverterLog, quiet, record_route
 from ._files import check_not_special, read_regular
 from .base import LoadedModel, TensorSpec
@@ -409,7 +409,7 @@ class TFJSModel(LoadedModel):
         return self.process
 
     def _predict(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        from ..tfjs_process import RunnerError
+        from ..runtime.tfjs_process import RunnerError
 
         try:
             result = self._serving().predict(feeds)
@@ -499,7 +499,7 @@ class TFJSModel(LoadedModel):
 
 
 def _check_device(device: str) -> str:
-    from ..devices import require_cpu_only
+    from ..runtime.devices import require_cpu_only
 
     require_cpu_only(device, NAME, "it runs in Node.js on the CPU (backend 'cpu' or 'wasm'; tfjs-node-gpu "
                      "is not used)", "Use device='cpu' and backend='wasm' for the fast path.")
@@ -613,7 +613,7 @@ def load(source: Any, *, device: str = "cpu", backend: str = "auto", timeout_s: 
     when wasm cannot load or run the model; ``model.backend`` and ``format_variant`` say which
     runs, ``fallback_reason`` why), ``"cpu"`` (pure-JS kernels of @tensorflow/tfjs-backend-cpu) or
     ``"wasm"`` (@tensorflow/tfjs-backend-wasm, about 10x faster on convolutions). npm packages
-    are installed on first use (see ``pytest_modelparity.tfjs_runner``). ``timeout_s``: how long
+    are installed on first use (see ``pytest_modelparity.runtime.tfjs_runner``). ``timeout_s``: how long
     one load or predict may take before the Node process is killed and the call fails (None:
     wait forever). A model tfjs cannot run raises ``ModelLoadError`` naming the op, the backend
     and a workaround.
@@ -624,8 +624,8 @@ def load(source: Any, *, device: str = "cpu", backend: str = "auto", timeout_s: 
     device = _check_device(device)
     if backend not in BACKENDS:
         raise ValueError(f"unknown tfjs backend {backend!r}; use one of {', '.join(BACKENDS)}")
-    from .. import tfjs_runner
-    from ..tfjs_process import NodeHandshakeFailed, NodeProcess, NodeProcessDied, RunnerError
+    from ..runtime import tfjs_runner
+    from ..runtime.tfjs_process import NodeHandshakeFailed, NodeProcess, NodeProcessDied, RunnerError
 
     path = model_json_path(source)
     spec = read_model_json(path)

@@ -48,7 +48,7 @@ def detect(path: Path) -> bool:
 # -- loading ---------------------------------------------------------------------------
 def check_cpu_device(device: str) -> str:
     """TFLite accepts ``cpu``; a GPU request says why not (unknown names: ValueError)."""
-    from ..devices import require_cpu_only
+    from ..runtime.devices import require_cpu_only
 
     require_cpu_only(device, NAME, "the LiteRT Python interpreter has no desktop GPU delegate",
                      f"Use device='cpu' for {NAME}, and compare GPU results through saved_model or onnx.")

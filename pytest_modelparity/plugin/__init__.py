@@ -14,8 +14,8 @@ from typing import Any, Iterator
 
 import pytest
 
-from . import recording
-from .errors import NotApplicable, ParityError
+from ..reports import recording
+from ..errors import NotApplicable, ParityError
 from .fixtures import (STATE_KEY, ParitySession, get_state, modelparity_device,  # noqa: F401 - fixtures
                        modelparity_dataset, modelparity_elements, modelparity_export_options, modelparity_format,
                        modelparity_input_specs, modelparity_load_options,
@@ -39,7 +39,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.hookimpl(tryfirst=True)  # before Hypothesis' own hook loads --hypothesis-profile=modelparity
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER)
-    from .strategies import register_profile
+    from ..checks.strategies import register_profile
 
     register_profile()
     if config.option.help:
@@ -65,7 +65,7 @@ def _shows_logs(config: pytest.Config) -> bool:
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     """Before any conftest imports TensorFlow: its C++ INFO/WARNING lines off unless -v."""
-    from .quiet import quiet_tensorflow
+    from ..runtime.quiet import quiet_tensorflow
 
     verbose = getattr(early_config.known_args_namespace, "verbose", 0) or 0
     quiet_tensorflow(show=int(verbose) >= 1)
@@ -76,7 +76,7 @@ def _log_sink(config: pytest.Config, options: Any) -> Any:
     (with --modelparity-no-cache, which must leave no cache dir: a folder in the temp dir)."""
     import tempfile
 
-    from .quiet import LogSink
+    from ..runtime.quiet import LogSink
 
     worker = getattr(config, "workerinput", {}).get("workerid", "main")
     if options.cache:
@@ -174,8 +174,9 @@ def collecting(item: pytest.Item) -> Iterator[None]:
     the failure text pytest renders); the other failing reports (Hypothesis examples that
     are not the one reported, failures the test caught) keep their rows without hints.
     """
-    from . import quantized, tolerances
-    from .summary import merge_rows, rows_from_report
+    from ..checks import quantized
+    from ..verdict import tolerances
+    from ..reports.summary import merge_rows, rows_from_report
 
     state = get_state(item.config)
     fmt, dev = item_matrix(item)
@@ -388,12 +389,12 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     if not state.rows and not (state.options.report or state.options.html):
         return
-    from .summary import build_document, write_json
+    from ..reports.summary import build_document, write_json
 
     doc = build_document(rows=state.rows, tests=state.tests, artifacts=state.artifacts,
                          options=_options_doc(state), workers=state.workers)
     state.document = doc
-    from .html_report import write_html
+    from ..reports.html import write_html
 
     for option, path, write in (("--modelparity-report", state.options.report, write_json),
                                 ("--modelparity-html", state.options.html, write_html)):
@@ -411,7 +412,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if state is None or getattr(config, "workeroutput", None) is not None:
         return
     if state.rows:
-        from .summary import format_table, hidden_rows_line, sort_rows
+        from ..reports.summary import format_table, hidden_rows_line, sort_rows
 
         rows = sort_rows(state.rows)
         shown = rows
@@ -431,14 +432,14 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     left_out = left_out_line(state.left_out, cpu_in_matrix=not devices_run or "cpu" in devices_run)
     if left_out:
         terminalreporter.write_line(left_out)
-    from .summary import floor_line, route_lines
+    from ..reports.summary import floor_line, route_lines
 
     without_floor = floor_line(state.rows)
     if without_floor:
         terminalreporter.write_line(without_floor, yellow=True)
     for line in route_lines(state.artifacts):
         terminalreporter.write_line(line)
-    from .tfjs_runner import installed_since
+    from ..runtime.tfjs_runner import installed_since
 
     installed = installed_since(state.started)
     if installed:  # its progress message went to the log with the rest of the load's output

@@ -22,8 +22,8 @@ from typing import Any, NoReturn
 
 import pytest
 
-from .errors import DeviceUnavailable, ModelLoadError, NotSerializable, RuntimeMissing
-from .scratch import owned_prefix
+from ..errors import DeviceUnavailable, ModelLoadError, NotSerializable, RuntimeMissing
+from ..runtime.scratch import owned_prefix
 from .options import ParityOptions, split_format
 
 STATE_KEY = pytest.StashKey["ParitySession"]()
@@ -122,7 +122,7 @@ class ParitySession:
             return
         self._precision_set = True
         if not self.options.tf32:
-            from .devices import set_tf32
+            from ..runtime.devices import set_tf32
 
             self._tf32_before = set_tf32(False)
 
@@ -155,7 +155,7 @@ class ParitySession:
         except Exception:  # noqa: BLE001 - reported, with its context, where the model is needed
             return
         if src.keras_model is not None:
-            from .formats.keras_specs import declare_input_specs
+            from ..formats.keras_specs import declare_input_specs
 
             declare_input_specs(src.keras_model, specs)
 
@@ -188,7 +188,7 @@ class ParitySession:
         conv = dict(converter_options or {})
 
         def build() -> Any:
-            from .formats import missing_runtime
+            from ..formats import missing_runtime
 
             base, _variant = split_format(format)
             missing = missing_runtime(base)
@@ -236,11 +236,11 @@ class ParitySession:
 
     def _export(self, src: Source, format: str, load_options: dict, converter_options: dict | None = None,
                 elements: Any = None, dataset: Any = None) -> Path:
-        from .formats import missing_runtime
+        from ..formats import missing_runtime
 
         if src.path is not None and src.path_format == format:
             return src.path  # the source already is this format: load it as is, never rewrite it
-        from .formats import format_module
+        from ..formats import format_module
 
         base, variant = split_format(format)
         if not hasattr(format_module(base), "export"):
@@ -289,7 +289,7 @@ class ParitySession:
                     "seconds": round(time.perf_counter() - start, 3),
                     # a cache hit is a reused artifact, not an export made by this run
                     "cache_hit": cache is not None and getattr(cache, "hits", 0) > hits_before}
-        from .formats import export_route
+        from ..formats import export_route
 
         route = export_route(path)
         if route:  # how the converter got there (e.g. a mixed_float16 model traced in float32)
@@ -302,10 +302,8 @@ class ParitySession:
 
     def _export_cache(self) -> Any:
         if self._cache is None:
-            try:
-                cache_mod = importlib.import_module("pytest_modelparity.cache")
-            except ImportError:
-                return None
+            from ..exports import cache as cache_mod
+
             self._cache = cache_mod.ExportCache(self.options.cache_dir, enabled=self.options.cache,
                                                 exporter=self.exporter(), lock_timeout_s=self.options.timeout)
         return self._cache
@@ -313,12 +311,12 @@ class ParitySession:
     def exporter(self) -> Any:
         """What converts: ``export_model`` here, or the persistent child process (the default)
         that turns a converter's crash, abort, OOM kill or hang into one ``ExportError``."""
-        from .formats import export_model
+        from ..formats import export_model
 
         if self.options.export_process != "child":
             return export_model
         if self._exporter is None:
-            from .export_process import ExportProcess
+            from ..exports.worker import ExportProcess
 
             self._exporter = ExportProcess(timeout_s=self.options.timeout, memory_limit=self.options.export_memory,
                                            log_path=None if self.logs is None else self.logs.path)
@@ -396,7 +394,7 @@ class ParitySession:
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
         if self._tf32_before is not None:  # TF's switch is process-wide: give it back
-            from .devices import set_tf32
+            from ..runtime.devices import set_tf32
 
             set_tf32(self._tf32_before)
             self._tf32_before = None
@@ -420,7 +418,7 @@ IMPORT_FIX = ("pass module:factory where `import module` works in the pytest pro
 
 def resolve_source(obj: Any, *, _depth: int = 0) -> Source:
     """A Keras model, a factory returning one, a path, ``module:factory`` or ``demo``."""
-    from .formats import is_keras_model
+    from ..formats import is_keras_model
 
     if is_keras_model(obj):
         return Source(label=getattr(obj, "name", type(obj).__name__), keras_model=obj)
@@ -440,7 +438,7 @@ def resolve_source(obj: Any, *, _depth: int = 0) -> Source:
             src = resolve_source(factory, _depth=_depth + 1)
             src.label = text
             return src
-        from .formats import detect_format
+        from ..formats import detect_format
 
         fmt = detect_format(path)  # raises ModelLoadError naming the path when unknown or missing
         return Source(label=str(path), path=path.resolve(), path_format=fmt)
@@ -466,9 +464,9 @@ def _variant_options(model: Any, variant: str | None, elements: Any = None, data
     options: dict[str, Any] = {"quantization": variant}
     if variant != "int8":
         return options, None
-    from .dataset import as_dataset
-    from .formats.keras_specs import input_specs
-    from .strategies import seeded_batch, specs_of
+    from ..checks.dataset import as_dataset
+    from ..formats.keras_specs import input_specs
+    from ..checks.strategies import seeded_batch, specs_of
 
     if isinstance(model, (str, Path)):
         shaped = specs() if specs is not None else model
@@ -495,7 +493,7 @@ QUANTIZED_VARIANTS = ("float16", "dynamic_range", "int8")
 
 
 def _dataset_key(dataset: Any) -> str | None:
-    from .dataset import as_dataset
+    from ..checks.dataset import as_dataset
 
     data = as_dataset(dataset)
     return data.digest() if data is not None else None
@@ -508,7 +506,7 @@ def _options_key(options: dict) -> str:
 
 def _load_source(source: Any, format: str, device: str, options: dict) -> Any:
     """``load_model`` with the user's load options; an option the loader lacks says so."""
-    from .formats import load_model
+    from ..formats import load_model
 
     try:
         return load_model(source, format, device=device, **options)
@@ -534,7 +532,7 @@ def _keras_from_path(src: Source, options: dict | None = None) -> Any:
     """Other formats are exported from a Keras model; a file source must hold one."""
     assert src.path is not None
     if src.path_format in ("keras", "h5"):
-        from .formats.keras import KerasModel
+        from ..formats.keras import KerasModel
 
         loaded = _load_source(src.path, src.path_format, "cpu", dict(options or {}))
         assert isinstance(loaded, KerasModel)  # both formats load as KerasModel
@@ -724,8 +722,8 @@ def parity_batch(parity_reference: Any, modelparity_elements: Any, modelparity_d
     ``modelparity_dataset`` (not those an int8 candidate calibrated on); read-only (shared)."""
     import numpy as np
 
-    from .dataset import as_dataset
-    from .strategies import Batch, seeded_batch, specs_of
+    from ..checks.dataset import as_dataset
+    from ..checks.strategies import Batch, seeded_batch, specs_of
 
     data = as_dataset(modelparity_dataset)
     if data is not None:

@@ -30,7 +30,7 @@ def _marker_list(marker: Any, key: str) -> list[str] | None:
 
 def exportable(name: str) -> bool:
     """Load-only formats (checkpoint) join the default matrix only when asked for by name."""
-    from .formats import format_module
+    from ..formats import format_module
     from .options import split_format
 
     return hasattr(format_module(split_format(name)[0]), "export")
@@ -67,7 +67,7 @@ def matrix_pairs(state: "ParitySession", formats: list[str], devices: list[str])
     """The (format, device) pairs to run, formats first: a CPU-only format (TFLite, TFJS) on
     a GPU is not a configuration at all, so it is left out (and remembered on the session for
     one summary line) rather than skipped or failed test by test."""
-    from .devices import runs_on
+    from ..runtime.devices import runs_on
 
     pairs = []
     for fmt in formats:

@@ -16,10 +16,10 @@ from typing import Any, Iterable, Literal
 
 import pytest
 
-from .devices import parse_device
-from .errors import InvalidArgumentError
-from .formats import ALL_FORMATS, available_formats
-from .validators import check_tolerance_value
+from ..runtime.devices import parse_device
+from ..errors import InvalidArgumentError
+from ..formats import ALL_FORMATS, available_formats
+from ..verdict.validators import check_tolerance_value
 
 GROUP = "modelparity"
 # Variants a format is exported in, named "base:variant" (tflite:int8): the exporter gets
@@ -375,7 +375,7 @@ def _data_path(config: pytest.Config, value: Any) -> str | None:
 def _quant_budget(value: Any) -> str | None:
     if not value:
         return None
-    from .quantized import parse_budget
+    from ..checks.quantized import parse_budget
 
     try:
         parse_budget(value)
@@ -424,7 +424,7 @@ def strict_gpu_problem(options: ParityOptions) -> str | None:
         asked.append("gpu")
     if options.reference_device and options.reference_device.startswith("gpu"):
         asked.append(options.reference_device)
-    from . import devices
+    from ..runtime import devices
 
     for device in dict.fromkeys(asked):
         problem = devices.missing_gpu(device)
@@ -437,7 +437,7 @@ def expand_devices(devices: tuple[str, ...]) -> tuple[str, ...]:
     """Replace ``all`` by every device TensorFlow sees (imports TensorFlow, so only when asked)."""
     if "all" not in devices:
         return devices
-    from .devices import available_devices
+    from ..runtime.devices import available_devices
 
     out: list[str] = []
     for d in devices:

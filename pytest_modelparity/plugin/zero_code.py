@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from .errors import ModelLoadError, ParityError
+from ..errors import ModelLoadError, ParityError
 from .fixtures import BATCH_SEED, IMPORT_FIX, ExportFailed, NotExportable, ParitySession, get_state
 from .matrix import matrix_pairs, select_matrix
 
@@ -64,8 +64,8 @@ class ParityCheck(pytest.Item):
         from hypothesis import given, settings
         from hypothesis import strategies as st
 
-        from .assertions import assert_outputs_close
-        from .strategies import PROFILE, batches, dataset_batches
+        from ..checks.assertions import assert_outputs_close
+        from ..checks.strategies import PROFILE, batches, dataset_batches
 
         data = get_state(self.config).options.data  # --modelparity-data: real rows, not random ones
         drawn = (dataset_batches(reference, data, batch_size=st.integers(1, MAX_BATCH)) if data
@@ -79,14 +79,14 @@ class ParityCheck(pytest.Item):
         outputs_close()
 
     def _deterministic(self, reference: Any, candidate: Any) -> None:
-        from .assertions import assert_deterministic
-        from .strategies import seeded_batch
+        from ..checks.assertions import assert_deterministic
+        from ..checks.strategies import seeded_batch
 
         assert_deterministic(candidate, seeded_batch(reference, batch_size=4, seed=BATCH_SEED, elements=self._elements))
 
     def _batch_invariant(self, reference: Any, candidate: Any) -> None:
-        from .assertions import assert_batch_invariant
-        from .strategies import fixed_batch, seeded_batch
+        from ..checks.assertions import assert_batch_invariant
+        from ..checks.strategies import fixed_batch, seeded_batch
 
         fixed = fixed_batch(reference.inputs) or fixed_batch(candidate.inputs)
         if fixed is not None:

@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 from typing import Any, Sequence
 
-from .formatting import table_number
+from ..verdict.formatting import table_number
 from .summary import device_label, write_text_atomic
 
 _CSS = """

@@ -20,7 +20,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from .formatting import json_value, table_number
+from ..verdict.formatting import json_value, table_number
 
 SCHEMA_VERSION = 2  # 2: summary counts tests and rows apart; verdict "expected"; test reasons
 # Distributions whose versions explain a parity result (first installed name wins).
@@ -219,7 +219,7 @@ def _node_version() -> str | None:
 def _tfjs_version() -> str | None:
     """The @tensorflow/tfjs(-core) version the runner installed (in the npm cache), if installed."""
     try:
-        from .tfjs_runner import modules_dir
+        from ..runtime.tfjs_runner import modules_dir
 
         pkg = modules_dir() / "node_modules" / "@tensorflow" / "tfjs-core" / "package.json"
         return json.loads(pkg.read_text()).get("version")

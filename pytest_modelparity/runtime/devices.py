@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from .errors import DeviceUnavailable, RuntimeMissing
+from ..errors import DeviceUnavailable, RuntimeMissing
 
 __all__ = ["DeviceSpec", "parse_device", "tf_available", "require_tf_device", "tf_device_scope",
            "tf_device_name", "onnx_providers", "require_cpu_only", "available_devices", "set_tf32",
@@ -63,7 +63,7 @@ def tf_device_name(device: str | DeviceSpec) -> str:
 
 
 def _tf_devices(kind: str) -> list[Any]:
-    from .formats import import_tf
+    from .tf_import import import_tf
 
     tf = import_tf()
     # Physical devices for GPUs (what the hardware has); logical ones for CPUs, because a CPU
@@ -100,7 +100,7 @@ def require_tf_device(device: str | DeviceSpec, *, format: str | None = None) ->
 @contextlib.contextmanager
 def tf_device_scope(device: str | DeviceSpec) -> Iterator[DeviceSpec]:
     """``with tf.device(...)`` for a checked device; raises ``DeviceUnavailable`` first."""
-    from .formats import import_tf
+    from .tf_import import import_tf
 
     spec = require_tf_device(device)
     with import_tf().device(spec.tf_name):
@@ -208,7 +208,7 @@ def set_tf32(enabled: bool) -> bool:
     previous = _TF32["enabled"]
     _TF32["enabled"] = bool(enabled)
     try:
-        from .formats import import_tf
+        from .tf_import import import_tf
 
         tf = import_tf()
     except RuntimeMissing:

@@ -14,7 +14,7 @@ import errno
 import re
 from typing import Iterator
 
-from .errors import InvalidArgumentError
+from ..errors import InvalidArgumentError
 
 __all__ = ["available_memory", "check_allocation", "human_bytes", "resource_failure"]
 

@@ -207,7 +207,7 @@ class ComparisonReport:
         }
 
     def __str__(self) -> str:
-        from .report import format_report
+        from .failure_text import format_report
 
         return format_report(self)
 

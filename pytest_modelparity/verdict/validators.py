@@ -15,7 +15,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from .errors import InvalidArgumentError
+from ..errors import InvalidArgumentError
 
 __all__ = ["check_tolerance_choice", "check_tolerance_value", "check_batch_size", "check_batch_sizes", "check_nonempty_batch"]
 

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from ..errors import RuntimeMissing
+from ...errors import RuntimeMissing
 
 __all__ = ["RUNNER_DIR", "RUNNER_JS", "INSTALL_COMMAND", "cache_root", "ensure_node_modules",
            "installed_since", "modules_dir", "node_executable"]

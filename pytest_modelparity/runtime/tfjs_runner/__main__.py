@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..errors import RuntimeMissing
+from ...errors import RuntimeMissing
 from . import ensure_node_modules, is_installed, modules_dir
 
 

@@ -9,7 +9,7 @@
 //
 // Usage: node runner.js <model.json> <cpu|wasm>
 //   env MODELPARITY_TFJS_MODULES: the node_modules directory holding @tensorflow/* (installed
-//   by pytest_modelparity.tfjs_runner with `npm ci`).
+//   by pytest_modelparity.runtime.tfjs_runner with `npm ci`).
 //
 // Protocol (both directions): frames of [u32 LE payload length][payload]; payload[0] is the
 // message type. Tensors travel as raw little-endian bytes, never JSON:

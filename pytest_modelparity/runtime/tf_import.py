@@ -1,0 +1,36 @@
+"""Importing TensorFlow: once, with its logging turned down, and the install hint when it is missing.
+
+Why here, under the formats: ``devices`` places work on TensorFlow devices and must import it
+the same quiet way the formats do, without importing the formats (they sit above it).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from ..errors import RuntimeMissing
+
+__all__ = ["TF_INSTALL", "import_tf"]
+
+# The packages themselves, not `pip install 'pytest-modelparity[x]'`: the plugin is not on PyPI,
+# so that command fails unless pip is pointed at a checkout, git URL or wheel (README).
+TF_INSTALL = "pip install tensorflow-cpu (or any TensorFlow >= 2.16 build; the plugin's [tensorflow] extra)"
+
+_TF: Any = None
+
+
+def import_tf() -> Any:
+    """``import tensorflow`` once, with its C++ and Python logging turned down."""
+    global _TF
+    if _TF is None:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        try:
+            import tensorflow as tf
+        except ImportError as exc:  # pragma: no cover - depends on the install
+            raise RuntimeMissing("tensorflow", TF_INSTALL) from exc
+        tf.get_logger().setLevel(logging.ERROR)
+        logging.getLogger("absl").setLevel(logging.ERROR)
+        _TF = tf
+    return _TF
