@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
 
@@ -14,7 +13,7 @@ import pytest
 from pytest_modelparity.verdict.compare import Blocking, ComparisonReport, compare, elementwise_close
 from pytest_modelparity.verdict.tolerances import Tolerance
 
-compare_mod = importlib.import_module("pytest_modelparity.verdict.compare")
+from pytest_modelparity.verdict import scanning, statistics
 
 PLAIN = Tolerance(rtol=1.3e-6, atol=1e-5, source="argument")
 
@@ -304,13 +303,13 @@ def test_statistics_identical_across_chunk_sizes(known_pair):
 
 def test_large_array_crosses_real_chunks():
     rng = np.random.default_rng(0)
-    e = rng.standard_normal(compare_mod.CHUNK * 3 + 17).astype(np.float32)
+    e = rng.standard_normal(scanning.CHUNK * 3 + 17).astype(np.float32)
     a = e.copy()
-    a[compare_mod.CHUNK * 2 + 5] += 1.0
+    a[scanning.CHUNK * 2 + 5] += 1.0
     oc = only(compare(a, e, tolerance=PLAIN))
-    assert oc.mismatched == 1 and oc.max_abs_index == (compare_mod.CHUNK * 2 + 5,)
+    assert oc.mismatched == 1 and oc.max_abs_index == (scanning.CHUNK * 2 + 5,)
     mask = elementwise_close(a, e, PLAIN)
-    assert np.flatnonzero(~mask).tolist() == [compare_mod.CHUNK * 2 + 5]
+    assert np.flatnonzero(~mask).tolist() == [scanning.CHUNK * 2 + 5]
 
 
 def test_tolerance_callable_gets_dtype_and_path():
@@ -343,12 +342,12 @@ def test_to_dict_is_strict_json(known_pair):
 def test_public_name_is_callable_whatever_the_import_order():
     import pytest_modelparity
 
-    assert pytest_modelparity.verdict.compare(np.ones(2), np.ones(2)).passed
+    assert pytest_modelparity.compare(np.ones(2), np.ones(2)).passed
 
 
 # --------------------------------------------------------------------------- short path
 # A failing output's statistics are computed on a superset of the elements that can still
-# change them (compare._StatsAcc); they must equal the full computation exactly.
+# change them (verdict.statistics.StatsAcc); they must equal the full computation exactly.
 
 
 def _failing_pairs():
@@ -423,7 +422,7 @@ def test_short_path_statistics_equal_the_full_computation(chunk, batch):
 def test_short_path_is_taken(monkeypatch):
     """The equality test above proves nothing if every chunk took the full path."""
     calls = {"subset": 0, "full": 0}
-    orig_sub, orig_full = compare_mod._StatsAcc.add_subset, compare_mod._StatsAcc.full_chunk
+    orig_sub, orig_full = statistics.StatsAcc.add_subset, statistics.StatsAcc.full_chunk
 
     def add_subset(self, *args):
         calls["subset"] += 1
@@ -433,8 +432,8 @@ def test_short_path_is_taken(monkeypatch):
         calls["full"] += 1
         return orig_full(self, *args, **kw)
 
-    monkeypatch.setattr(compare_mod._StatsAcc, "add_subset", add_subset)
-    monkeypatch.setattr(compare_mod._StatsAcc, "full_chunk", full_chunk)
+    monkeypatch.setattr(statistics.StatsAcc, "add_subset", add_subset)
+    monkeypatch.setattr(statistics.StatsAcc, "full_chunk", full_chunk)
     name, a, e, tol = next(iter(_failing_pairs()))
     only(compare(a, e, tolerance=tol, blocking=Blocking(chunk=64)))
     assert calls["subset"] > 2 * calls["full"] > 0

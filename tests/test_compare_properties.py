@@ -24,9 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-import importlib
 
-compare_mod = importlib.import_module("pytest_modelparity.verdict.compare")
 from pytest_modelparity.verdict.compare import Blocking, compare, elementwise_close
 from pytest_modelparity.verdict.tolerances import Tolerance
 
@@ -190,7 +188,7 @@ def test_smallest_passing_tolerances_really_pass(small_chunks, pair, tol):
 @pytest.fixture
 def short_path_everywhere() -> Blocking:
     """Chunks of 16 where up to half the elements may be candidates, so the statistics'
-    short path (compare._StatsAcc) runs on tiny arrays."""
+    short path (verdict.statistics.StatsAcc) runs on tiny arrays."""
     return Blocking(chunk=16, subset_max_share=2, cheap_max_share=4, subset_batch=24)
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from pytest_modelparity import ParityError, assert_deterministic, assert_outputs_close
-from pytest_modelparity.verdict import compare
+from pytest_modelparity import compare
 from pytest_modelparity.diagnose import (diagnose_batch_variance, diagnose_comparison, diagnose_nondeterminism,
                                          find_random_ops)
 from pytest_modelparity.diagnose.random_ops import scan_graph_def

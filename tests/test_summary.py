@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from pytest_modelparity.verdict import compare
+from pytest_modelparity import compare
 from pytest_modelparity.reports.summary import environment, rows_from_report
 
 
