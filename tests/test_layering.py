@@ -198,3 +198,110 @@ def test_the_formats_package_has_no_import_circle_even_through_lazy_imports() ->
     modules = {name: spec for name, spec in _modules().items() if name.startswith("pytest_modelparity.formats")}
     graph = _import_graph(modules, top_level_only=False)
     assert _find_cycle(graph) is None, "import cycle: " + " -> ".join(_find_cycle(graph) or [])
+
+
+# -- the folders are the layers (issue 24) ----------------------------------------------
+
+# Top to bottom: a folder imports only folders below it (lazy imports inside functions
+# included). ``tfjs_runner`` is the public command ``python -m pytest_modelparity.tfjs_runner``
+# (it calls runtime/tfjs_runner); ``errors`` (a module at the top of the package) is below all.
+LAYERS = ("tfjs_runner", "plugin", "checks", "reports", "diagnose", "exports", "formats", "runtime",
+          "verdict", "errors")
+MAX_TOP_LEVEL_MODULES = 6
+MAX_MODULE_LINES = 900
+
+
+def layer_of(module: str) -> str | None:
+    """The layer (folder, or ``errors``) a module ``pytest_modelparity.X...`` belongs to; None for
+    the package's own ``__init__`` (the public API, which names every layer lazily)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def layering_problems(package: Path, name: str = "pytest_modelparity") -> list[str]:
+    """Every rule of the layout broken under ``package`` (a directory), one line each: too many
+    modules directly in it, a module over ``MAX_MODULE_LINES`` lines, a folder that is no layer,
+    an import that points up (or across) between layers, a cycle between folders."""
+    problems = []
+    top = sorted(p.name for p in package.glob("*.py"))
+    if len(top) > MAX_TOP_LEVEL_MODULES:
+        problems.append(f"{len(top)} modules directly in {name}/ (at most {MAX_TOP_LEVEL_MODULES}): {top}")
+    modules: dict[str, tuple[Path, bool]] = {}
+    for file in sorted(package.rglob("*.py")):
+        rel = file.relative_to(package).with_suffix("").parts
+        is_pkg = rel[-1] == "__init__"
+        modules[".".join((name, *rel[:-1]) if is_pkg else (name, *rel))] = (file, is_pkg)
+        lines = len(file.read_text().splitlines())
+        if lines > MAX_MODULE_LINES:
+            problems.append(f"{file.relative_to(package)} has {lines} lines (at most {MAX_MODULE_LINES}): split it")
+    for folder in sorted(p.name for p in package.iterdir() if p.is_dir() and (p / "__init__.py").exists()):
+        if folder not in LAYERS:
+            problems.append(f"folder {folder}/ is in no layer: add it to LAYERS and docs/architecture.md")
+    for top_module in top:
+        stem = top_module[:-3]
+        if stem != "__init__" and stem not in LAYERS:
+            problems.append(f"module {top_module} sits directly in {name}/ in no layer: move it into a folder")
+    folders: dict[str, set[str]] = {}
+    for module, (file, is_pkg) in modules.items():
+        here = layer_of(module)
+        if here is None:
+            continue
+        for target, names, line in _imports(module, file, is_pkg, top_level_only=False):
+            there = layer_of(target)
+            if there is None and names:  # ``from pytest_modelparity import x``: x's layer
+                there = next((n for n in names if n in LAYERS), None)
+                if there is None:
+                    problems.append(f"{file.relative_to(package)}:{line} imports the public API "
+                                    f"{names} from inside the package: import the defining module")
+                    continue
+            if there is None or there == here:
+                continue
+            folders.setdefault(here, set()).add(there)
+            if here not in LAYERS or there not in LAYERS:
+                continue
+            if LAYERS.index(there) < LAYERS.index(here):
+                problems.append(f"{file.relative_to(package)}:{line} imports {target} upward: {here}/ may "
+                                f"import only {', '.join(LAYERS[LAYERS.index(here) + 1:])}")
+    cycle = _find_cycle(folders)
+    if cycle:
+        problems.append("import cycle between folders: " + " -> ".join(cycle))
+    return problems
+
+
+def test_the_package_keeps_its_layout() -> None:
+    assert layering_problems(PACKAGE) == []
+
+
+def _planted(tmp_path: Path) -> Path:
+    """A copy of the package's layout (every folder, empty modules) to plant faults in."""
+    root = tmp_path / "pytest_modelparity"
+    for file in PACKAGE.rglob("*.py"):
+        dest = root / file.relative_to(PACKAGE)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text('"""stand-in"""\n')
+    return root
+
+
+def test_the_layout_check_sees_a_planted_upward_import(tmp_path: Path) -> None:
+    root = _planted(tmp_path)
+    assert layering_problems(root) == []
+    (root / "runtime" / "devices.py").write_text("def f():\n    from ..formats import import_tf\n")
+    problems = layering_problems(root)
+    assert len(problems) == 1 and "runtime/devices.py:2 imports pytest_modelparity.formats upward" in problems[0]
+    (root / "formats" / "base.py").write_text("from ..runtime import devices\n")
+    assert any("cycle between folders" in p for p in layering_problems(root))
+
+
+def test_the_layout_check_sees_a_planted_long_module_and_a_loose_one(tmp_path: Path) -> None:
+    root = _planted(tmp_path)
+    (root / "verdict" / "compare.py").write_text("x = 1\n" * (MAX_MODULE_LINES + 1))
+    assert layering_problems(root) == [f"verdict/compare.py has {MAX_MODULE_LINES + 1} lines "
+                                       f"(at most {MAX_MODULE_LINES}): split it"]
+    (root / "verdict" / "compare.py").write_text("x = 1\n" * MAX_MODULE_LINES)
+    assert layering_problems(root) == []
+    (root / "helpers.py").write_text("x = 1\n")
+    assert layering_problems(root) == ["module helpers.py sits directly in pytest_modelparity/ in no layer: "
+                                       "move it into a folder"]
+    for i in range(MAX_TOP_LEVEL_MODULES):
+        (root / f"errors{i}.py").write_text("x = 1\n")
+    assert any("modules directly in pytest_modelparity/" in p for p in layering_problems(root))

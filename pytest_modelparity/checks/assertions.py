@@ -119,7 +119,7 @@ def assert_outputs_close(actual: Any, expected: Any, *, inputs: Any = None, rtol
 
 def _quantized_two_part(cand: Any, ref_model: Any, inputs: Any, act: Any, exp_raw: Any, device: str,
                         meta: dict[str, Any], msg: str | None, equal_nan: bool, allow_vacuous: bool) -> ComparisonReport:
-    """A quantised TFLite candidate with its float32 sibling (``quantized.py``): conversion
+    """A quantised TFLite candidate with its float32 sibling (``checks/quantized.py``): conversion
     judged by this module's default (float64 floor) path, quantisation cost by the budget."""
     __tracebackhide__ = True
     sibling = quantized.sibling_of(cand)

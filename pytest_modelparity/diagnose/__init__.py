@@ -1,6 +1,6 @@
 """Why two results differ, and where they start to differ.
 
-CONTRACT (assertions.py calls these; each returns a list of ``Hint``, empty when no check
+CONTRACT (checks/assertions.py calls these; each returns a list of ``Hint``, empty when no check
 applies; none may raise):
 
     diagnose_comparison(report, *, actual, expected, actual_model=None, expected_model=None,

@@ -82,7 +82,7 @@ def run_model(model: Any, batch: Any, *, training: bool | None = None) -> Any:
 
 
 def flatten(value: Any) -> dict[str, np.ndarray]:
-    """``{path: array}`` with the same paths as compare.py: "", "['a']", "[1]", "['a'][0]"."""
+    """``{path: array}`` with the same paths as verdict/compare.py: "", "['a']", "[1]", "['a'][0]"."""
     return tree.flatten(value)
 
 

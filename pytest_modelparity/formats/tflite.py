@@ -79,7 +79,7 @@ def load(source: Any, *, device: str = "cpu", preserve_all_tensors: bool = False
     so it compares directly with the float model; False exposes the raw integer tensors.
     ``float_sibling``: the float32 ``.tflite`` of the same source (a path or a loaded model);
     a quantised file with one is judged in two parts by ``assert_outputs_close`` (conversion:
-    the sibling vs the reference; quantisation cost: this file vs the sibling, ``quantized.py``).
+    the sibling vs the reference; quantisation cost: this file vs the sibling, ``checks/quantized.py``).
     """
     if options:
         raise TypeError(f"unknown option(s) for format 'tflite': {', '.join(sorted(options))}; "
@@ -180,7 +180,7 @@ class TFLiteModel(LoadedModel):
         self._pool: OrderedDict[tuple, Any] = OrderedDict()
         self._pool[self._shape_key_of(native)] = native
         self._debug: tuple[tuple, Any] | None = None   # (input shapes, interpreter keeping all tensors)
-        self.float_sibling: TFLiteModel | None = None  # the float32 file of the same source (quantized.py)
+        self.float_sibling: TFLiteModel | None = None  # the float32 file of the same source (checks/quantized.py)
 
     # -- names ----------------------------------------------------------------------
     @staticmethod

@@ -2,7 +2,7 @@
 and the float16 twin of a float32 file.
 
 Why a module of its own: ``tflite.py`` loads and exports; judging a quantised file needs
-three readings of the file that only the quantisation verdict (``quantized.py``) and its
+three readings of the file that only the quantisation verdict (``checks/quantized.py``) and its
 per-layer diagnosis (``diagnose/quantization.py``) use:
 
 - ``input_ranges``: an int8 file records each input's quantisation (scale, zero point), so

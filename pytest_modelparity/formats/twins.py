@@ -1,7 +1,7 @@
 """Twins of a TensorFlow reference behind one interface: a runner that takes the batch the
 reference takes and returns the twin's outputs, in the reference's output order.
 
-Two ways to build one, tried in this order by ``shadow.twins_of``:
+Two ways to build one, tried in this order by ``checks/floor.py``:
 
 - ``keras``: a functional/Sequential Keras model rebuilt from its config at another precision
   (``keras_shadow.py``); cheap, and it keeps Keras' own layers (the depthwise speed-up).

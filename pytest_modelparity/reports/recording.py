@@ -2,7 +2,7 @@
 
 The assertions call :func:`emit` with each report they produce (pass or fail); the pytest
 plugin subscribes while a test runs to build its summary table and JSON/HTML reports. This
-keeps ``assertions.py`` free of any pytest knowledge.
+keeps ``checks/assertions.py`` free of any pytest knowledge.
 """
 
 from __future__ import annotations

@@ -108,7 +108,7 @@ def rows_from_report(report: Any, *, nodeid: str, format: str | None, device: st
 
 
 def _quantized_row(meta: dict, path: str) -> dict | None:
-    """For a quantised candidate judged in two parts (quantized.py): which part this output
+    """For a quantised candidate judged in two parts (checks/quantized.py): which part this output
     row is, the verdict's summary and how the int8 file was calibrated; else None."""
     info = meta.get("quantized")
     if not isinstance(info, dict):
