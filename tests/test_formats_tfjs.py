@@ -814,7 +814,7 @@ def test_two_processes_racing_for_the_first_install_run_npm_ci_once(tmp_path):
     target = cache / "tfjs-node-modules" / tfjs_runner.lock_hash()
     stale = target.parent / f"{target.name}.tmp-killed"
     (stale / "node_modules").mkdir(parents=True)
-    script = ("import sys; from pytest_modelparity import tfjs_runner; "
+    script = ("import sys; from pytest_modelparity.runtime import tfjs_runner; "
               "sys.stdin.readline(); print(tfjs_runner.ensure_node_modules(), flush=True)")
     workers = [subprocess.Popen([sys.executable, "-c", script], env=env, stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]

@@ -22,7 +22,8 @@ def test_the_readme_installs_from_a_checkout_a_git_url_and_a_wheel():
     text = _install_section()
     assert "not on PyPI" in text
     assert re.search(r"pip install '/path/to/pytest-modelparity\[all\]'", text)
-    assert re.search(r"pytest-modelparity\[all\] @ git\+https://\S+@v" + re.escape(PROJECT["project"]["version"]), text)
+    # pinned to a commit: the repository has no release tags (tests/test_doc_links.py checks any tag named)
+    assert re.search(r"pytest-modelparity\[all\] @ git\+https://\S+@COMMIT'", text)
     name = PROJECT["project"]["name"].replace("-", "_")
     wheel = f"{name}-{PROJECT['project']['version']}-py3-none-any.whl"
     assert "pip wheel --no-deps -w dist" in text and f"dist/{wheel}[all]" in text
@@ -38,12 +39,26 @@ def test_every_extra_the_docs_name_exists():
                 assert set(found.split(",")) <= extras, (page.name, found)
 
 
-def test_a_built_wheel_registers_the_plugin_and_carries_the_tfjs_runner():
+def test_a_built_wheel_registers_the_plugin_and_carries_the_tfjs_runner(tmp_path):
+    """Built for real (the layout moved the runner to runtime/tfjs_runner/: a package-data glob
+    left behind would ship a wheel whose tfjs format cannot start)."""
+    import subprocess
+    import sys
+    import zipfile
+
     assert PROJECT["project"]["entry-points"]["pytest11"] == {"modelparity": "pytest_modelparity.plugin"}
-    data = PROJECT["tool"]["setuptools"]["package-data"]["pytest_modelparity"]
-    runner = ROOT / "pytest_modelparity" / "tfjs_runner"
-    for needed in ("package.json", "package-lock.json", "runner.js"):
-        assert (runner / needed).is_file() and any(Path(f"tfjs_runner/{needed}").match(p) for p in data), needed
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
+                           capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, build.stderr[-2000:]
+    (wheel,) = tmp_path.glob("pytest_modelparity-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for needed in ("package.json", "package-lock.json", "runner.js", "__init__.py", "__main__.py"):
+        assert f"pytest_modelparity/runtime/tfjs_runner/{needed}" in names, needed
+    assert "pytest_modelparity/tfjs_runner/__main__.py" in names  # python -m pytest_modelparity.tfjs_runner
+    for folder in ("plugin", "checks", "verdict", "reports", "exports", "runtime", "formats", "diagnose"):
+        assert f"pytest_modelparity/{folder}/__init__.py" in names, folder
+    entry = next(n for n in names if n.endswith("entry_points.txt"))
+    assert "modelparity = pytest_modelparity.plugin" in zipfile.ZipFile(wheel).read(entry).decode()
 
 
 def test_install_hints_name_packages_pip_can_find():
