@@ -37,7 +37,7 @@ from ._tf import ancestor_ops, import_tf
 from .base import LoadedModel, TensorSpec
 
 __all__ = ["ALL_FORMATS", "FORMATS", "LoadedModel", "TensorSpec", "ancestor_ops", "available_formats",
-           "detect_format", "export_model", "export_path", "export_route", "format_module", "import_tf",
+           "DETECTION_FIX", "detect_format", "export_model", "export_path", "export_route", "format_module", "import_tf",
            "is_keras_model", "load_model", "missing_runtime", "record_route"]
 
 # Order matters for detection: the first whose detect() accepts a path wins.
@@ -95,6 +95,9 @@ def format_module(name: str) -> ModuleType:
     return importlib.import_module(f"{__name__}.{_check_name(name)}")
 
 
+# The fix of a path whose format is not detected (the plugin words it for a suite).
+DETECTION_FIX = "pass format=... explicitly"
+
 # What a missing path's suffix says it was meant to be, so the error can name the format.
 _SUFFIX_FORMATS = {".keras": "keras", ".h5": "h5", ".hdf5": "h5", ".meta": "checkpoint", ".pb": "graphdef",
                    ".tflite": "tflite", ".json": "tfjs", ".onnx": "onnx"}
@@ -125,7 +128,7 @@ def detect_format(path: str | Path) -> str:
         "a directory with saved_model.pb (saved_model), a .meta graph or checkpoint prefix with "
         ".index (checkpoint), a .pb GraphDef (graphdef), a .tflite file (tflite), a model.json "
         "(tfjs), a .onnx file (onnx)",
-        "pass format=... explicitly",
+        DETECTION_FIX,
     )
 
 

@@ -79,7 +79,8 @@ class ParitySession:
     """Per-session caches: resolved sources, references, exports and candidates, rows."""
 
     options: ParityOptions
-    sources: dict[int, Source] = field(default_factory=dict)
+    sources: dict[tuple[int, str | None], Source] = field(default_factory=dict)
+    source_errors: dict[tuple[int, str | None], ModelLoadError] = field(default_factory=dict)
     references: dict[tuple, _Entry] = field(default_factory=dict)
     exports: dict[tuple, _Entry] = field(default_factory=dict)
     candidates: dict[tuple, _Entry] = field(default_factory=dict)
@@ -138,17 +139,28 @@ class ParitySession:
         return run
 
     # -- sources --------------------------------------------------------------------
-    def source(self, obj: Any) -> Source:
-        key = id(obj)
+    def source(self, obj: Any, format: str | None = None) -> Source:
+        """What ``obj`` resolves to, once per session. A path's format is detected unless
+        ``format`` (``modelparity_load_options``' ``"format"``) names it. A source that cannot
+        be resolved is said in full once; every later test that needs it gets one line."""
+        key = (id(obj), format)
+        if key in self.source_errors:
+            first = self.source_errors[key]
+            raise ModelLoadError(first.path, first.format, "the source could not be resolved (the full "
+                                 "error and its fix are on the first test that needed it)") from None
         if key not in self.sources:
-            self.sources[key] = self._quietly("resolving the source", lambda: resolve_source(obj))()
+            try:
+                self.sources[key] = self._quietly("resolving the source", lambda: resolve_source(obj, format=format))()
+            except ModelLoadError as exc:
+                self.source_errors[key] = exc
+                raise
             self.sources[key].keep = obj
         return self.sources[key]
 
     def declare_input_specs(self, obj: Any, specs: Any) -> None:
         """Give a subclassed Keras source the inputs of ``modelparity_input_specs`` (a source
         that fails to resolve is reported by the reference or candidate that needs it)."""
-        if specs is None:
+        if specs is None or isinstance(obj, (str, Path)):  # a path or module:factory: nothing to declare on
             return
         try:
             src = self.source(obj)
@@ -165,8 +177,8 @@ class ParitySession:
 
         ``load_options`` (``modelparity_load_options``) go to ``load_model`` with the source.
         """
-        src = self.source(obj)
         opts = dict(load_options or {})
+        src = self.source(obj, opts.pop("format", None))
         self._set_precision()
         return self._once(self.references, (id(obj), device, _options_key(opts)),
                           self._quietly(f"loading the reference on {device}", lambda: _load_reference(src, device, opts)))
@@ -181,10 +193,11 @@ class ParitySession:
         ``elements`` (``modelparity_elements``): the range an int8 export's calibration rows
         are drawn from, the same as the test batches'. ``dataset`` (``modelparity_dataset``):
         real rows, which an int8 export calibrates on instead. A quantised tflite candidate
-        gets its float32 sibling (``float_sibling``): judged in two parts (``quantized.py``).
+        gets its float32 sibling (``float_sibling``): judged in two parts (``checks/quantized.py``).
         """
-        src = self.source(obj)  # resolve the source first: a bad source is reported as such
-        opts = dict(load_options or {})
+        given = dict(load_options or {})  # with "format": what export() and the sibling resolve by
+        opts = {k: v for k, v in given.items() if k != "format"}
+        src = self.source(obj, given.get("format"))  # first: a bad source is reported as such
         conv = dict(converter_options or {})
 
         def build() -> Any:
@@ -194,7 +207,7 @@ class ParitySession:
             missing = missing_runtime(base)
             if missing is not None:
                 raise missing
-            path = self.export(obj, format, opts, conv, elements, dataset)
+            path = self.export(obj, format, given, conv, elements, dataset)
             as_is = src.path is not None and path == src.path
             self._set_precision()
             load_opts = dict(opts if as_is else {})
@@ -209,7 +222,7 @@ class ParitySession:
                 with contextlib.suppress(AttributeError):
                     loaded.calibration = self.calibrations[format]
             if base == "tflite" and _variant in QUANTIZED_VARIANTS and not as_is:
-                self._attach_sibling(loaded, obj, device, opts, conv, elements, dataset)
+                self._attach_sibling(loaded, obj, device, given, conv, elements, dataset)
             return loaded
 
         return self._once(self.candidates, (id(obj), format, device, _options_key(opts), _options_key(conv),
@@ -227,8 +240,8 @@ class ParitySession:
 
     def export(self, obj: Any, format: str, load_options: dict | None = None,
                converter_options: dict | None = None, elements: Any = None, dataset: Any = None) -> Path:
-        src = self.source(obj)
         opts = dict(load_options or {})
+        src = self.source(obj, opts.pop("format", None))
         conv = dict(converter_options or {})
         return self._once(self.exports, (id(obj), format, _options_key(opts), _options_key(conv), repr(elements),
                                          _dataset_key(dataset)),
@@ -364,7 +377,7 @@ class ParitySession:
             self.unavailable(exc, f"format {format!r} on {device}")
         except (NotExportable, ExportFailed, ModelLoadError) as exc:
             skip_if_unreachable(exc, format, named=named)
-            _fail(f"modelparity: {explain(exc) if explain else f'{exc}{_load_options_hint(exc)}'}")
+            _fail(f"modelparity: {explain(exc) if explain else _suite_text(exc)}")
 
     def reference_or_skip(self, source: Any, device: str, load_options: dict | None = None, *,
                           explain: Any = None) -> Any:
@@ -377,7 +390,7 @@ class ParitySession:
             self.unavailable(exc, f"reference on {device} (parity_reference, and parity_batch, which is drawn "
                                   "from the reference's inputs)")
         except ModelLoadError as exc:  # the message names the file, the format and the fix
-            _fail(f"modelparity: reference: {explain(exc) if explain else f'{exc}{_load_options_hint(exc)}'}")
+            _fail(f"modelparity: reference: {explain(exc) if explain else _suite_text(exc)}")
 
     def close(self) -> None:
         for table in (self.candidates, self.references):
@@ -416,8 +429,9 @@ IMPORT_FIX = ("pass module:factory where `import module` works in the pytest pro
               "(paths relative to the rootdir)")
 
 
-def resolve_source(obj: Any, *, _depth: int = 0) -> Source:
-    """A Keras model, a factory returning one, a path, ``module:factory`` or ``demo``."""
+def resolve_source(obj: Any, *, format: str | None = None, _depth: int = 0) -> Source:
+    """A Keras model, a factory returning one, a path, ``module:factory`` or ``demo``;
+    ``format`` names a path's format instead of detecting it."""
     from ..formats import is_keras_model
 
     if is_keras_model(obj):
@@ -438,9 +452,13 @@ def resolve_source(obj: Any, *, _depth: int = 0) -> Source:
             src = resolve_source(factory, _depth=_depth + 1)
             src.label = text
             return src
-        from ..formats import detect_format
+        from ..formats import ALL_FORMATS, detect_format
 
-        fmt = detect_format(path)  # raises ModelLoadError naming the path when unknown or missing
+        if format is not None and format not in ALL_FORMATS:
+            raise ModelLoadError(path, format, f"unknown format {format!r} in modelparity_load_options",
+                                 f"use one of: {', '.join(ALL_FORMATS)}")
+        # detect_format raises ModelLoadError naming the path when unknown or missing
+        fmt = format if format is not None and path.exists() else detect_format(path)
         return Source(label=str(path), path=path.resolve(), path_format=fmt)
     if callable(obj) and _depth < 2:
         src = resolve_source(obj(), _depth=_depth + 1)
@@ -488,7 +506,7 @@ def _variant_options(model: Any, variant: str | None, elements: Any = None, data
     return options, info
 
 
-# Variants of a tflite candidate judged against their float32 sibling (quantized.py).
+# Variants of a tflite candidate judged against their float32 sibling (checks/quantized.py).
 QUANTIZED_VARIANTS = ("float16", "dynamic_range", "int8")
 
 
@@ -640,6 +658,23 @@ def parity_reference(request: pytest.FixtureRequest, modelparity_source: Any, mo
 def _fail(text: str) -> NoReturn:
     # ``from None``: the message already carries the error; a chained traceback repeats it.
     raise pytest.fail.Exception(text, pytrace=False) from None
+
+
+def _suite_text(exc: BaseException) -> str:
+    """The error as a suite reads it: its fix says what to write in conftest.py, not the
+    argument of a library call the suite never makes."""
+    from ..formats import DETECTION_FIX
+
+    if isinstance(exc, ModelLoadError) and exc.fix == DETECTION_FIX:
+        return str(ModelLoadError(exc.path, exc.format, exc.problem, SUITE_DETECTION_FIX, action=exc.action))
+    return f"{exc}{_load_options_hint(exc)}"
+
+
+SUITE_DETECTION_FIX = ("point modelparity_source at the model file or directory itself, or name its format "
+                       "from a session-scoped fixture in conftest.py:\n"
+                       "    @pytest.fixture(scope='session')\n"
+                       "    def modelparity_load_options():\n"
+                       "        return {'format': 'saved_model'}")
 
 
 def _load_options_hint(exc: BaseException) -> str:
