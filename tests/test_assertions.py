@@ -279,26 +279,35 @@ def test_named_single_output_meets_bare_array():
         assert_outputs_close(lambda b: {"probs": b * 2}, lambda b: b * 3, inputs=x)
 
 
-def test_list_outputs_meet_named_outputs_by_position():
+def test_list_outputs_meet_named_outputs_by_values_never_by_position():
+    """Issue 25: a list against named outputs is paired by what the arrays are, not where they sit."""
     from pytest_modelparity import assert_outputs_close, ParityError
+    from pytest_modelparity.formats.binding import BindingError
 
     x = np.ones((2, 3), "float32")
     assert_outputs_close(lambda b: [b, b + 1], lambda b: {"a": b, "b": b + 1}, inputs=x)
-    with pytest.raises(ParityError):
-        assert_outputs_close(lambda b: [b + 1, b], lambda b: {"a": b, "b": b + 1}, inputs=x)
+    report = assert_outputs_close(lambda b: [b + 1, b], lambda b: {"a": b, "b": b + 1}, inputs=x)
+    assert "'a'~'[1]' (values" in report.meta["alignment"] and "'b'~'[0]' (values" in report.meta["alignment"]
+    with pytest.raises(ParityError):                       # one output wrong: still a failure
+        assert_outputs_close(lambda b: [b, b[:, :1] * 0 + 9], lambda b: {"a": b, "b": b[:, :1] + 1}, inputs=x)
+    with pytest.raises(BindingError, match="cannot tell which output is which"):
+        assert_outputs_close(lambda b: [b + 5, b + 7], lambda b: {"a": b, "b": b + 1}, inputs=x)
 
 
-def test_differently_named_outputs_meet_by_position():
+def test_differently_named_outputs_meet_by_what_they_are():
     """A SavedModel's 'output_0' against the Keras name 'probs' is the same output."""
     from pytest_modelparity import assert_outputs_close, ParityError
+    from pytest_modelparity.formats.binding import BindingError
 
     x = np.ones((2, 3), "float32")
     report = assert_outputs_close(lambda b: {"output_0": b}, lambda b: {"probs": b}, inputs=x)
-    assert "'output_0'~'probs'" in report.meta["alignment"]
+    assert "'probs'~'output_0' (converter name" in report.meta["alignment"]
+    assert report.meta["binding"]["outputs"][0] == {"reference": "probs", "other": "output_0",
+                                                   "basis": "converter name", "how": "index 0 in sorted-name order"}
     with pytest.raises(ParityError):
         assert_outputs_close(lambda b: {"output_0": b + 1}, lambda b: {"probs": b}, inputs=x)
-    # Shared names are never re-paired: a missing key stays a structure failure.
-    with pytest.raises(ParityError, match="missing|structure"):
+    # Shared names are never re-paired, and two real names that differ are never paired at all.
+    with pytest.raises(BindingError, match="'b' with 'c'.*two real names that differ"):
         assert_outputs_close(lambda b: {"a": b, "c": b}, lambda b: {"a": b, "b": b}, inputs=x)
 
 

@@ -44,7 +44,7 @@ def test_a_wrong_input_name_fails_in_every_format(loaded) -> None:
             form.predict({"wrong_name": x})
         text = str(err.value)
         assert "unexpected ['wrong_name']" in text and "missing ['x']" in text, (fmt, text)
-        assert "name the inputs ['x']" in text, text
+        assert "key the batch by the model's input names ['x']" in text, text
     # ...and through the assertion, against the raw Keras model.
     with pytest.raises(BatchMismatchError, match="wrong_name"):
         assert_outputs_close(forms["keras"], model, inputs={"wrong_name": x})

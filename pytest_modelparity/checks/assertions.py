@@ -10,7 +10,6 @@ and raises ``ParityError``. Nothing here imports TensorFlow or pytest.
 from __future__ import annotations
 
 import hashlib
-import re
 import time
 from dataclasses import replace
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -46,8 +45,8 @@ CALIBRATED_SINGLE_ROWS = 64
 
 def assert_outputs_close(actual: Any, expected: Any, *, inputs: Any = None, rtol: float | None = None,
                          atol: float | None = None, equal_nan: bool = False, msg: str | None = None,
-                         tolerance: Tolerance | str | None = None,
-                         allow_vacuous: bool = False) -> ComparisonReport:
+                         tolerance: Tolerance | str | None = None, allow_vacuous: bool = False,
+                         bind: Mapping[str, Mapping[str, str]] | None = None) -> ComparisonReport:
     """Assert ``actual`` matches ``expected`` (arrays, nested outputs, or models run on ``inputs``).
 
     Tolerance: explicit ``rtol``/``atol`` (plain per-element rule) > marker > ini > the
@@ -59,6 +58,12 @@ def assert_outputs_close(actual: Any, expected: Any, *, inputs: Any = None, rtol
     the candidate ``CALIBRATED_MULTIPLE`` times that noise. A comparison whose allowed
     difference reaches an output's own magnitude cannot fail and is reported as vacuous
     (a failure) unless ``allow_vacuous=True``.
+
+    Two models are paired tensor by tensor (``formats/binding.py``): ``inputs`` keyed by
+    ``expected``'s input names, or a list in its input order, feeds both; outputs are matched by
+    name, converter naming, the export record, shape and dtype, then values, never by bare
+    position. ``bind={"outputs": {expected name: actual name}}`` (and/or ``"inputs"``) names a
+    pairing no rule can settle.
     """
     __tracebackhide__ = True
     validators.check_tolerance_choice(tolerance, rtol, atol, rule_type=Tolerance)
@@ -70,15 +75,27 @@ def assert_outputs_close(actual: Any, expected: Any, *, inputs: Any = None, rtol
                         "pass inputs=<a batch> so it can be run")
     if inputs is not None:
         _check_rows(inputs, "assert_outputs_close")
+    validators.check_bind(bind)
+    actual_model = _bound(actual_model, expected_model, inputs, bind)
     if actual_model is None and expected_model is None:
         act, exp = _to_numpy_pair(actual, expected)
     else:
         act = _run(actual_model, inputs) if actual_model is not None else _to_numpy(actual)
         exp = _run(expected_model, inputs) if expected_model is not None else _to_numpy(expected)
     exp_raw = exp
-    act, exp, alignment = _align_structures(act, exp, from_models=actual_model is not None or expected_model is not None)
+    act, exp, alignment, pairs = _align_structures(act, exp, from_models=actual_model is not None or expected_model is not None,
+                                                   models=(actual_model, expected_model), bind=bind)
     device, fmt = _context(actual_model, expected_model)
     meta: dict[str, Any] = {"check": "outputs_close", "device": device, "format": fmt}
+    binding = getattr(actual_model, "binding_dict", None) if actual_model is not None else None
+    if binding is not None and actual_model is not None:
+        meta["binding"] = binding()
+        alignment = "; ".join(x for x in (actual_model.describe_binding(), alignment) if x) or None
+    elif pairs:
+        meta["binding"] = {"inputs": [], "outputs": pairs}
+    elif _is_loaded_model(actual_model) and _is_loaded_model(expected_model):  # every tensor by its own name
+        meta["binding"] = {kind: [{"reference": s.name, "other": s.name, "basis": "same name", "how": ""}
+                                  for s in getattr(expected_model, kind)] for kind in ("inputs", "outputs")}
     if alignment:
         meta["alignment"] = alignment
     if actual_model is not None and inputs is not None and _uses_default(tolerance, rtol, atol) \
@@ -125,7 +142,7 @@ def _quantized_two_part(cand: Any, ref_model: Any, inputs: Any, act: Any, exp_ra
     sibling = quantized.sibling_of(cand)
     variant = quantized.variant_of(cand)
     assert variant is not None
-    sib, exp, _ = _align_structures(_run(sibling, inputs), exp_raw, from_models=True)
+    sib, exp, _, _ = _align_structures(_run(sibling, inputs), exp_raw, from_models=True, models=(sibling, ref_model))
     floors = _shadow_floors(ref_model, inputs, exp_raw, _leaf_paths(exp), "tflite:float32", meta)
     conv_tol = _tolerance_fn(sib, None, rtol=None, atol=None, device=device, fmt="tflite:float32",
                              compute=_compute_dtype(ref_model), floors=floors, allow_vacuous=allow_vacuous,
@@ -135,7 +152,8 @@ def _quantized_two_part(cand: Any, ref_model: Any, inputs: Any, act: Any, exp_ra
                                        conversion_tolerance=conv_tol, equal_nan=equal_nan,
                                        calibration=getattr(cand, "calibration", None),
                                        twin=None if twin is None else
-                                       _align_structures(_run(twin, inputs), exp_raw, from_models=True)[0])
+                                       _align_structures(_run(twin, inputs), exp_raw, from_models=True,
+                                                         models=(twin, ref_model))[0])
     report.title = f"{_name(cand)} vs {_name(ref_model) if ref_model is not None else 'expected'}"
     report.meta.update({k: v for k, v in meta.items() if k != "summary"})
 
@@ -662,31 +680,52 @@ def _check_calibrated(tolerance: str, rtol: float | None, atol: float | None) ->
     validators.check_tolerance_choice(tolerance, rtol, atol, rule_type=Tolerance)
 
 
-# Output names a converter makes up when it loses the model's own (a SavedModel signature's
-# "output_0", a frozen graph's "Identity_1"): they say nothing, so pairing them with real names
-# by position is the only way to compare; two real names that differ are never paired.
-_PLACEHOLDER_NAME = re.compile(r"^(output|outputs|Identity|StatefulPartitionedCall|PartitionedCall)(_\d+)?(:\d+)?$")
+def _bound(actual_model: Any, expected_model: Any, inputs: Any, bind: Any) -> Any:
+    """``actual_model`` speaking ``expected_model``'s tensor names when both are loaded forms
+    (``formats/binding.py``); a candidate the plugin's session bound to a reference with these
+    names already stays as it is."""
+    if not (_is_loaded_model(actual_model) and _is_loaded_model(expected_model)):
+        return actual_model
+    if not bind and getattr(actual_model, "input_binding", None) is not None and \
+            [s.name for s in actual_model.inputs] == [s.name for s in expected_model.inputs] and \
+            [s.name for s in actual_model.outputs] == [s.name for s in expected_model.outputs]:
+        return actual_model
+    from ..formats.binding import bind_model
+
+    return bind_model(actual_model, expected_model, explicit=bind, probe=inputs)
 
 
-def _align_structures(act: Any, exp: Any, *, from_models: bool) -> tuple[Any, Any, str | None]:
-    """Let a ``LoadedModel``'s ``{name: array}`` meet a raw model's bare array or list.
+def _named_outputs(model: Any, outputs: Any) -> Any:
+    """A raw Keras model's list of outputs as ``{output name: array}`` (the names every loaded
+    form of it uses), so it can meet a loaded form's dict by name, never by position."""
+    if not isinstance(outputs, (list, tuple)) or model is None or _is_loaded_model(model):
+        return outputs
+    from ..formats import is_keras_model
 
-    A Keras model returns an array (or a list in output order) where every ``LoadedModel``
-    returns a dict by output name: comparing them as-is would stop at "structure differs"
-    although the outputs correspond one to one. Only these unambiguous cases are aligned,
-    only when a model produced at least one side (arrays the caller passed are compared as
-    given: ``{"y": a}`` against ``[a]`` is a structure mismatch), and never two different
-    real names. The alignment is returned so the report can say it was made.
+    if not is_keras_model(model):
+        return outputs
+    from ..formats.keras_specs import keras_output_names
+
+    names = keras_output_names(model)
+    return dict(zip(names, outputs)) if len(names) == len(outputs) else outputs
+
+
+def _align_structures(act: Any, exp: Any, *, from_models: bool, models: tuple[Any, Any] = (None, None),
+                      bind: Any = None) -> tuple[Any, Any, str | None, list[dict[str, str]] | None]:
+    """Let a ``LoadedModel``'s ``{name: array}`` meet another model's outputs.
+
+    Only when a model produced at least one side (arrays the caller passed are compared as
+    given: ``{"y": a}`` against ``[a]`` is a structure mismatch). Two dicts with other names, or
+    a list against a dict, are paired by ``formats/binding.py``'s rules (a raw Keras model's
+    list is named by its output names first); what they cannot settle raises ``BindingError``.
+    Returns (actual, expected, what was paired and why, the pairs for the JSON report).
     """
     if not from_models:
-        return act, exp, None
-    if (isinstance(act, Mapping) and isinstance(exp, Mapping) and len(act) == len(exp)
-            and act and not set(act) & set(exp)
-            and any(all(_PLACEHOLDER_NAME.match(str(k)) for k in side) for side in (act, exp))):
-        # A form that lost the output names (a SavedModel's "output_0" against the Keras
-        # name "probs"): pair them in output order.
-        pairs = ", ".join(f"{a!r}~{e!r}" for a, e in zip(act, exp))
-        return dict(zip(exp.keys(), act.values())), exp, f"outputs named differently, matched by position: {pairs}"
+        return act, exp, None, None
+    if isinstance(act, Mapping) != isinstance(exp, Mapping):
+        act, exp = _named_outputs(models[0], act), _named_outputs(models[1], exp)
+    if isinstance(act, Mapping) and isinstance(exp, Mapping) and act and exp and set(act) != set(exp):
+        return _paired(act, exp, bind)
     for flip in (False, True):
         d, other = (exp, act) if flip else (act, exp)
         if not isinstance(d, Mapping) or isinstance(other, Mapping):
@@ -694,12 +733,27 @@ def _align_structures(act: Any, exp: Any, *, from_models: bool) -> tuple[Any, An
         if isinstance(other, np.ndarray) and len(d) == 1:
             only = next(iter(d.values()))
             note = f"single output {next(iter(d))!r} compared with a bare array"
-            return (other, only, note) if flip else (only, other, note)
-        if isinstance(other, list) and len(other) == len(d):
-            named = dict(zip(d.keys(), other))
-            note = f"list outputs matched to named outputs by position: {', '.join(map(repr, d))}"
-            return (named, d, note) if flip else (d, named, note)
-    return act, exp, None
+            return (other, only, note, None) if flip else (only, other, note, None)
+        if isinstance(other, (list, tuple)) and len(other) == len(d) and all(isinstance(x, np.ndarray) for x in other):
+            listed = {f"[{i}]": x for i, x in enumerate(other)}
+            if flip:
+                return _paired(listed, d, bind)
+            _, _, why, pairs = _paired(d, listed, bind)  # expected is the list: key it by actual's names
+            by_name = {p["other"]: listed[p["reference"]] for p in pairs or []}
+            return d, {k: by_name[k] for k in d}, why, pairs
+    return act, exp, None, None
+
+
+def _paired(act: Mapping, exp: Mapping, bind: Any) -> tuple[dict, Mapping, str | None, list[dict[str, str]]]:
+    """``act`` re-keyed by ``exp``'s names through the binding rules (values on this batch last)."""
+    from ..formats.binding import bind as bind_tensors
+    from ..formats.binding import specs_of_arrays
+
+    binding = bind_tensors("outputs", specs_of_arrays(exp), specs_of_arrays(act),
+                           explicit=(bind or {}).get("outputs"), values=(exp, act),
+                           reference_label="expected", other_label="actual")
+    renamed = {p.reference: act[p.other] for p in binding.pairs}
+    return renamed, exp, binding.describe(), [p.to_dict() for p in binding.pairs]
 
 
 def _run(model: Any, batch: Any) -> Any:

@@ -125,15 +125,23 @@ def _fit(part: Any, specs: list[Any], label: str) -> dict[str, np.ndarray]:
     """One batch of the dataset as {input name: array} of each input's dtype and rank."""
     names = [s.name for s in specs]
     if isinstance(part, Mapping):
-        if all(n in part for n in names):
-            arrays = [part[n] for n in names]
-        elif len(part) == 1 and len(names) == 1:
-            arrays = [next(iter(part.values()))]
-        elif len(names) == 1 and "x" in part:
-            arrays = [part["x"]]
+        from ..formats.base import by_converter_names
+
+        keyed = by_converter_names({str(k): v for k, v in part.items()}, names)
+        positional = [f"arr_{i}" for i in range(len(names))]  # np.savez(path, a, b): input order
+        if sorted(keyed) == sorted(names):
+            arrays = [keyed[n] for n in names]
+        elif sorted(keyed) == positional:
+            arrays = [keyed[n] for n in positional]
+        elif len(names) == 1 and set(keyed) == {"x", "y"}:
+            arrays = [keyed["x"]]  # features and labels
         else:
-            raise InvalidArgumentError(f"modelparity_dataset {label}: a batch has keys {sorted(map(str, part))}; "
-                                       f"the model's inputs are {names}: name the arrays after them")
+            # a key that is no input is a mistake to hear of (rows of another model, a typo),
+            # never an array fed to whichever input happens to be there
+            raise InvalidArgumentError(
+                f"modelparity_dataset {label}: a batch has arrays {sorted(map(str, part))}; the model's inputs "
+                f"are {names} ({', '.join(f'{s.name}: {tuple(s.shape)} {s.dtype}' for s in specs)}): name each "
+                "array after its input, e.g. np.savez(path, **{input name: rows})")
     elif isinstance(part, (tuple, list)):
         if len(part) == len(names):
             arrays = list(part)

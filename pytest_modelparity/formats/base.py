@@ -104,7 +104,7 @@ class LoadedModel(abc.ABC):
         """Map ``batch`` onto the input specs, check it fits, cast to each input's dtype."""
         names = [s.name for s in self.inputs]
         if isinstance(batch, Mapping):
-            given = dict(batch)
+            given = by_converter_names(dict(batch), names)
             missing = [n for n in names if n not in given]
             extra = [k for k in given if k not in names]
             if missing or extra:
@@ -112,7 +112,8 @@ class LoadedModel(abc.ABC):
                 # must hear about (it may be the input of another model); a bare array or a
                 # one-element list is how to feed a single input without naming it.
                 self._mismatch(f"input names do not match (missing {missing}, unexpected {extra}); "
-                               f"name the inputs {names}, or pass a bare array / a list in input order", batch)
+                               f"key the batch by the model's input names {names} (or the names they were "
+                               "exported from: 'x' feeds 'serving_default_x:0')", batch)
         elif isinstance(batch, (list, tuple)) and _is_list_of_arrays(batch):
             if len(batch) != len(names):
                 self._mismatch(f"{len(batch)} arrays given for {len(names)} inputs", batch)
@@ -134,6 +135,12 @@ class LoadedModel(abc.ABC):
                                    + layout_hint(arr.shape, spec.shape), batch)
             if arr.dtype.kind not in _ACCEPTED_KINDS.get(spec.dtype.kind, spec.dtype.kind):
                 self._mismatch(f"input {spec.name!r} is {arr.dtype.name}, which cannot be cast safely to {spec.dtype.name}", batch)
+            changed = _cast_changes_values(arr, spec.dtype)
+            if changed:
+                self._mismatch(f"input {spec.name!r} is {arr.dtype.name}; as {spec.dtype.name} {changed}: cast it "
+                               "yourself if that is what the model should see", batch)
+            if arr.dtype.kind in "iub" and spec.dtype.kind in "fc" and arr.dtype != spec.dtype:
+                _note_cast(self, spec.name, arr.dtype, spec.dtype)
             if spec.dtype.kind in "OS":  # a string input
                 feeds[spec.name] = as_string_array(arr)
                 continue
@@ -189,6 +196,63 @@ class LoadedModel(abc.ABC):
     def __repr__(self) -> str:
         return (f"<{type(self).__name__} format={self.format!r} device={self.device!r} "
                 f"inputs=[{describe_specs(self.inputs)}] outputs=[{describe_specs(self.outputs)}]>")
+
+
+def converter_base(name: str) -> str:
+    """The name a converter started from: ``serving_default_x:0`` and ``x:0`` are ``x`` (how
+    TFLite, tf2onnx and tfjs name a SavedModel signature's input ``x``)."""
+    base = name[:-2] if name.endswith(":0") else name
+    return base[len("serving_default_"):] if base.startswith("serving_default_") else base
+
+
+def by_converter_names(given: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
+    """``given`` re-keyed by ``names`` where its keys are those names before a converter renamed
+    them (``x`` for ``serving_default_x:0``), each key matching exactly one name; else unchanged."""
+    if set(given) == set(names) or len(given) != len(names):
+        return given
+    renamed: dict[str, Any] = {}
+    for key, value in given.items():
+        hits = [n for n in names if converter_base(n) == converter_base(str(key))]
+        if len(hits) != 1 or hits[0] in renamed:
+            return given
+        renamed[hits[0]] = value
+    return renamed
+
+
+class InputCastWarning(UserWarning):
+    """An integer batch was fed to a floating input: the cast keeps every value, said once."""
+
+
+_CAST_NOTED: set[tuple[str, str | None, str, str]] = set()
+
+
+def _note_cast(model: "LoadedModel", name: str, given: np.dtype, wanted: np.dtype) -> None:
+    key = (model.format, model.source, name, given.name)
+    if key in _CAST_NOTED:
+        return
+    _CAST_NOTED.add(key)
+    import warnings
+
+    warnings.warn(InputCastWarning(
+        f"{model.format} input {name!r}: a {given.name} batch is fed as {wanted.name} (every value kept); "
+        f"pass {wanted.name} to make the cast yours"), stacklevel=4)
+
+
+def _cast_changes_values(arr: np.ndarray, dtype: np.dtype) -> str | None:
+    """What casting ``arr`` to ``dtype`` would change (an integer out of range, one a float cannot
+    hold exactly), or None when every value survives. Floats to floats round by design."""
+    if not arr.size or arr.dtype.kind not in "iu" or dtype.kind not in "iuf":
+        return None
+    lo, hi = int(arr.min()), int(arr.max())
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        if lo < info.min or hi > info.max:
+            return f"values {lo}..{hi} do not fit (range {info.min}..{info.max})"
+        return None
+    exact = 2 ** (np.finfo(dtype).nmant + 1)
+    if max(abs(lo), abs(hi)) > exact and not np.array_equal(arr.astype(dtype).astype(arr.dtype), arr):
+        return f"values beyond {exact} would be rounded"
+    return None
 
 
 def _is_list_of_arrays(batch: Sequence[Any]) -> bool:

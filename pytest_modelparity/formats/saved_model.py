@@ -45,16 +45,18 @@ class SavedModelModel(LoadedModel):
             raise ModelLoadError(source, NAME, f"signature {signature!r} takes positional inputs",
                                  "export a signature with named inputs (model.export() does)")
         outputs = fn.structured_outputs
-        if not isinstance(outputs, dict):
+        if isinstance(outputs, dict):
+            out_order = sorted(outputs)
+        else:  # a tuple or list: its flattened order, named output_0, output_1, ...
             outputs = {f"output_{i}": t for i, t in enumerate(import_tf().nest.flatten(outputs))}
-        # The signature's input map has no order; the function's keyword order (the
-        # exporter's positional order) does, and a list batch follows it.
-        order = list(getattr(fn, "_arg_keywords", None) or [])
-        if sorted(order) != sorted(kwargs):
-            order = sorted(kwargs)
+            out_order = list(outputs)
+        # One order in every process: sorted names, as TensorFlow flattens a signature's dicts
+        # (the loaded dicts came in another order in each process: 4 runs, 4 orders). A list
+        # batch fed to a SavedModel follows it; fed through the plugin's binding, the
+        # reference's order instead (formats/binding.py).
         super().__init__(device=device, source=source,
-                         inputs=[spec(name, kwargs[name].shape, kwargs[name].dtype) for name in order],
-                         outputs=[spec(name, s.shape, s.dtype) for name, s in outputs.items()])
+                         inputs=[spec(name, kwargs[name].shape, kwargs[name].dtype) for name in sorted(kwargs)],
+                         outputs=[spec(name, outputs[name].shape, outputs[name].dtype) for name in out_order])
 
     def _predict(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         tf = import_tf()

@@ -16,7 +16,7 @@ import pytest
 
 from ..reports import recording
 from ..errors import NotApplicable, ParityError
-from .fixtures import (STATE_KEY, ParitySession, get_state, modelparity_device,  # noqa: F401 - fixtures
+from .fixtures import (STATE_KEY, ParitySession, get_state, modelparity_bind, modelparity_device,  # noqa: F401 - fixtures
                        modelparity_dataset, modelparity_elements, modelparity_export_options, modelparity_format,
                        modelparity_input_specs, modelparity_load_options,
                        modelparity_reference_device, modelparity_source, parity_batch, parity_candidate,

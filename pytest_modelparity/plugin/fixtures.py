@@ -184,7 +184,8 @@ class ParitySession:
                           self._quietly(f"loading the reference on {device}", lambda: _load_reference(src, device, opts)))
 
     def candidate(self, obj: Any, format: str, device: str, load_options: dict | None = None,
-                  converter_options: dict | None = None, elements: Any = None, dataset: Any = None) -> Any:
+                  converter_options: dict | None = None, elements: Any = None, dataset: Any = None,
+                  bind: dict | None = None) -> Any:
         """The source exported to ``format`` (once) and loaded on ``device`` (once).
 
         ``load_options`` apply where the source file itself is loaded: as the candidate of its
@@ -221,20 +222,33 @@ class ParitySession:
             if format in self.calibrations:
                 with contextlib.suppress(AttributeError):
                     loaded.calibration = self.calibrations[format]
+            loaded = self._bound(loaded, obj, device, given, elements, bind)
             if base == "tflite" and _variant in QUANTIZED_VARIANTS and not as_is:
-                self._attach_sibling(loaded, obj, device, given, conv, elements, dataset)
+                self._attach_sibling(loaded, obj, device, given, conv, elements, dataset, bind)
             return loaded
 
         return self._once(self.candidates, (id(obj), format, device, _options_key(opts), _options_key(conv),
-                                            repr(elements), _dataset_key(dataset)),
+                                            repr(elements), _dataset_key(dataset), repr(bind)),
                           self._quietly(f"exporting to {format} and loading on {device}", build))
 
+    def _bound(self, loaded: Any, obj: Any, device: str, load_options: dict, elements: Any,
+               bind: dict | None) -> Any:
+        """The candidate speaking the reference's names: fed by its input names (or a list in its
+        input order) and answering by its output names, each pair on a recorded basis
+        (formats/binding.py). Values on the seeded batch pair outputs only where nothing else can."""
+        from ..checks.strategies import seeded_batch
+        from ..formats.binding import bind_model
+
+        ref = self.reference(obj, self.reference_device(device), load_options)
+        return bind_model(loaded, ref, explicit=bind,
+                          probe=lambda: seeded_batch(ref, batch_size=BATCH_SIZE, seed=BATCH_SEED, elements=elements))
+
     def _attach_sibling(self, loaded: Any, obj: Any, device: str, opts: dict, conv: dict, elements: Any,
-                        dataset: Any) -> None:
+                        dataset: Any, bind: dict | None = None) -> None:
         """The float32 tflite of the same source (cached like any candidate) on ``loaded``; when
         it cannot be had, the quantised candidate keeps the one fixed rule and says why."""
         try:
-            loaded.float_sibling = self.candidate(obj, "tflite", device, opts, conv, elements, dataset)
+            loaded.float_sibling = self.candidate(obj, "tflite", device, opts, conv, elements, dataset, bind)
         except Exception as exc:  # noqa: BLE001 - the sibling is extra evidence, never a new failure
             loaded.float_sibling_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 
@@ -362,7 +376,8 @@ class ParitySession:
 
     def candidate_or_skip(self, source: Any, format: str, device: str, *, named: bool,
                           load_options: dict | None = None, explain: Any = None,
-                          converter_options: dict | None = None, elements: Any = None, dataset: Any = None) -> Any:
+                          converter_options: dict | None = None, elements: Any = None, dataset: Any = None,
+                          bind: dict | None = None) -> Any:
         """The candidate model, or the one skip/failure that says why it cannot be had.
 
         Shared by the ``parity_candidate`` fixture and the zero-code items: a missing runtime
@@ -371,10 +386,14 @@ class ParitySession:
         the converter's message (``explain(exc)`` may word it for the caller: zero-code mode
         has no fixture to name in the fix).
         """
+        from ..formats.binding import BindingError
+
         try:
-            return self.candidate(source, format, device, load_options, converter_options, elements, dataset)
+            return self.candidate(source, format, device, load_options, converter_options, elements, dataset, bind)
         except (RuntimeMissing, DeviceUnavailable) as exc:
             self.unavailable(exc, f"format {format!r} on {device}")
+        except BindingError as exc:  # never paired by position: the user names the pairing
+            _fail(f"modelparity: {format} on {device}: {exc}")
         except (NotExportable, ExportFailed, ModelLoadError) as exc:
             skip_if_unreachable(exc, format, named=named)
             _fail(f"modelparity: {explain(exc) if explain else _suite_text(exc)}")
@@ -691,15 +710,41 @@ def _load_options_hint(exc: BaseException) -> str:
 def parity_candidate(request: pytest.FixtureRequest, modelparity_source: Any, modelparity_format: str,
                      modelparity_device: str, modelparity_load_options: dict,
                      modelparity_export_options: dict, modelparity_elements: Any,
-                     modelparity_input_specs: Any, modelparity_dataset: Any) -> Any:
-    """The source exported to ``modelparity_format`` (cached) and loaded on the device."""
+                     modelparity_input_specs: Any, modelparity_dataset: Any, modelparity_bind: Any) -> Any:
+    """The source exported to ``modelparity_format`` (cached), loaded on the device, and bound to
+    the reference: fed and answering by the reference's tensor names (formats/binding.py)."""
     state = get_state(request.config)
     state.declare_input_specs(modelparity_source, modelparity_input_specs)
     return state.candidate_or_skip(modelparity_source, modelparity_format, modelparity_device,
                                    named=_formats_named(request, state), load_options=modelparity_load_options,
                                    converter_options=converter_options_for(modelparity_export_options,
                                                                            modelparity_format),
-                                   elements=modelparity_elements, dataset=modelparity_dataset)
+                                   elements=modelparity_elements, dataset=modelparity_dataset,
+                                   bind=bind_for(modelparity_bind, modelparity_format))
+
+
+@pytest.fixture(scope="session")
+def modelparity_bind() -> Any:
+    """Override in conftest.py (session scope) to name which tensor is which where no rule can
+    tell (formats/binding.py): ``{"outputs": {reference name: candidate name}}`` (and/or
+    ``"inputs"``) for every format, or ``{format: {...}}`` per format (a key ``"tflite:int8"``
+    wins over ``"tflite"``). Default: none; the plugin pairs by name, converter naming, the
+    export record, shape and dtype, then values, and refuses what none of them settles."""
+    return None
+
+
+def bind_for(bind: Any, format: str) -> dict | None:
+    """The ``modelparity_bind`` mapping that applies to ``format``."""
+    if not bind:
+        return None
+    if not isinstance(bind, dict) or not all(isinstance(v, dict) for v in bind.values()):
+        raise pytest.UsageError(f"modelparity_bind returned {bind!r}; return {{'outputs': {{reference name: "
+                                "candidate name}}}} or {format: {'outputs': {...}}}")
+    if set(bind) <= {"inputs", "outputs"}:
+        return bind
+    base = format.split(":")[0]
+    chosen = bind.get(format, bind.get(base))
+    return dict(chosen) if chosen else None
 
 
 def skip_if_unreachable(exc: BaseException, format: str, *, named: bool) -> None:

@@ -63,6 +63,9 @@ def rows_from_report(report: Any, *, nodeid: str, format: str | None, device: st
     calibration: dict = calib if isinstance(calib, dict) else {}
     shadow_meta = meta.get("shadow")
     twin_info: dict = shadow_meta if isinstance(shadow_meta, dict) else {}
+    found_binding = meta.get("binding")
+    bound: dict = found_binding if isinstance(found_binding, dict) else {}
+    paired = {f"[{p['reference']!r}]": p for p in bound.get("outputs") or [] if isinstance(p, dict)}
     for out in getattr(report, "outputs", []) or []:
         d = out.to_dict()
         tol = d["tolerance"] or {}
@@ -102,9 +105,21 @@ def rows_from_report(report: Any, *, nodeid: str, format: str | None, device: st
             "atol": tol.get("atol"),
             "scale": tol.get("scale"),
             "quantized": _quantized_row(meta, d["path"] or ""),
+            # which tensor of the other form this output was compared with, and on what basis
+            # (formats/binding.py): None where the two forms' outputs were not paired
+            "paired_with": _paired_row(paired, d["path"] or ""),
         }
         rows.append(row)
     return rows
+
+
+def _paired_row(paired: dict, path: str) -> dict | None:
+    pair = paired.get(path)
+    if pair is None and path.startswith("[") and len(paired) == 1:  # e.g. ['probs'][0] under one output
+        pair = next((p for k, p in paired.items() if path.startswith(k)), None)
+    if pair is None:
+        return None
+    return {"name": pair.get("other"), "basis": pair.get("basis"), "how": pair.get("how") or None}
 
 
 def _quantized_row(meta: dict, path: str) -> dict | None:

@@ -11,7 +11,7 @@ The plugin turns it into ``pytest.UsageError`` for options. Numpy only, no Tenso
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
@@ -84,3 +84,16 @@ def check_nonempty_batch(rows: int, where: str) -> int:
         raise InvalidArgumentError(f"{where}: the inputs have 0 rows (axis 0 is empty), so there is nothing to "
                                    "compare; pass a batch with at least one row")
     return rows
+
+
+def check_bind(bind: Any) -> None:
+    """``bind=``: ``{"inputs": {reference name: other name}, "outputs": {...}}`` (either key)."""
+    if bind is None:
+        return
+    ok = isinstance(bind, Mapping) and bind and set(bind) <= {"inputs", "outputs"} and all(
+        isinstance(v, Mapping) and all(isinstance(a, str) and isinstance(b, str) for a, b in v.items())
+        for v in bind.values())
+    if not ok:
+        raise InvalidArgumentError(
+            f"bind={bind!r}; pass {{'outputs': {{'<expected output name>': '<actual output name>'}}}} (and/or "
+            "'inputs'), names as strings, for the tensors the plugin cannot pair by itself")
