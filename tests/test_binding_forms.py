@@ -97,16 +97,28 @@ APP = textwrap.dedent('''
 ''')
 
 
-def test_keras_and_h5_forms_of_an_application_built_with_input_shape_pass(pytester: pytest.Pytester) -> None:
+def test_keras_and_h5_forms_of_an_application_built_with_input_shape_pass(pytester: pytest.Pytester,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reloaded, the input keras_tensor_<n> is input_layer: paired by its shape and dtype, and the
+    pairing kept with the cached export, which the next session reads as the export record."""
     pytester.makeconftest(APP)
     pytester.makepyfile(test_app='''
+        import os
         from pytest_modelparity import assert_outputs_close
 
         def test_forms(parity_candidate, parity_reference, parity_batch):
             assert parity_reference.inputs[0].name != parity_candidate.inner.inputs[0].name
+            assert parity_candidate.input_binding.pairs[0].basis == os.environ["EXPECTED_BASIS"]
             assert_outputs_close(parity_candidate, parity_reference, inputs=parity_batch)
     ''')
-    result = pytester.runpytest("-p", "no:cacheprovider", "--modelparity-formats=keras,h5", "--modelparity-report=r.json")
-    result.assert_outcomes(passed=2)
+    args = ("-p", "no:cacheprovider", "--modelparity-formats=keras,h5", "--modelparity-report=r.json")
+    # fresh processes, as CI runs them: Keras numbers keras_tensor_<n> the same in each
+    monkeypatch.setenv("EXPECTED_BASIS", "shape and dtype")
+    pytester.runpytest_subprocess(*args).assert_outcomes(passed=2)
     doc = json.loads((pytester.path / "r.json").read_text())
     assert all(r["verdict"] == "pass" for r in doc["rows"]) and len(doc["rows"]) == 2
+    kept = list(pytester.path.rglob("pairing.json"))
+    assert len(kept) == 2 and all(json.loads(k.read_text())["inputs"] for k in kept)
+    monkeypatch.setenv("EXPECTED_BASIS", "export record")
+    pytester.runpytest_subprocess(*args).assert_outcomes(passed=2)
+    assert len(list(pytester.path.rglob("pairing.json"))) == 2     # the same entries, hit

@@ -29,13 +29,22 @@ def test_same_name_comes_first_whatever_the_order() -> None:
 def test_tf2onnx_placeholders_are_read_in_sorted_name_order() -> None:
     """The report's SavedModel: contour, note (N,172,88) and onset (N,172,264); its ONNX file names
     them StatefulPartitionedCall:0..2, the k-th output in sorted-name order."""
-    ref = [S("onset", 172, 264), S("contour", 172, 88), S("note", 172, 88)]   # any order
+    ref = [S("contour", 172, 88), S("note", 172, 88), S("onset", 172, 264)]   # a SavedModel's: sorted
     onnx = [S("StatefulPartitionedCall:1", 172, 88), S("StatefulPartitionedCall:0", 172, 88),
             S("StatefulPartitionedCall:2", 172, 264)]
     b = bind("outputs", ref, onnx)
     assert b.to_other() == {"contour": "StatefulPartitionedCall:0", "note": "StatefulPartitionedCall:1",
                             "onset": "StatefulPartitionedCall:2"}
     assert {p.basis for p in b.pairs} == {"converter name"} and "sorted-name order" in b.pairs[1].how
+
+
+def test_the_index_rule_is_not_used_where_the_references_order_is_not_sorted() -> None:
+    """A list-returning function numbers its outputs in list order: a Keras model with outputs
+    [onset, contour, note] gives Identity_k in that order, not in sorted-name order."""
+    ref = [S("onset", 172, 264), S("contour", 172, 88), S("note", 172, 88)]
+    oth = [S("Identity", 172, 264), S("Identity_1", 172, 88), S("Identity_2", 172, 88)]
+    with pytest.raises(BindingError, match="no rule pairs 'contour', 'note'"):
+        bind("outputs", ref, oth)          # onset by its unique shape; the two (172, 88) stay open
 
 
 def test_an_index_rule_that_contradicts_the_shapes_is_not_used() -> None:

@@ -153,7 +153,7 @@ def test_dataset_shapes(tmp_path):
         assert got.dtype == np.float32 and got.shape == (10, 2, 2)
         np.testing.assert_array_equal(got, rows)
         assert data.calibration(specs)["image"].shape[0] == 5 and data.batch(specs)["image"].shape[0] == 5
-    with pytest.raises(InvalidArgumentError, match="keys \\['x2', 'y'\\].*name the arrays"):
+    with pytest.raises(InvalidArgumentError, match="arrays \\['x2', 'y'\\].*name each array after its input"):
         as_dataset({"x2": rows, "y": rows}).arrays(specs)
     with pytest.raises(InvalidArgumentError, match="no such file"):
         as_dataset(str(tmp_path / "missing.npz"))

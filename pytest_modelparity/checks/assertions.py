@@ -18,6 +18,7 @@ import numpy as np
 
 from .. import diagnose
 from . import floor, quantized
+from .alignment import align_structures, bound_to_expected, is_loaded_model
 from ..reports import recording
 from ..verdict import tree, validators
 from ..verdict import tolerances as tol_mod
@@ -76,14 +77,14 @@ def assert_outputs_close(actual: Any, expected: Any, *, inputs: Any = None, rtol
     if inputs is not None:
         _check_rows(inputs, "assert_outputs_close")
     validators.check_bind(bind)
-    actual_model = _bound(actual_model, expected_model, inputs, bind)
+    actual_model = bound_to_expected(actual_model, expected_model, inputs, bind)
     if actual_model is None and expected_model is None:
         act, exp = _to_numpy_pair(actual, expected)
     else:
         act = _run(actual_model, inputs) if actual_model is not None else _to_numpy(actual)
         exp = _run(expected_model, inputs) if expected_model is not None else _to_numpy(expected)
     exp_raw = exp
-    act, exp, alignment, pairs = _align_structures(act, exp, from_models=actual_model is not None or expected_model is not None,
+    act, exp, alignment, pairs = align_structures(act, exp, from_models=actual_model is not None or expected_model is not None,
                                                    models=(actual_model, expected_model), bind=bind)
     device, fmt = _context(actual_model, expected_model)
     meta: dict[str, Any] = {"check": "outputs_close", "device": device, "format": fmt}
@@ -93,7 +94,7 @@ def assert_outputs_close(actual: Any, expected: Any, *, inputs: Any = None, rtol
         alignment = "; ".join(x for x in (actual_model.describe_binding(), alignment) if x) or None
     elif pairs:
         meta["binding"] = {"inputs": [], "outputs": pairs}
-    elif _is_loaded_model(actual_model) and _is_loaded_model(expected_model):  # every tensor by its own name
+    elif is_loaded_model(actual_model) and is_loaded_model(expected_model):  # every tensor by its own name
         meta["binding"] = {kind: [{"reference": s.name, "other": s.name, "basis": "same name", "how": ""}
                                   for s in getattr(expected_model, kind)] for kind in ("inputs", "outputs")}
     if alignment:
@@ -142,7 +143,7 @@ def _quantized_two_part(cand: Any, ref_model: Any, inputs: Any, act: Any, exp_ra
     sibling = quantized.sibling_of(cand)
     variant = quantized.variant_of(cand)
     assert variant is not None
-    sib, exp, _, _ = _align_structures(_run(sibling, inputs), exp_raw, from_models=True, models=(sibling, ref_model))
+    sib, exp, _, _ = align_structures(_run(sibling, inputs), exp_raw, from_models=True, models=(sibling, ref_model))
     floors = _shadow_floors(ref_model, inputs, exp_raw, _leaf_paths(exp), "tflite:float32", meta)
     conv_tol = _tolerance_fn(sib, None, rtol=None, atol=None, device=device, fmt="tflite:float32",
                              compute=_compute_dtype(ref_model), floors=floors, allow_vacuous=allow_vacuous,
@@ -152,7 +153,7 @@ def _quantized_two_part(cand: Any, ref_model: Any, inputs: Any, act: Any, exp_ra
                                        conversion_tolerance=conv_tol, equal_nan=equal_nan,
                                        calibration=getattr(cand, "calibration", None),
                                        twin=None if twin is None else
-                                       _align_structures(_run(twin, inputs), exp_raw, from_models=True,
+                                       align_structures(_run(twin, inputs), exp_raw, from_models=True,
                                                          models=(twin, ref_model))[0])
     report.title = f"{_name(cand)} vs {_name(ref_model) if ref_model is not None else 'expected'}"
     report.meta.update({k: v for k, v in meta.items() if k != "summary"})
@@ -633,20 +634,12 @@ def _name(model: Any) -> str:
     if model is None:
         return "?"
     fmt = getattr(model, "format_variant", None) or getattr(model, "format", None)
-    if isinstance(fmt, str) and _is_loaded_model(model):
+    if isinstance(fmt, str) and is_loaded_model(model):
         return fmt
     name = getattr(model, "name", None) or getattr(model, "__name__", None)
     if name and hasattr(model, "layers") and hasattr(model, "weights"):
         return f"keras model {str(name)!r}"  # "functional_2" alone does not say what it is
     return str(name) if name else type(model).__name__
-
-
-def _is_loaded_model(model: Any) -> bool:
-    try:
-        from ..formats.base import LoadedModel
-    except ImportError:  # pragma: no cover
-        return False
-    return isinstance(model, LoadedModel)
 
 
 def _compute_dtype(*models: Any) -> str | None:
@@ -665,7 +658,7 @@ def _context(actual_model: Any, expected_model: Any) -> tuple[str, str | None]:
     format first, then the reference's; ``gpu`` if either side ran on a GPU."""
     device, fmt = "cpu", None
     for model in (actual_model, expected_model):
-        if model is None or not _is_loaded_model(model):
+        if model is None or not is_loaded_model(model):
             continue
         dev = str(getattr(model, "device", "cpu") or "cpu")
         if dev.lower().startswith(("gpu", "cuda")):
@@ -680,82 +673,6 @@ def _check_calibrated(tolerance: str, rtol: float | None, atol: float | None) ->
     validators.check_tolerance_choice(tolerance, rtol, atol, rule_type=Tolerance)
 
 
-def _bound(actual_model: Any, expected_model: Any, inputs: Any, bind: Any) -> Any:
-    """``actual_model`` speaking ``expected_model``'s tensor names when both are loaded forms
-    (``formats/binding.py``); a candidate the plugin's session bound to a reference with these
-    names already stays as it is."""
-    if not (_is_loaded_model(actual_model) and _is_loaded_model(expected_model)):
-        return actual_model
-    if not bind and getattr(actual_model, "input_binding", None) is not None and \
-            [s.name for s in actual_model.inputs] == [s.name for s in expected_model.inputs] and \
-            [s.name for s in actual_model.outputs] == [s.name for s in expected_model.outputs]:
-        return actual_model
-    from ..formats.binding import bind_model
-
-    return bind_model(actual_model, expected_model, explicit=bind, probe=inputs)
-
-
-def _named_outputs(model: Any, outputs: Any) -> Any:
-    """A raw Keras model's list of outputs as ``{output name: array}`` (the names every loaded
-    form of it uses), so it can meet a loaded form's dict by name, never by position."""
-    if not isinstance(outputs, (list, tuple)) or model is None or _is_loaded_model(model):
-        return outputs
-    from ..formats import is_keras_model
-
-    if not is_keras_model(model):
-        return outputs
-    from ..formats.keras_specs import keras_output_names
-
-    names = keras_output_names(model)
-    return dict(zip(names, outputs)) if len(names) == len(outputs) else outputs
-
-
-def _align_structures(act: Any, exp: Any, *, from_models: bool, models: tuple[Any, Any] = (None, None),
-                      bind: Any = None) -> tuple[Any, Any, str | None, list[dict[str, str]] | None]:
-    """Let a ``LoadedModel``'s ``{name: array}`` meet another model's outputs.
-
-    Only when a model produced at least one side (arrays the caller passed are compared as
-    given: ``{"y": a}`` against ``[a]`` is a structure mismatch). Two dicts with other names, or
-    a list against a dict, are paired by ``formats/binding.py``'s rules (a raw Keras model's
-    list is named by its output names first); what they cannot settle raises ``BindingError``.
-    Returns (actual, expected, what was paired and why, the pairs for the JSON report).
-    """
-    if not from_models:
-        return act, exp, None, None
-    if isinstance(act, Mapping) != isinstance(exp, Mapping):
-        act, exp = _named_outputs(models[0], act), _named_outputs(models[1], exp)
-    if isinstance(act, Mapping) and isinstance(exp, Mapping) and act and exp and set(act) != set(exp):
-        return _paired(act, exp, bind)
-    for flip in (False, True):
-        d, other = (exp, act) if flip else (act, exp)
-        if not isinstance(d, Mapping) or isinstance(other, Mapping):
-            continue
-        if isinstance(other, np.ndarray) and len(d) == 1:
-            only = next(iter(d.values()))
-            note = f"single output {next(iter(d))!r} compared with a bare array"
-            return (other, only, note, None) if flip else (only, other, note, None)
-        if isinstance(other, (list, tuple)) and len(other) == len(d) and all(isinstance(x, np.ndarray) for x in other):
-            listed = {f"[{i}]": x for i, x in enumerate(other)}
-            if flip:
-                return _paired(listed, d, bind)
-            _, _, why, pairs = _paired(d, listed, bind)  # expected is the list: key it by actual's names
-            by_name = {p["other"]: listed[p["reference"]] for p in pairs or []}
-            return d, {k: by_name[k] for k in d}, why, pairs
-    return act, exp, None, None
-
-
-def _paired(act: Mapping, exp: Mapping, bind: Any) -> tuple[dict, Mapping, str | None, list[dict[str, str]]]:
-    """``act`` re-keyed by ``exp``'s names through the binding rules (values on this batch last)."""
-    from ..formats.binding import bind as bind_tensors
-    from ..formats.binding import specs_of_arrays
-
-    binding = bind_tensors("outputs", specs_of_arrays(exp), specs_of_arrays(act),
-                           explicit=(bind or {}).get("outputs"), values=(exp, act),
-                           reference_label="expected", other_label="actual")
-    renamed = {p.reference: act[p.other] for p in binding.pairs}
-    return renamed, exp, binding.describe(), [p.to_dict() for p in binding.pairs]
-
-
 def _run(model: Any, batch: Any) -> Any:
     _check_fixed_batch(model, batch)
     return _to_numpy(model(diagnose.fit_inputs(model, batch)))
@@ -764,7 +681,7 @@ def _run(model: Any, batch: Any) -> Any:
 def _check_fixed_batch(model: Any, batch: Any) -> None:
     """A raw Keras model built for a fixed batch runs other batch sizes without a word (a
     ``LoadedModel`` checks this in ``prepare_batch``): refuse them here as well."""
-    if _is_loaded_model(model):
+    if is_loaded_model(model):
         return
     try:
         inputs = getattr(model, "inputs", None)

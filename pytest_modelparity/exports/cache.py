@@ -51,6 +51,11 @@ ARTIFACT_NAMES = {
 _VERSIONED = ("tensorflow", "tensorflow-cpu", "tf-keras", "keras", "ai-edge-litert", "tf2onnx", "onnx",
               "tensorflowjs", "pytest-modelparity")
 _META = "meta.json"
+# Which tensor of the export is which of the source's (formats/binding.py), kept the first time a
+# session paired them by shape or by values: later sessions read it as the "export record". Not
+# part of the verified manifest (it is written after the entry), and only ever a hint: the
+# binding checks every recorded pair against the tensors' shapes and dtypes.
+_PAIRING = "pairing.json"
 
 
 def default_cache_dir() -> Path:
@@ -165,7 +170,7 @@ def _sha256(path: Path) -> str:
 def _manifest(directory: Path) -> dict[str, list]:
     """``{relative path: [size, sha256]}`` of every file an export wrote (meta.json aside)."""
     return {p.relative_to(directory).as_posix(): [p.stat().st_size, _sha256(p)]
-            for p in sorted(directory.rglob("*")) if p.is_file() and p.name != _META}
+            for p in sorted(directory.rglob("*")) if p.is_file() and p.name not in (_META, _PAIRING)}
 
 
 class ExportCache:
@@ -341,6 +346,37 @@ class ExportCache:
         for format in ARTIFACT_NAMES:
             removed += sweep(self.root / format, CACHE_TEMP, unowned=True)
         return removed
+
+    # -- the export record of which tensor is which ------------------------------------------
+    def _entry_of(self, artifact: Path) -> Path | None:
+        """The cache entry (``root/<format>/<key>``) holding ``artifact``, or None."""
+        try:
+            parts = Path(artifact).resolve().relative_to(self.root.resolve()).parts
+        except ValueError:
+            return None
+        return self.root.joinpath(*parts[:2]) if len(parts) >= 3 else None
+
+    def pairing(self, artifact: Path) -> dict | None:
+        """``{"inputs": {source name: file name}, "outputs": {...}}`` kept for this export, or None."""
+        entry = self._entry_of(artifact)
+        try:
+            found = json.loads((entry / _PAIRING).read_text()) if entry is not None else None
+        except (OSError, ValueError):
+            return None
+        return found if isinstance(found, dict) else None
+
+    def keep_pairing(self, artifact: Path, pairing: dict) -> None:
+        """Record ``pairing`` beside the export (atomically; a failure to write only loses the hint)."""
+        entry = self._entry_of(artifact)
+        if entry is None or not entry.is_dir():
+            return
+        tmp = entry / owned_prefix(f".{_PAIRING}.tmp-{os.getpid()}-")
+        try:
+            tmp.write_text(json.dumps(pairing, indent=1, sort_keys=True))
+            os.replace(tmp, entry / _PAIRING)
+        except OSError:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
 
     def take_notes(self) -> list[str]:
         """What the cache repaired since the last call (each said once, then forgotten)."""

@@ -222,7 +222,7 @@ class ParitySession:
             if format in self.calibrations:
                 with contextlib.suppress(AttributeError):
                     loaded.calibration = self.calibrations[format]
-            loaded = self._bound(loaded, obj, device, given, elements, bind)
+            loaded = self._bound(loaded, obj, device, given, elements, bind, None if as_is else path)
             if base == "tflite" and _variant in QUANTIZED_VARIANTS and not as_is:
                 self._attach_sibling(loaded, obj, device, given, conv, elements, dataset, bind)
             return loaded
@@ -232,16 +232,25 @@ class ParitySession:
                           self._quietly(f"exporting to {format} and loading on {device}", build))
 
     def _bound(self, loaded: Any, obj: Any, device: str, load_options: dict, elements: Any,
-               bind: dict | None) -> Any:
+               bind: dict | None, exported: Path | None) -> Any:
         """The candidate speaking the reference's names: fed by its input names (or a list in its
         input order) and answering by its output names, each pair on a recorded basis
-        (formats/binding.py). Values on the seeded batch pair outputs only where nothing else can."""
+        (formats/binding.py). Values on the seeded batch pair outputs only where nothing else can;
+        a pairing made by shape or values is kept with the cached export (its "export record")."""
         from ..checks.strategies import seeded_batch
         from ..formats.binding import bind_model
 
         ref = self.reference(obj, self.reference_device(device), load_options)
-        return bind_model(loaded, ref, explicit=bind,
-                          probe=lambda: seeded_batch(ref, batch_size=BATCH_SIZE, seed=BATCH_SEED, elements=elements))
+        cache = self._cache if exported is not None else None
+        recorded = cache.pairing(exported) if cache is not None else None
+        bound = bind_model(loaded, ref, explicit=bind, recorded=recorded,
+                           probe=lambda: seeded_batch(ref, batch_size=BATCH_SIZE, seed=BATCH_SEED, elements=elements))
+        weak = {kind: {p.reference: p.other for p in getattr(bound, f"{kind[:-1]}_binding").pairs
+                       if p.basis in ("shape and dtype", "values")} for kind in ("inputs", "outputs")} \
+            if bound is not loaded else {}
+        if cache is not None and any(weak.values()):
+            cache.keep_pairing(exported, weak)
+        return bound
 
     def _attach_sibling(self, loaded: Any, obj: Any, device: str, opts: dict, conv: dict, elements: Any,
                         dataset: Any, bind: dict | None = None) -> None:
