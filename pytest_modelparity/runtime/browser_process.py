@@ -30,7 +30,7 @@ from ..errors import RuntimeMissing
 from .tfjs_process import NodeProcess, NodeProcessDied, RunnerError, decode_tensors, encode_tensors
 
 __all__ = ["BROWSER_JS", "CHROMIUM_HINT", "BrowserHost", "BrowserPage", "chromium_executable", "shared_browser",
-           "close_shared_browser"]
+           "close_shared_browser", "browser_runs", "record_run"]
 
 BROWSER_JS = Path(__file__).resolve().parent / "tfjs_runner" / "browser.js"
 CHROMIUM_HINT = ("a Chromium browser: `apt-get install chromium` (Debian; Ubuntu: `apt-get install chromium-browser` "
@@ -39,6 +39,20 @@ _NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable
 
 _lock = threading.Lock()
 _shared: "BrowserHost | None" = None
+# What ran the browser models of this process, once per distinct (format, browser, renderer,
+# textures): the plugin's summary and JSON report say it (``browser_runs``).
+_RUNS: list[dict[str, Any]] = []
+
+
+def record_run(run: dict[str, Any]) -> None:
+    with _lock:
+        if run not in _RUNS:
+            _RUNS.append(dict(run))
+
+
+def browser_runs() -> list[dict[str, Any]]:
+    with _lock:
+        return [dict(r) for r in _RUNS]
 
 
 def chromium_executable() -> str:

@@ -93,10 +93,12 @@ function startServer() {
     } else if (parts.length === 2 && parts[0] === 'lib' && BUNDLES[parts[1]]) {
       file = bundlePath(parts[1]);
       type = 'text/javascript';
-    } else if (parts.length === 3 && parts[0] === 'm' && models.has(parts[1])) {
+    } else if (parts.length >= 3 && parts[0] === 'm' && models.has(parts[1])) {
+      // Only the files this model's manifest names (Python refused any leaving its directory).
       const entry = models.get(parts[1]);
-      if (entry.files.has(parts[2])) file = path.join(entry.dir, parts[2]);
-      if (parts[2] === 'model.json') type = 'application/json';
+      const rel = parts.slice(2).join('/');
+      if (entry.files.has(rel)) file = path.join(entry.dir, rel);
+      if (rel === 'model.json') type = 'application/json';
     }
     if (file === null) return deny(404);
     fs.readFile(file, (err, data) => {
