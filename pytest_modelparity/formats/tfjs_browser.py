@@ -12,11 +12,16 @@ the op/backend error words and the restart after a death are the Node format's o
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 from ..errors import ModelLoadError, RuntimeMissing
 from .tfjs import NAME, TFJSModel, check_input_dtypes, model_json_path, read_model_json, run_error
+
+# WebGL shaders address tensors of rank <= 6: a kernel given a rank-7 tensor says
+# "Transpose for rank 7 is not yet supported" (or "7-D output sampling"); tfjs's cpu backend has no limit.
+_RANK_LIMIT = re.compile(r"(?:Packed )?(\w+) for rank[- ](\d+)|(\w+) of rank-(\d+) tensor|(\d+)-D (?:input|output) sampling")
 
 # The plugin's runtime variants tfjs:webgl, tfjs:webgl-f16, tfjs:webgpu (plugin/options.py
 # FORMAT_VARIANTS repeats them: importing this module at start-up would import numpy).
@@ -36,6 +41,15 @@ class BrowserTFJSModel(TFJSModel):
                 "renderer": meta.get("renderer"), "textures": meta.get("textures"),
                 "webgl_version": meta.get("webgl_version"), "tfjs_version": meta.get("tfjs_version")}
 
+    def _predict(self, feeds: dict[str, Any]) -> dict[str, Any]:
+        from ..runtime.tfjs_process import RunnerError
+
+        try:
+            result = self._serving().predict(feeds)
+        except RunnerError as exc:
+            raise browser_error(Path(str(self.source)), self.backend, str(exc), self._spec) from exc
+        return {s.name: result[s.name] for s in self.outputs}
+
     def _serving(self) -> Any:
         page = super()._serving()
         from ..runtime.browser_process import record_run
@@ -44,10 +58,23 @@ class BrowserTFJSModel(TFJSModel):
         return page
 
 
-def browser_line(run: dict[str, Any]) -> str:
-    """``tfjs:webgl ran in Chrome/156.0.8078.114 (headless), WebGL 2 on 'ANGLE (...)', float32 textures``."""
-    gl = f"WebGL {run.get('webgl_version')} on {run.get('renderer')!r}" if run.get("renderer") else "WebGPU"
-    return f"{run.get('format')} ran in {run.get('chromium')} (headless), {gl}, {run.get('textures')} textures"
+def browser_error(path: Path, backend: str, message: str, spec: dict[str, Any], action: str = "run") -> ModelLoadError:
+    """The typed error of a model the page cannot run: the op, the backend and the fix, naming
+    the graph nodes of that op; otherwise the Node format's classification (kernels, ops)."""
+    found = _RANK_LIMIT.search(message)
+    if found is None:
+        return run_error(path, backend, message, action=action)
+    op = found.group(1) or found.group(3)
+    rank = found.group(2) or found.group(4) or found.group(5)
+    nodes = [n.get("name", "?") for n in (spec.get("modelTopology") or {}).get("node", [])
+             if op and str(n.get("op", "")).lower() == op.lower()]
+    where = f" (node{'s' if len(nodes) > 1 else ''} {', '.join(nodes[:3])}{' ...' if len(nodes) > 3 else ''})" if nodes else ""
+    what = f"op {op[0].upper() + op[1:]!r}{where}" if op else "an op"
+    detail = message.split("failed: ", 1)[-1].splitlines()[0]
+    return ModelLoadError(path, NAME, f"tfjs's {backend} backend cannot run {what} on a rank-{rank} tensor: WebGL "
+                          f"kernels handle rank 6 at most ({detail})",
+                          "reshape to rank <= 6 around that op (e.g. merge two axes before the Permute/transpose), "
+                          "or test this model on tfjs in Node.js (backend 'cpu' or 'wasm', no rank limit)", action=action)
 
 
 def load(source: Any, *, device: str = "cpu", backend: str = "webgl", timeout_s: float | None = 600.0,
@@ -93,7 +120,7 @@ def load(source: Any, *, device: str = "cpu", backend: str = "webgl", timeout_s:
                                      WEBGPU_FIX) from exc
             if "cannot start the browser" in text or "browser bundle" in text:
                 raise RuntimeMissing(f"a working Chromium ({chromium}: {text})", CHROMIUM_HINT) from exc
-            raise run_error(path, which, text, action="load") from exc
+            raise browser_error(path, which, text, spec, action="load") from exc
         except NodeProcessDied as exc:
             raise ModelLoadError(path, NAME, str(exc), "check that the browser starts: "
                                  f"{chromium} --headless=new --no-sandbox --version") from exc
