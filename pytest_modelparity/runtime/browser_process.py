@@ -117,9 +117,10 @@ def shared_browser(*, node: str, node_modules: Path, timeout_s: float | None) ->
 
 
 def close_shared_browser() -> None:
-    """Stop the session's browser (the plugin calls this at the end of a session)."""
+    """Stop the session's browser and forget what ran (the plugin calls this at the end of a session)."""
     global _shared
     with _lock:
+        _RUNS.clear()
         if _shared is not None:
             _shared.close()
             _shared = None
