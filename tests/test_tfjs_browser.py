@@ -261,6 +261,34 @@ def _chromium_children_of(pid: int) -> list[int]:
     return found
 
 
+def test_a_browser_that_never_answers_is_stopped_at_its_start_limit(tmp_path, monkeypatch, rank7):
+    from pytest_modelparity import load_model
+    from pytest_modelparity.errors import RuntimeMissing
+
+    hung = tmp_path / "chromium"
+    hung.write_text("#!/bin/bash\nexec -a modelparity-fake-chromium sleep 60\n")  # never speaks DevTools
+    hung.chmod(0o755)
+    monkeypatch.setenv("MODELPARITY_CHROMIUM", str(hung))
+    monkeypatch.setenv("MODELPARITY_BROWSER_START_S", "2")
+    start = time.monotonic()
+    with pytest.raises(RuntimeMissing) as info:
+        load_model(rank7[1], "tfjs", backend="webgl", timeout_s=60)
+    assert time.monotonic() - start < 20
+    assert "did not finish within 2 s" in str(info.value) and str(hung) in str(info.value)
+    time.sleep(0.5)
+    left = [p for p in os.listdir("/proc") if p.isdigit() and _running(int(p))
+            and _cmdline(p).startswith(b"modelparity-fake-chromium")]
+    assert not left, "the hung browser was killed with its failed start"
+
+
+def _cmdline(pid: str) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read()
+    except OSError:
+        return b""
+
+
 def test_browser_variants_match_the_loader():
     from pytest_modelparity.formats.tfjs_browser import BROWSER_BACKENDS
     from pytest_modelparity.plugin.options import FORMAT_VARIANTS

@@ -118,7 +118,10 @@ def load(source: Any, *, device: str = "cpu", backend: str = "webgl", timeout_s:
             if "no WebGPU adapter" in text:
                 raise RuntimeMissing(f"a WebGPU adapter in Chromium ({text.split('no WebGPU adapter: ')[-1]})",
                                      WEBGPU_FIX) from exc
-            if "cannot start the browser" in text or "browser bundle" in text:
+            if "browser bundle" in text:
+                raise RuntimeMissing(f"tfjs's browser bundles in {node_modules} ({text})",
+                                     f"remove that directory and run `{tfjs_runner.INSTALL_COMMAND}`") from exc
+            if "cannot start the browser" in text:
                 raise RuntimeMissing(f"a working Chromium ({chromium}: {text})", CHROMIUM_HINT) from exc
             raise browser_error(path, which, text, spec, action="load") from exc
         except NodeProcessDied as exc:

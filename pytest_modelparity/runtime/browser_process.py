@@ -109,7 +109,7 @@ def shared_browser(*, node: str, node_modules: Path, timeout_s: float | None) ->
     """The session's browser: started on first use, started again once the old one died."""
     global _shared
     with _lock:
-        if _shared is None or not _shared.alive:
+        if _shared is None or not _shared.alive or _shared.executable != chromium_executable():
             if _shared is not None:
                 _shared.close()
             _shared = BrowserHost(node=node, node_modules=node_modules, timeout_s=timeout_s)

@@ -207,8 +207,15 @@ async function launch(executable) {
   });
   await started;
   const cdp = new DevTools(proc);
-  const version = await within(START_MS, cdp.send('Browser.getVersion'), `Chromium (${executable}) start-up`);
-  return { proc, cdp, version };
+  try {
+    const version = await within(START_MS, cdp.send('Browser.getVersion'), `Chromium (${executable}) start-up`);
+    return { proc, cdp, version };
+  } catch (err) {
+    proc.removeAllListeners('exit');
+    proc.kill('SIGKILL'); // a browser that never answered must not outlive its failed start
+    cleanup();
+    throw err;
+  }
 }
 
 // -- the frames ----------------------------------------------------------------------------
