@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..errors import ModelLoadError, RuntimeMissing
+from ..errors import DeviceUnavailable, ModelLoadError, RuntimeMissing
 from .tfjs import NAME, TFJSModel, check_input_dtypes, model_json_path, read_model_json, run_error
 
 # WebGL shaders address tensors of rank <= 6: a kernel given a rank-7 tensor says
@@ -26,7 +26,7 @@ _RANK_LIMIT = re.compile(r"(?:Packed )?(\w+) for rank[- ](\d+)|(\w+) of rank-(\d
 # The plugin's runtime variants tfjs:webgl, tfjs:webgl-f16, tfjs:webgpu (plugin/options.py
 # FORMAT_VARIANTS repeats them: importing this module at start-up would import numpy).
 BROWSER_BACKENDS = ("webgl", "webgl-f16", "webgpu")
-WEBGPU_FIX = ("run on a machine whose Chromium offers WebGPU (a GPU with Vulkan drivers; pass "
+WEBGPU_FIX = ("to test WebGPU, run on a machine whose Chromium offers WebGPU (a GPU with Vulkan drivers; pass "
               "MODELPARITY_CHROMIUM_FLAGS='--enable-unsafe-webgpu' where Chromium needs it), or test tfjs:webgl")
 
 
@@ -81,8 +81,8 @@ def load(source: Any, *, device: str = "cpu", backend: str = "webgl", timeout_s:
          **options: Any) -> BrowserTFJSModel:
     """Load a graph model into a new page of the session's Chromium (started on first use).
 
-    Without Chromium (or without a WebGPU adapter for ``"webgpu"``) this raises
-    ``RuntimeMissing`` saying how to get one; the plugin skips on it (fails under
+    Without Chromium this raises ``RuntimeMissing`` saying how to get one, without a WebGPU
+    adapter (``"webgpu"``) ``DeviceUnavailable``; the plugin skips on both (fails under
     ``--modelparity-strict``). ``timeout_s`` bounds the browser's start, each load and each
     predict, as for the Node runner.
     """
@@ -116,8 +116,8 @@ def load(source: Any, *, device: str = "cpu", backend: str = "webgl", timeout_s:
         except RunnerError as exc:
             text = str(exc)
             if "no WebGPU adapter" in text:
-                raise RuntimeMissing(f"a WebGPU adapter in Chromium ({text.split('no WebGPU adapter: ')[-1]})",
-                                     WEBGPU_FIX) from exc
+                raise DeviceUnavailable(f"{description}: no WebGPU adapter in Chromium here "
+                                        f"({text.split('no WebGPU adapter: ')[-1]}); {WEBGPU_FIX}") from exc
             if "browser bundle" in text:
                 raise RuntimeMissing(f"tfjs's browser bundles in {node_modules} ({text})",
                                      f"remove that directory and run `{tfjs_runner.INSTALL_COMMAND}`") from exc

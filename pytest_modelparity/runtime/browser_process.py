@@ -33,8 +33,8 @@ __all__ = ["BROWSER_JS", "CHROMIUM_HINT", "BrowserHost", "BrowserPage", "chromiu
            "close_shared_browser", "browser_runs", "record_run"]
 
 BROWSER_JS = Path(__file__).resolve().parent / "tfjs_runner" / "browser.js"
-CHROMIUM_HINT = ("a Chromium browser: `apt-get install chromium` (Debian; Ubuntu: `apt-get install chromium-browser` "
-                 "or the snap), scripts/install.sh does it as root; or set MODELPARITY_CHROMIUM=/path/to/chrome")
+CHROMIUM_HINT = ("`apt-get install chromium` as root (Debian; Ubuntu: `apt-get install chromium-browser` or the snap; "
+                 "scripts/install.sh does it), or set MODELPARITY_CHROMIUM=/path/to/chrome")
 _NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
 
 _lock = threading.Lock()
