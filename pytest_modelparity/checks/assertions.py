@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from .. import diagnose
-from . import floor, quantized
+from . import float16_textures, floor, quantized
 from .alignment import align_structures, bound_to_expected, is_loaded_model
 from ..reports import recording
 from ..verdict import tree, validators
@@ -103,6 +103,10 @@ def assert_outputs_close(actual: Any, expected: Any, *, inputs: Any = None, rtol
             and quantized.sibling_of(actual_model) is not None:
         return _quantized_two_part(actual_model, expected_model, inputs, act, exp_raw, device, meta, msg,
                                    equal_nan, allow_vacuous)
+    if actual_model is not None and inputs is not None and _uses_default(tolerance, rtol, atol) \
+            and float16_textures.sibling_of(actual_model) is not None:
+        return _textures_two_part(actual_model, expected_model, inputs, act, exp_raw, device, meta, msg,
+                                  equal_nan, allow_vacuous)
     calibration = None
     if isinstance(tolerance, str):
         _check_calibrated(tolerance, rtol, atol)
@@ -165,6 +169,31 @@ def _quantized_two_part(cand: Any, ref_model: Any, inputs: Any, act: Any, exp_ra
         quant = diagnose.diagnose_quantization(report, candidate=cand, sibling=sibling, inputs=inputs,
                                                variant=variant, twin=twin)
         return hints + quant if "conversion" in report.meta["quantized"]["failed_parts"] else quant + hints
+
+    return _finish("outputs_close", report, msg, why)
+
+
+def _textures_two_part(cand: Any, ref_model: Any, inputs: Any, act: Any, exp_raw: Any, device: str,
+                       meta: dict[str, Any], msg: str | None, equal_nan: bool, allow_vacuous: bool) -> ComparisonReport:
+    """A tfjs:webgl-f16 candidate with its float32-textures sibling (``checks/float16_textures.py``)."""
+    __tracebackhide__ = True
+    sibling = float16_textures.sibling_of(cand)
+    sib, exp, _, _ = align_structures(_run(sibling, inputs), exp_raw, from_models=True, models=(sibling, ref_model))
+    act, _, _, _ = align_structures(act, exp_raw, from_models=True, models=(cand, ref_model))
+    floors = _shadow_floors(ref_model, inputs, exp_raw, _leaf_paths(exp), "tfjs", meta)
+    conv_tol = _tolerance_fn(sib, None, rtol=None, atol=None, device=device, fmt="tfjs", compute=_compute_dtype(ref_model),
+                             floors=floors, allow_vacuous=allow_vacuous, **_floor_of(meta))
+    errors = {p: v[floor.FLOAT64] for p, v in (floors or {}).items() if floor.FLOAT64 in v}
+    report = float16_textures.two_part_report(textures=act, sibling=sib, reference=exp, conversion_tolerance=conv_tol,
+                                              float32_errors=errors or None, missing=meta.get("noise_floor_missing"),
+                                              equal_nan=equal_nan)
+    report.title = f"{_name(cand)} vs {_name(ref_model) if ref_model is not None else 'expected'}"
+    report.meta.update({k: v for k, v in meta.items() if k != "summary"})
+
+    def why() -> list:
+        conversion = compare(sib, exp, tolerance=conv_tol, equal_nan=equal_nan)
+        return diagnose.diagnose_comparison(conversion, actual=sib, expected=exp, actual_model=sibling,
+                                            expected_model=ref_model, inputs=inputs)
 
     return _finish("outputs_close", report, msg, why)
 

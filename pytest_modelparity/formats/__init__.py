@@ -158,6 +158,11 @@ def load_model(source: Any, format: str | None = None, *, device: str = "cpu", *
     missing = missing_runtime(format)
     if missing is not None:
         raise missing
+    if format == "tfjs" and isinstance(options.get("backend"), str):
+        from .tfjs_browser import BROWSER_BACKENDS, load as load_in_browser
+
+        if options["backend"] in BROWSER_BACKENDS:  # a page in headless Chromium
+            return load_in_browser(source, device=device, **options)
     return format_module(format).load(source, device=device, **options)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -346,6 +347,7 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
     state.rows.extend(payload.get("rows", []))
     state.artifacts.extend(payload.get("artifacts", []))
     state.left_out.extend(p for p in payload.get("left_out", []) if p not in state.left_out)
+    state.browsers.extend(b for b in payload.get("browsers", []) if b not in state.browsers)
     state.workers += 1
 
 
@@ -383,16 +385,20 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     state = _state_or_none(config)
     if state is None:
         return
+    browser = sys.modules.get("pytest_modelparity.runtime.browser_process")
+    if browser is not None:  # what ran the browser formats (tfjs:webgl...), said in the summary and JSON
+        state.browsers.extend(r for r in browser.browser_runs() if r not in state.browsers)
     workeroutput = getattr(config, "workeroutput", None)
     if workeroutput is not None:  # an xdist worker: the controller writes the reports
-        workeroutput[_ROWS_KEY] = {"rows": state.rows, "artifacts": state.artifacts, "left_out": state.left_out}
+        workeroutput[_ROWS_KEY] = {"rows": state.rows, "artifacts": state.artifacts, "left_out": state.left_out,
+                                   "browsers": state.browsers}
         return
     if not state.rows and not (state.options.report or state.options.html):
         return
     from ..reports.summary import build_document, write_json
 
     doc = build_document(rows=state.rows, tests=state.tests, artifacts=state.artifacts,
-                         options=_options_doc(state), workers=state.workers)
+                         options=_options_doc(state), workers=state.workers, browsers=state.browsers)
     state.document = doc
     from ..reports.html import write_html
 
@@ -432,13 +438,15 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     left_out = left_out_line(state.left_out, cpu_in_matrix=not devices_run or "cpu" in devices_run)
     if left_out:
         terminalreporter.write_line(left_out)
-    from ..reports.summary import floor_line, route_lines
+    from ..reports.summary import browser_line, floor_line, route_lines
 
     without_floor = floor_line(state.rows)
     if without_floor:
         terminalreporter.write_line(without_floor, yellow=True)
     for line in route_lines(state.artifacts):
         terminalreporter.write_line(line)
+    for run in state.browsers:  # tfjs:webgl ran in Chrome/156... (headless), WebGL 2 on '...', float32 textures
+        terminalreporter.write_line(f"modelparity: {browser_line(run)}")
     from ..runtime.tfjs_runner import installed_since
 
     installed = installed_since(state.started)

@@ -14,6 +14,7 @@ import contextlib
 import importlib
 import re
 import shutil
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ import pytest
 
 from ..errors import DeviceUnavailable, ModelLoadError, NotSerializable, RuntimeMissing
 from ..runtime.scratch import owned_prefix
-from .options import ParityOptions, split_format
+from .options import RUNTIME_VARIANTS, ParityOptions, split_format
 
 STATE_KEY = pytest.StashKey["ParitySession"]()
 BATCH_SIZE = 4
@@ -99,6 +100,8 @@ class ParitySession:
     _cache: Any = None
     _exporter: Any = None  # export_process.ExportProcess, or None for export_model in this process
     left_out: list[list[str]] = field(default_factory=list)  # [format, device] pairs a format cannot run on
+    # What ran the browser formats (tfjs:webgl...): Chromium's version, WebGL's renderer, textures.
+    browsers: list[dict] = field(default_factory=list)
     started: float = field(default_factory=time.time)  # wall clock: what this run installed (tfjs npm ci)
     # node id -> (device, outcome, skip/failure reason) of every matrix test: "nothing ran on a GPU"
     device_outcomes: dict[str, tuple[str, str, str | None]] = field(default_factory=dict)
@@ -214,6 +217,8 @@ class ParitySession:
             load_opts = dict(opts if as_is else {})
             if base == "tfjs":  # Node.js runs it: --modelparity-timeout bounds its load and each predict
                 load_opts.setdefault("timeout_s", self.options.timeout)
+                if _variant is not None:  # tfjs:webgl...: a page of headless Chromium runs it
+                    load_opts["backend"] = _variant
             loaded = _load_source(path, base, device, load_opts)
             ranges = self.calibration_ranges.get(format)
             if ranges:  # diagnosis names inputs outside them (diagnose.calibration)
@@ -225,6 +230,8 @@ class ParitySession:
             loaded = self._bound(loaded, obj, device, given, elements, bind, None if as_is else path)
             if base == "tflite" and _variant in QUANTIZED_VARIANTS and not as_is:
                 self._attach_sibling(loaded, obj, device, given, conv, elements, dataset, bind)
+            if format == "tfjs:webgl-f16":  # judged against float32 textures (checks/float16_textures.py)
+                self._attach_sibling(loaded, obj, device, given, conv, elements, dataset, bind, sibling="tfjs:webgl")
             return loaded
 
         return self._once(self.candidates, (id(obj), format, device, _options_key(opts), _options_key(conv),
@@ -253,11 +260,12 @@ class ParitySession:
         return bound
 
     def _attach_sibling(self, loaded: Any, obj: Any, device: str, opts: dict, conv: dict, elements: Any,
-                        dataset: Any, bind: dict | None = None) -> None:
-        """The float32 tflite of the same source (cached like any candidate) on ``loaded``; when
-        it cannot be had, the quantised candidate keeps the one fixed rule and says why."""
+                        dataset: Any, bind: dict | None = None, sibling: str = "tflite") -> None:
+        """The float32 form of the same source (``sibling``: tflite, or tfjs:webgl for float16
+        textures; cached like any candidate) on ``loaded``; when it cannot be had, the
+        candidate keeps the one fixed rule and says why."""
         try:
-            loaded.float_sibling = self.candidate(obj, "tflite", device, opts, conv, elements, dataset, bind)
+            loaded.float_sibling = self.candidate(obj, sibling, device, opts, conv, elements, dataset, bind)
         except Exception as exc:  # noqa: BLE001 - the sibling is extra evidence, never a new failure
             loaded.float_sibling_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 
@@ -266,6 +274,9 @@ class ParitySession:
         opts = dict(load_options or {})
         src = self.source(obj, opts.pop("format", None))
         conv = dict(converter_options or {})
+        base, variant = split_format(format)
+        if variant in RUNTIME_VARIANTS.get(base, ()):
+            format = base  # tfjs:webgl runs tfjs's own model.json: one export for every browser
         return self._once(self.exports, (id(obj), format, _options_key(opts), _options_key(conv), repr(elements),
                                          _dataset_key(dataset)),
                           lambda: self._export(src, format, opts, conv, elements, dataset))
@@ -432,6 +443,9 @@ class ParitySession:
         if self._exporter is not None:
             self._exporter.close()
             self._exporter = None
+        browser = sys.modules.get("pytest_modelparity.runtime.browser_process")
+        if browser is not None:  # the session's one Chromium, when a browser format started it
+            browser.close_shared_browser()
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
         if self._tf32_before is not None:  # TF's switch is process-wide: give it back

@@ -25,7 +25,12 @@ GROUP = "modelparity"
 # Variants a format is exported in, named "base:variant" (tflite:int8): the exporter gets
 # quantization=<variant>. They mirror formats/tflite.py's QUANTIZATIONS (float32 is plain
 # "tflite"), kept here because importing that module at start-up would import numpy.
-FORMAT_VARIANTS: dict[str, tuple[str, ...]] = {"tflite": ("float16", "dynamic_range", "int8")}
+# tfjs's variants are where it runs, not how it is exported: the same model.json in a page of
+# headless Chromium (formats/tfjs_browser.py BROWSER_BACKENDS).
+FORMAT_VARIANTS: dict[str, tuple[str, ...]] = {"tflite": ("float16", "dynamic_range", "int8"),
+                                               "tfjs": ("webgl", "webgl-f16", "webgpu")}
+# Variants that change only where the export runs: exported as their base format.
+RUNTIME_VARIANTS: dict[str, tuple[str, ...]] = {"tfjs": FORMAT_VARIANTS["tfjs"]}
 VALID_FORMATS: tuple[str, ...] = ALL_FORMATS + tuple(
     f"{base}:{variant}" for base, variants in FORMAT_VARIANTS.items() for variant in variants)
 DEVICE_CHOICES = ("cpu", "gpu", "all")
@@ -37,8 +42,8 @@ _OPTIONS: tuple[tuple[str, Literal["string", "bool"], str], ...] = (
      "device(s) to run models on: cpu, gpu, gpu:N, all (every device TensorFlow sees), or a "
      "comma-separated list (default: cpu)"),
     ("formats", "string",
-     f"comma-separated export formats to test (default: every installed one; quantised variants such as "
-     f"tflite:int8 only when named); valid: {', '.join(VALID_FORMATS)}"),
+     f"comma-separated export formats to test (default: every installed one; variants such as "
+     f"tflite:int8 or tfjs:webgl (headless Chromium) only when named); valid: {', '.join(VALID_FORMATS)}"),
     ("report", "string", "write every comparison as JSON to this path (schema: docs/report-schema.md)"),
     ("html", "string", "write a self-contained HTML report (table + error histograms) to this path"),
     ("cache-dir", "string",

@@ -287,6 +287,12 @@ def route_lines(artifacts: Sequence[dict]) -> list[str]:
             f"{next(p for p in route.split('; ') if CHANGED_COMPUTATION in p)}" for (source, fmt), route in seen.items()]
 
 
+def browser_line(run: dict) -> str:
+    """``tfjs:webgl ran in Chrome/156.0.8078.114 (headless), WebGL 2 on 'ANGLE (...)', float32 textures``."""
+    gl = f"WebGL {run.get('webgl_version')} on {run.get('renderer')!r}" if run.get("renderer") else "WebGPU"
+    return f"{run.get('format')} ran in {run.get('chromium')} (headless), {gl}, {run.get('textures')} textures"
+
+
 def sort_rows(rows: Iterable[dict]) -> list[dict]:
     return sorted(rows, key=lambda r: (r["nodeid"], r.get("seq", 0)))
 
@@ -296,7 +302,7 @@ ROW_VERDICTS = ("pass", "fail", "expected")
 
 
 def build_document(*, rows: Sequence[dict], tests: dict[str, dict], artifacts: Sequence[dict],
-                   options: dict, workers: int = 0) -> dict:
+                   options: dict, workers: int = 0, browsers: Sequence[dict] = ()) -> dict:
     """The JSON report. ``summary`` counts tests by outcome (``failed``, ``error``: tests) and
     rows by verdict (``rows_failed``: outputs) separately: one failing test may hold many rows."""
     rows = sort_rows(rows)
@@ -318,6 +324,7 @@ def build_document(*, rows: Sequence[dict], tests: dict[str, dict], artifacts: S
         "summary": summary,
         "tests": [dict(nodeid=k, **v) for k, v in sorted(tests.items())],
         "artifacts": json_value(list(artifacts)),
+        "browsers": json_value(list(browsers)),
         "rows": json_value(rows),
     }
 

@@ -1,0 +1,181 @@
+"""One headless Chromium per Python process, and a page in it per loaded model.
+
+Why one browser: Chromium with SwiftShader takes seconds to start and hundreds of MB; a test
+session loading a dozen browser models must not start a dozen. ``shared_browser()`` starts
+``node browser.js <chromium> chromium`` (``runtime/tfjs_runner/browser.js``, which drives
+Chromium over the DevTools protocol) once and hands it out; each model gets a
+:class:`BrowserPage` that talks to its page through that process.
+
+The Node process is a ``tfjs_process.NodeProcess``: the same frames, the same start-up
+handshake, the same ``timeout_s`` on every exchange (past it Python kills Node, and Chromium,
+which exits when its DevTools pipe closes, with it), the same ``NodeProcessDied`` for the
+call that finds it dead. A page whose browser died is reported dead too, so its model starts
+a new browser (``shared_browser()`` again) and loads the model into a fresh page on its next
+call, like a Node runner that died.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import threading
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..errors import RuntimeMissing
+from .tfjs_process import NodeProcess, NodeProcessDied, RunnerError, decode_tensors, encode_tensors
+
+__all__ = ["BROWSER_JS", "CHROMIUM_HINT", "BrowserHost", "BrowserPage", "chromium_executable", "shared_browser",
+           "close_shared_browser", "browser_runs", "record_run"]
+
+BROWSER_JS = Path(__file__).resolve().parent / "tfjs_runner" / "browser.js"
+CHROMIUM_HINT = ("`apt-get install chromium` as root (Debian; Ubuntu: `apt-get install chromium-browser` or the snap; "
+                 "scripts/install.sh does it), or set MODELPARITY_CHROMIUM=/path/to/chrome")
+_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
+
+_lock = threading.Lock()
+_shared: "BrowserHost | None" = None
+# What ran the browser models of this process, once per distinct (format, browser, renderer,
+# textures): the plugin's summary and JSON report say it (``browser_runs``).
+_RUNS: list[dict[str, Any]] = []
+
+
+def record_run(run: dict[str, Any]) -> None:
+    with _lock:
+        if run not in _RUNS:
+            _RUNS.append(dict(run))
+
+
+def browser_runs() -> list[dict[str, Any]]:
+    with _lock:
+        return [dict(r) for r in _RUNS]
+
+
+def chromium_executable() -> str:
+    """``$MODELPARITY_CHROMIUM``, else the first Chromium on PATH; ``RuntimeMissing`` when none."""
+    env = os.environ.get("MODELPARITY_CHROMIUM")
+    if env:
+        if shutil.which(env) is None:
+            raise RuntimeMissing(f"the browser MODELPARITY_CHROMIUM={env!r} (not an executable file)", CHROMIUM_HINT)
+        return str(shutil.which(env))
+    for name in _NAMES:
+        found = shutil.which(name)
+        if found:
+            return found
+    raise RuntimeMissing("a Chromium browser (needed by formats tfjs:webgl, tfjs:webgl-f16 and tfjs:webgpu)",
+                         CHROMIUM_HINT)
+
+
+class BrowserHost:
+    """The Node process driving one Chromium; ``meta`` holds ``chromium`` (its version string)."""
+
+    def __init__(self, *, node: str, node_modules: Path, timeout_s: float | None) -> None:
+        self.executable = chromium_executable()
+        self.process = NodeProcess(self.executable, backend="chromium", node=node, runner_js=BROWSER_JS,
+                                   node_modules=node_modules, timeout_s=timeout_s,
+                                   description=f"headless Chromium ({self.executable})")
+        self.meta: dict[str, Any] = self.process.meta
+
+    @property
+    def alive(self) -> bool:
+        return self.process.alive
+
+    @property
+    def reported_dead(self) -> bool:
+        return self.process.reported_dead
+
+    def request(self, message: bytes, what: str) -> tuple[str, memoryview]:
+        kind, payload = self.process.exchange(message)
+        if kind == "E":
+            raise RunnerError(f"{what}: {payload.tobytes().decode('utf-8', 'replace')}")
+        return kind, payload
+
+    def open_page(self, model_json: Path, files: Sequence[str], backend: str, f16: bool, description: str) -> "BrowserPage":
+        body = json.dumps({"model": str(model_json), "files": list(files), "backend": backend, "f16": f16})
+        kind, payload = self.request(b"L" + body.encode("utf-8"), description)
+        if kind != "H":
+            raise RunnerError(f"{description}: unexpected answer {kind!r} to a page load")
+        return BrowserPage(self, json.loads(payload.tobytes().decode("utf-8")), description)
+
+    def close(self) -> None:
+        self.process.close()
+
+
+def shared_browser(*, node: str, node_modules: Path, timeout_s: float | None) -> BrowserHost:
+    """The session's browser: started on first use, started again once the old one died."""
+    global _shared
+    with _lock:
+        if _shared is None or not _shared.alive or _shared.executable != chromium_executable():
+            if _shared is not None:
+                _shared.close()
+            _shared = BrowserHost(node=node, node_modules=node_modules, timeout_s=timeout_s)
+        return _shared
+
+
+def close_shared_browser() -> None:
+    """Stop the session's browser and forget what ran (the plugin calls this at the end of a session)."""
+    global _shared
+    with _lock:
+        _RUNS.clear()
+        if _shared is not None:
+            _shared.close()
+            _shared = None
+
+
+class BrowserPage:
+    """One model's page: the ``NodeProcess`` interface a ``TFJSModel`` serves from."""
+
+    def __init__(self, host: BrowserHost, meta: dict[str, Any], description: str) -> None:
+        self.host = host
+        self.meta = meta
+        self.page = int(meta["page"])
+        self.description = description
+        self.last_compute_ms: float | None = None
+        self.execution: str | None = None
+        self._closed = False
+
+    @property
+    def reported_dead(self) -> bool:
+        """The browser under this page died and a call has been told: a new page may replace it."""
+        return self.host.reported_dead or (not self.host.alive and not self._closed)
+
+    @property
+    def alive(self) -> bool:
+        return self.host.alive and not self._closed
+
+    def _call(self, message: bytes, what: str) -> dict[str, np.ndarray]:
+        if self._closed:
+            raise NodeProcessDied(f"{self.description}: the model was closed; load it again to predict")
+        kind, payload = self.host.request(message, f"{self.description}")
+        if kind != "R":
+            raise RunnerError(f"{self.description}: unexpected answer {kind!r} to {what}")
+        self.last_compute_ms, mode = struct.unpack_from("<dB", payload, 0)
+        self.execution = ("execute", "executeAsync")[mode]
+        return decode_tensors(payload, 9)
+
+    def predict(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return self._call(b"P" + struct.pack("<H", self.page) + encode_tensors(feeds), "predict")
+
+    def fetch(self, feeds: Mapping[str, np.ndarray], nodes: Sequence[str], *,
+              max_bytes: int = 256 << 20) -> dict[str, np.ndarray]:
+        if not nodes or len(nodes) > 0xFFFF:
+            raise ValueError(f"fetch() takes 1 to 65535 node names, got {len(nodes)}")
+        head = [struct.pack("<HIH", self.page, min(int(max_bytes), 0xFFFFFFFF), len(nodes))]
+        for name in nodes:
+            raw = name.encode("utf-8")
+            head.append(struct.pack(f"<H{len(raw)}s", len(raw), raw))
+        return self._call(b"I" + b"".join(head) + encode_tensors(feeds), "intermediates")
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self.host.alive:
+            try:
+                self.host.request(b"C" + struct.pack("<H", self.page), self.description)
+            except (RunnerError, NodeProcessDied, OSError):
+                pass  # the page goes with its browser anyway
