@@ -443,8 +443,12 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 
     installed = installed_since(state.started)
     if installed:  # its progress message went to the log with the rest of the load's output
-        terminalreporter.write_line(f"modelparity: installed the Node.js packages of the tfjs format on first use "
-                                    f"({installed})")
+        if "repairing" in installed:
+            terminalreporter.write_line(f"modelparity: installed the Node.js packages of the tfjs format again "
+                                        f"({installed})", yellow=True)
+        else:
+            terminalreporter.write_line(f"modelparity: installed the Node.js packages of the tfjs format on "
+                                        f"first use ({installed})")
     no_gpu = nothing_on_gpu_line(state.device_outcomes)
     if no_gpu:
         terminalreporter.write_line(no_gpu, yellow=True, bold=True)
