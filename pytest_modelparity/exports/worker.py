@@ -116,6 +116,7 @@ class ExportProcess:
         self.peak_rss: int | None = None  # the worker's peak resident memory after its last export
         self._proc: subprocess.Popen | None = None
         self._reply_fd: int | None = None
+        self._tmp: Path | None = None  # the worker's $TMPDIR, removed when it ends
         self._dir = Path(tempfile.mkdtemp(prefix=owned_prefix("modelparity-handover-")))
         self._handed: dict[str, Path] = {}  # weights digest -> .keras file
 
@@ -123,6 +124,7 @@ class ExportProcess:
     def _start(self) -> subprocess.Popen:
         if self._proc is not None and self._proc.poll() is None:
             return self._proc
+        self._forget()  # a worker that died while idle: its pipe and temporary folder go with it
         read_fd, write_fd = os.pipe()
         log_target: Any = subprocess.DEVNULL
         if self.log_path is not None:
@@ -136,6 +138,12 @@ class ExportProcess:
             env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
             here = str(Path(__file__).resolve().parent.parent)
             env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH", "")) if p)
+            # Everything TensorFlow and the converters put in $TMPDIR (their tmp* folders,
+            # autograph's __autograph_generated_file*.py, tensorflowjs' intermediate SavedModel)
+            # lands in a folder of this worker's own, removed when the worker ends, killed or
+            # not; an owner-tagged name, so a run killed itself is swept by the next one.
+            self._tmp = Path(tempfile.mkdtemp(prefix=owned_prefix("modelparity-tmp-")))
+            env["TMPDIR"] = str(self._tmp)
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "pytest_modelparity.exports.worker", str(write_fd),
                  str(self.log_path) if log_target is not subprocess.DEVNULL else ""],
@@ -275,15 +283,17 @@ class ExportProcess:
             except (OSError, subprocess.TimeoutExpired):
                 proc.kill()
                 proc.wait()
-        if self._reply_fd is not None:
-            os.close(self._reply_fd)
-            self._reply_fd = None
+        self._forget()
 
     def _forget(self) -> None:
+        """The worker is gone (stopped, killed, dead): drop its pipe and its temporary folder."""
         self._proc = None
         if self._reply_fd is not None:
             os.close(self._reply_fd)
             self._reply_fd = None
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
 
     def _log_size(self) -> int:
         try:
