@@ -155,9 +155,15 @@ class ExportProcess:
         self._reply_fd = read_fd
         return self._proc
 
-    def close(self) -> None:
-        """Stop the worker (it exits when its stdin closes) and remove the handed-over files."""
-        self._stop_worker()
+    def close(self, wait_s: float = 2.0) -> None:
+        """Stop the worker (it exits when its stdin closes; killed after ``wait_s``: its
+        temporaries are in a folder of ours anyway) and remove the handed-over files.
+
+        Why not wait longer: under pytest-xdist a worker whose session still runs 5 s after the
+        controller asked it to end gets a SIGINT from execnet (a ``KeyboardInterrupt`` traceback
+        per worker at the end of the run); a TensorFlow process slow to exit on a loaded machine
+        must not cost that."""
+        self._stop_worker(wait_s)
         shutil.rmtree(self._dir, ignore_errors=True)
 
     @property
@@ -273,13 +279,13 @@ class ExportProcess:
         if rss is not None and self.recycle_rss is not None and rss > self.recycle_rss:
             self._stop_worker()
 
-    def _stop_worker(self) -> None:
+    def _stop_worker(self, wait_s: float = 5.0) -> None:
         proc, self._proc = self._proc, None
         if proc is not None:
             try:
                 if proc.stdin:
                     proc.stdin.close()
-                proc.wait(timeout=5)
+                proc.wait(timeout=wait_s)
             except (OSError, subprocess.TimeoutExpired):
                 proc.kill()
                 proc.wait()

@@ -407,6 +407,15 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
 
 
+def _workers_logged(folder: Path, since: float) -> bool:
+    """Whether an xdist worker of this run wrote a log in ``folder`` (a suite that touches no
+    model writes none, and the folder may not even exist: no line may name it then)."""
+    try:
+        return any(log.stat().st_mtime >= since - 1.0 for log in folder.glob("*.log"))
+    except OSError:
+        return False
+
+
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     state = _state_or_none(config)
     if state is None or getattr(config, "workeroutput", None) is not None:
@@ -425,7 +434,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         if len(shown) < len(rows):
             terminalreporter.write_line(hidden_rows_line(rows, shown))
     logs = state.logs
-    if logs is not None and logs.path is not None and (logs.written or state.workers):
+    if logs is not None and logs.path is not None and (logs.written or (state.workers and _workers_logged(
+            logs.path.parent, state.started))):
         terminalreporter.write_line(f"modelparity: TensorFlow and converter output kept in "
                                     f"{logs.path.parent}{os.sep} (-v -s shows it on the terminal instead)")
     devices_run = {d for d, _, _ in state.device_outcomes.values()}
