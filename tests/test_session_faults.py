@@ -124,3 +124,74 @@ def test_under_xdist_no_keyboard_interrupt_at_the_end_and_no_line_naming_a_log_f
                                            "-p", "no:randomly", "test_plain.py", timeout=600)
     result.assert_outcomes(passed=1)
     assert "kept in" not in result.stdout.str() and not (pytester.path / "cache2").exists(), result.stdout.str()
+
+
+MEMORY_SUITE = '''
+    import resource
+    import pytest
+    import big_helper  # imported (compiled) before memory runs short
+
+    BALLAST = []
+
+    @pytest.fixture
+    def ballast():
+        yield BALLAST
+        BALLAST.clear()  # teardown: the rest of the session has its memory back
+
+    def _mapped():
+        with open("/proc/self/status") as fh:
+            return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmSize:"))
+
+    def test_fails_with_the_address_space_nearly_gone(ballast):
+        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+        ballast.append(bytearray(limit - _mapped() - (8 << 20)))
+        big_helper.fail()  # pytest parses this 20000-function file to show the traceback
+
+    def test_tensorflow_does_not_fit(parity_candidate):
+        pass
+'''
+
+
+def test_under_ulimit_v_the_session_ends_normally_and_says_it_is_memory(pytester: pytest.Pytester) -> None:
+    """A real `ulimit -v` (900 MB: below what TensorFlow maps) in a child pytest session: pytest
+    running out of memory while it formats a failure's traceback gave INTERNALERROR MemoryError
+    and ended the session; now the test gets a short report, the session its summary, exit code 1."""
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("bash") is None:
+        pytest.skip("bash is needed for `ulimit -v`")
+    pytester.makeconftest(TINY_SOURCE_CONFTEST)
+    helper = ["def fail():", "    assert 1 == 2"] + [
+        f"def f{i}(a, b):\n    return [a + b * {i} for _ in range(3)]" for i in range(20000)]
+    (pytester.path / "big_helper.py").write_text("\n".join(helper) + "\n")
+    pytester.makepyfile(test_memory=textwrap.dedent(MEMORY_SUITE))
+    command = (f"ulimit -v 900000 && exec {sys.executable} -m pytest -p no:cacheprovider -p no:randomly "
+               f"--modelparity-formats=saved_model --modelparity-cache-dir=cache")
+    proc = subprocess.run(["bash", "-c", command], cwd=pytester.path, capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert "INTERNALERROR" not in out, out[-4000:]
+    assert proc.returncode == 1, (proc.returncode, out[-4000:])
+    assert "pytest ran out of memory while formatting this failure's traceback" in out, out[-4000:]
+    assert "1 failed" in out and "1 error" in out, out[-2000:]
+
+
+def test_a_converter_out_of_memory_says_so_with_the_fix_and_the_log_does_not_say_done(tmp_path: Path) -> None:
+    """A real address-space limit around the export in the worker (1 MiB more than it maps)."""
+    import models
+    from pytest_modelparity import errors
+    from pytest_modelparity.exports.worker import ExportProcess
+
+    log = tmp_path / "worker.log"
+    process = ExportProcess(timeout_s=300, memory_limit=1 << 20, log_path=log)
+    try:
+        with pytest.raises(errors.ExportError) as info:
+            process.export(models.tiny_cnn(seed=1), "saved_model", tmp_path / "sm" / "m")
+    finally:
+        process.close()
+    err = info.value
+    assert "out of memory" in err.problem and "MemoryError" in err.problem, err.problem
+    assert err.fix and "ulimit -v" in err.fix
+    text = log.read_text()
+    assert "== export to saved_model failed" in text and "== export to saved_model done" not in text

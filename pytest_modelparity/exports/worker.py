@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ExportError, InvalidArgumentError, ModelLoadError, NotSerializable, RuntimeMissing
-from ..runtime.resources import human_bytes
+from ..runtime.resources import address_space_limit, human_bytes, resource_failure
 from ..runtime.scratch import owned_prefix
 
 __all__ = ["ExportProcess"]
@@ -76,8 +76,9 @@ def _peak_rss(pid: int) -> int | None:
     return _status(pid, b"VmHWM")
 
 
-def _how_it_ended(code: int | None) -> tuple[str, str]:
-    """``(what happened, fix)`` for the worker's exit status."""
+def _how_it_ended(code: int | None, export_memory: int | None = None) -> tuple[str, str]:
+    """``(what happened, fix)`` for the worker's exit status (``export_memory``: the address space
+    one export may add, --modelparity-export-memory)."""
     if code is None:
         return "stopped answering", "see the converter log"
     if code < 0:
@@ -92,6 +93,16 @@ def _how_it_ended(code: int | None) -> tuple[str, str]:
         if -code == signal.SIGABRT:
             return (f"aborted ({name}: the converter's C++ code failed a check, often for lack of memory)",
                     "see the converter log; if it says out of memory, give the export more memory")
+        limit = address_space_limit()  # inherited by the worker: a failed allocation there often crashes
+        if export_memory is not None:
+            return (f"crashed ({name}) with its address space limited to {human_bytes(export_memory)} more per "
+                    f"export (--modelparity-export-memory), where a failed allocation in C++ code often ends as a crash",
+                    "raise --modelparity-export-memory; docs/model-size.md lists what each format needs")
+        if limit is not None:
+            return (f"crashed ({name}) under an address-space limit of {human_bytes(limit)} (ulimit -v), where a "
+                    f"failed allocation in C++ code often ends as a crash",
+                    "raise the limit (`ulimit -v unlimited`, or a larger value: TensorFlow alone maps about 1.5 GB "
+                    "of address space, a converter more); docs/model-size.md lists what each format needs")
         return f"crashed ({name})", "see the converter log; the same export in a fresh Python shows the crash"
     return f"exited with code {code}", "see the converter log"
 
@@ -263,7 +274,7 @@ class ExportProcess:
                                   "export a smaller one", log_path=self.log_path)
         code = proc.wait()
         self._forget()
-        what, fix = _how_it_ended(code)
+        what, fix = _how_it_ended(code, self.memory_limit)
         tail = self._log_tail(log_start)
         problem = (f"the converter's process {what} after {time.monotonic() - start:.1f} s, with a peak memory of "
                    f"{human_bytes(peak or 0)}; the test session goes on")
@@ -364,6 +375,12 @@ def _rebuild(info: dict, format: str, path: Path) -> Exception:
     if kind in ("TypeError", "ValueError"):
         return {"TypeError": TypeError, "ValueError": ValueError}[kind](info["message"])
     first = info["message"].strip().splitlines()[0][:300] if info["message"].strip() else ""
+    # A MemoryError (often with no message at all) or a library that could not be mapped under
+    # an address-space limit: say it is memory, with the fix, not "the converter failed (MemoryError: )".
+    stand_in: BaseException = MemoryError(info["message"]) if kind == "MemoryError" else RuntimeError(info["message"])
+    limit = resource_failure(stand_in, str(path.parent))
+    if limit is not None:
+        return ExportError(path, format, f"the converter ran {limit[0]} in the export worker", limit[1])
     return ExportError(path, format, f"the converter failed ({kind}: {first})", None)
 
 
@@ -429,7 +446,8 @@ def _main(reply_fd: int, log_path: str = "") -> None:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             result = {"error": _describe(exc)}
-        print(f"== export to {request['format']} done (pid {os.getpid()})", flush=True)
+        outcome = f"failed ({result['error'].get('type')})" if "error" in result else "done"
+        print(f"== export to {request['format']} {outcome} (pid {os.getpid()})", flush=True)
         _send(reply, result)
 
 

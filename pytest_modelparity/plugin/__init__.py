@@ -251,8 +251,22 @@ def _skip_at_item(reason: str) -> BaseException:
 @pytest.hookimpl(wrapper=True, tryfirst=True)  # outermost: sees the xfail verdict of the skipping plugin
 def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Any:
     """A test that passed although an assertion failed in it (``pytest.raises``), or an
-    xfail test, expected that failure: its rows say so instead of FAIL."""
-    report = yield
+    xfail test, expected that failure: its rows say so instead of FAIL. A failure for lack of
+    memory gets the limit and the fix; pytest running out of memory while it formats the
+    traceback gets a short report instead of an INTERNALERROR that ends the session."""
+    try:
+        report = yield
+    except MemoryError:
+        report = _short_report(item, call)
+    if call.excinfo is not None and report.failed:
+        from ..runtime.resources import memory_hint
+
+        try:
+            hint = memory_hint(call.excinfo.value)
+        except MemoryError:
+            hint = None
+        if hint:
+            report.sections.append(("modelparity: out of memory", hint))
     if report.when == "setup" and report.failed:
         from .scope_hint import scope_mismatch_message
 
@@ -270,6 +284,19 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Any:
                 row["verdict"] = "expected"
                 row["expected_because"] = why
     return report
+
+
+def _short_report(item: pytest.Item, call: Any) -> pytest.TestReport:
+    """The test's report without its traceback (formatting it needed memory there was not)."""
+    exc = call.excinfo.value if call.excinfo is not None else None
+    what = f"{type(exc).__name__}: {str(exc)[:500]}" if exc is not None else "the test failed"
+    text = (f"{what}\n(modelparity: pytest ran out of memory while formatting this failure's traceback, so it is "
+            f"left out; the process is short of memory or address space: raise `ulimit -v` or free memory)")
+    if call.excinfo is None:
+        return pytest.TestReport(item.nodeid, item.location, {}, "passed", None, call.when, [], call.duration,
+                                 call.start, call.stop)
+    return pytest.TestReport(item.nodeid, item.location, {}, "failed", text, call.when, [], call.duration,
+                             call.start, call.stop)
 
 
 def _state_or_none(config: Any) -> ParitySession | None:
@@ -417,6 +444,14 @@ def _workers_logged(folder: Path, since: float) -> bool:
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    try:
+        _terminal_summary(terminalreporter, config)
+    except (MemoryError, SystemError) as exc:  # out of memory (address space): one line, not a traceback
+        terminalreporter.write_line(f"modelparity: the end-of-run summary was left out: the process ran out of "
+                                    f"memory ({type(exc).__name__}); raise `ulimit -v` or free memory", red=True)
+
+
+def _terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     state = _state_or_none(config)
     if state is None or getattr(config, "workeroutput", None) is not None:
         return
