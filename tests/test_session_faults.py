@@ -1,5 +1,7 @@
 """Session-level faults with the real damage: an export worker killed in the middle of an
-export (TensorFlow's temporaries must not stay in $TMPDIR), ..."""
+export (TensorFlow's temporaries must not stay in $TMPDIR), an xdist run whose export worker is
+slow to exit (execnet must not SIGINT the workers), a session under a real `ulimit -v`, and a
+converter under a real RLIMIT_AS."""
 
 from __future__ import annotations
 
