@@ -138,27 +138,49 @@ def test_doubled_softmax_fails_assert_outputs_close(cnn, tmp_path):
     assert "softmax(expected)" in str(info.value)
 
 
-def test_killed_process_fails_one_call_then_a_fresh_process_serves_the_model(cnn, cnn_tfjs):
-    """Kill the real node child: the next call fails saying so (pid, signal, stderr tail), the
-    call after it gets a new Node process that loaded the model again (no reload by the user)."""
+def test_node_killed_while_idle_is_restarted_before_the_next_call_which_passes(cnn, cnn_tfjs):
+    """Kill the real node child between calls: nothing was asked of it, so the next call gets a
+    new Node process that loaded the model again and answers; ``restart_reasons`` says what
+    happened (pid, signal, stderr tail). A closed model is never restarted."""
     x = models.images(2)
     model = _load(cnn_tfjs, backend="cpu")  # the cpu backend prints the banner checked below
     first = model.predict(x)["probs"]
     pid = model.process.pid
     os.kill(pid, signal.SIGKILL)
     assert _wait_gone(pid)
-    with pytest.raises(NodeProcessDied) as info:
-        model.predict(x)
-    text = str(info.value)
-    assert str(pid) in text and "SIGKILL" in text
-    assert "stderr tail" in text and "TensorFlow.js" in text  # tfjs's Node banner went to stderr
-    assert "starts a new Node.js process" in text and str(cnn_tfjs) in text
     np.testing.assert_array_equal(model.predict(x)["probs"], first)
     assert model.process.pid != pid and model.restarts == 1 and model.backend == "cpu"
     _started_pids.append(model.process.pid)
+    (reason,) = model.restart_reasons
+    assert str(pid) in reason and "SIGKILL while idle between calls" in reason
+    assert "stderr tail" in reason and "TensorFlow.js" in reason  # tfjs's Node banner went to stderr
     model.close()
     with pytest.raises(NodeProcessDied, match="closed"):  # a closed model is not restarted
         model.predict(x)
+
+
+def test_node_dying_during_a_call_fails_that_call_only(cnn, cnn_tfjs):
+    """A death during a call (node stopped with SIGSTOP so the call is surely waiting, then
+    killed) fails that call naming pid, signal and stderr tail; the call after it is served by
+    a fresh process."""
+    import threading
+
+    x = models.images(2)
+    model = _load(cnn_tfjs, backend="cpu")
+    first = model.predict(x)["probs"]
+    pid = model.process.pid
+    os.kill(pid, signal.SIGSTOP)
+    threading.Timer(0.5, os.kill, (pid, signal.SIGKILL)).start()
+    with pytest.raises(NodeProcessDied) as info:
+        model.predict(x)
+    text = str(info.value)
+    assert str(pid) in text and "SIGKILL while Python" in text
+    assert "stderr tail" in text and "TensorFlow.js" in text
+    assert "starts a new Node.js process" in text and str(cnn_tfjs) in text
+    np.testing.assert_array_equal(model.predict(x)["probs"], first)
+    assert model.process.pid != pid and model.restarts == 1
+    _started_pids.append(model.process.pid)
+    model.close()
 
 
 def _hung_node(tmp_path: Path) -> Path:

@@ -34,26 +34,38 @@ KILL_SUITE = textwrap.dedent('''
     def test_1_predicts(parity_candidate, parity_batch):
         assert parity_candidate.predict(parity_batch)
 
-    def test_2_node_is_killed(parity_candidate, parity_batch):
+    def test_2_node_dies_during_a_call(parity_candidate, parity_batch):
+        import threading
         pid = parity_candidate.process.pid
-        os.kill(pid, signal.SIGKILL)
-        time.sleep(0.5)
+        os.kill(pid, signal.SIGSTOP)  # the call below surely waits on it when the kill lands
+        threading.Timer(0.5, os.kill, (pid, signal.SIGKILL)).start()
         parity_candidate.predict(parity_batch)  # fails: NodeProcessDied
 
     def test_3_the_next_test_passes(parity_candidate, parity_batch, parity_reference):
         from pytest_modelparity import assert_outputs_close
         assert_outputs_close(parity_candidate.predict(parity_batch), parity_reference, inputs=parity_batch)
         assert parity_candidate.restarts == 1
+
+    def test_4_node_killed_between_tests(parity_candidate):
+        os.kill(parity_candidate.process.pid, signal.SIGKILL)
+        time.sleep(0.5)
+
+    def test_5_passes_on_a_new_process(parity_candidate, parity_batch, parity_reference):
+        from pytest_modelparity import assert_outputs_close
+        assert_outputs_close(parity_candidate.predict(parity_batch), parity_reference, inputs=parity_batch)
+        assert parity_candidate.restarts == 2
+        assert "while idle between calls" in parity_candidate.restart_reasons[-1]
 ''')
 
 
-def test_killing_node_mid_session_fails_one_test_and_the_next_passes(pytester: pytest.Pytester) -> None:
+def test_killing_node_mid_session_fails_only_the_call_it_died_in(pytester: pytest.Pytester) -> None:
+    """A death during a call fails that test; a death between tests fails none."""
     pytester.makeconftest(TINY_SOURCE_CONFTEST)
     pytester.makepyfile(test_kill=KILL_SUITE)
     result = pytester.runpytest_subprocess("--modelparity-formats=tfjs", "--modelparity-cache-dir=cache",
                                            "-p", "no:cacheprovider", "-p", "no:randomly", timeout=600)
-    result.assert_outcomes(passed=2, failed=1)
-    result.stdout.fnmatch_lines(["*test_2_node_is_killed*", "*NodeProcessDied*killed by signal SIGKILL*"])
+    result.assert_outcomes(passed=4, failed=1)
+    result.stdout.fnmatch_lines(["*test_2_node_dies_during_a_call*", "*NodeProcessDied*killed by signal SIGKILL*"])
 
 
 def test_a_node_that_never_answers_ends_the_run_fast_naming_node(pytester: pytest.Pytester,

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ExportError, InvalidArgumentError, ModelLoadError, NotSerializable, RuntimeMissing
-from ..runtime.resources import human_bytes
+from ..runtime.resources import address_space_limit, human_bytes, resource_failure
 from ..runtime.scratch import owned_prefix
 
 __all__ = ["ExportProcess"]
@@ -76,8 +76,9 @@ def _peak_rss(pid: int) -> int | None:
     return _status(pid, b"VmHWM")
 
 
-def _how_it_ended(code: int | None) -> tuple[str, str]:
-    """``(what happened, fix)`` for the worker's exit status."""
+def _how_it_ended(code: int | None, export_memory: int | None = None) -> tuple[str, str]:
+    """``(what happened, fix)`` for the worker's exit status (``export_memory``: the address space
+    one export may add, --modelparity-export-memory)."""
     if code is None:
         return "stopped answering", "see the converter log"
     if code < 0:
@@ -92,6 +93,16 @@ def _how_it_ended(code: int | None) -> tuple[str, str]:
         if -code == signal.SIGABRT:
             return (f"aborted ({name}: the converter's C++ code failed a check, often for lack of memory)",
                     "see the converter log; if it says out of memory, give the export more memory")
+        limit = address_space_limit()  # inherited by the worker: a failed allocation there often crashes
+        if export_memory is not None:
+            return (f"crashed ({name}) with its address space limited to {human_bytes(export_memory)} more per "
+                    f"export (--modelparity-export-memory), where a failed allocation in C++ code often ends as a crash",
+                    "raise --modelparity-export-memory; docs/model-size.md lists what each format needs")
+        if limit is not None:
+            return (f"crashed ({name}) under an address-space limit of {human_bytes(limit)} (ulimit -v), where a "
+                    f"failed allocation in C++ code often ends as a crash",
+                    "raise the limit (`ulimit -v unlimited`, or a larger value: TensorFlow alone maps about 1.5 GB "
+                    "of address space, a converter more); docs/model-size.md lists what each format needs")
         return f"crashed ({name})", "see the converter log; the same export in a fresh Python shows the crash"
     return f"exited with code {code}", "see the converter log"
 
@@ -116,6 +127,7 @@ class ExportProcess:
         self.peak_rss: int | None = None  # the worker's peak resident memory after its last export
         self._proc: subprocess.Popen | None = None
         self._reply_fd: int | None = None
+        self._tmp: Path | None = None  # the worker's $TMPDIR, removed when it ends
         self._dir = Path(tempfile.mkdtemp(prefix=owned_prefix("modelparity-handover-")))
         self._handed: dict[str, Path] = {}  # weights digest -> .keras file
 
@@ -123,6 +135,7 @@ class ExportProcess:
     def _start(self) -> subprocess.Popen:
         if self._proc is not None and self._proc.poll() is None:
             return self._proc
+        self._forget()  # a worker that died while idle: its pipe and temporary folder go with it
         read_fd, write_fd = os.pipe()
         log_target: Any = subprocess.DEVNULL
         if self.log_path is not None:
@@ -136,6 +149,12 @@ class ExportProcess:
             env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
             here = str(Path(__file__).resolve().parent.parent)
             env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH", "")) if p)
+            # Everything TensorFlow and the converters put in $TMPDIR (their tmp* folders,
+            # autograph's __autograph_generated_file*.py, tensorflowjs' intermediate SavedModel)
+            # lands in a folder of this worker's own, removed when the worker ends, killed or
+            # not; an owner-tagged name, so a run killed itself is swept by the next one.
+            self._tmp = Path(tempfile.mkdtemp(prefix=owned_prefix("modelparity-tmp-")))
+            env["TMPDIR"] = str(self._tmp)
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "pytest_modelparity.exports.worker", str(write_fd),
                  str(self.log_path) if log_target is not subprocess.DEVNULL else ""],
@@ -147,9 +166,15 @@ class ExportProcess:
         self._reply_fd = read_fd
         return self._proc
 
-    def close(self) -> None:
-        """Stop the worker (it exits when its stdin closes) and remove the handed-over files."""
-        self._stop_worker()
+    def close(self, wait_s: float = 2.0) -> None:
+        """Stop the worker (it exits when its stdin closes; killed after ``wait_s``: its
+        temporaries are in a folder of ours anyway) and remove the handed-over files.
+
+        Why not wait longer: under pytest-xdist a worker whose session still runs 5 s after the
+        controller asked it to end gets a SIGINT from execnet (a ``KeyboardInterrupt`` traceback
+        per worker at the end of the run); a TensorFlow process slow to exit on a loaded machine
+        must not cost that."""
+        self._stop_worker(wait_s)
         shutil.rmtree(self._dir, ignore_errors=True)
 
     @property
@@ -249,7 +274,7 @@ class ExportProcess:
                                   "export a smaller one", log_path=self.log_path)
         code = proc.wait()
         self._forget()
-        what, fix = _how_it_ended(code)
+        what, fix = _how_it_ended(code, self.memory_limit)
         tail = self._log_tail(log_start)
         problem = (f"the converter's process {what} after {time.monotonic() - start:.1f} s, with a peak memory of "
                    f"{human_bytes(peak or 0)}; the test session goes on")
@@ -265,25 +290,27 @@ class ExportProcess:
         if rss is not None and self.recycle_rss is not None and rss > self.recycle_rss:
             self._stop_worker()
 
-    def _stop_worker(self) -> None:
+    def _stop_worker(self, wait_s: float = 5.0) -> None:
         proc, self._proc = self._proc, None
         if proc is not None:
             try:
                 if proc.stdin:
                     proc.stdin.close()
-                proc.wait(timeout=5)
+                proc.wait(timeout=wait_s)
             except (OSError, subprocess.TimeoutExpired):
                 proc.kill()
                 proc.wait()
-        if self._reply_fd is not None:
-            os.close(self._reply_fd)
-            self._reply_fd = None
+        self._forget()
 
     def _forget(self) -> None:
+        """The worker is gone (stopped, killed, dead): drop its pipe and its temporary folder."""
         self._proc = None
         if self._reply_fd is not None:
             os.close(self._reply_fd)
             self._reply_fd = None
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
 
     def _log_size(self) -> int:
         try:
@@ -348,6 +375,12 @@ def _rebuild(info: dict, format: str, path: Path) -> Exception:
     if kind in ("TypeError", "ValueError"):
         return {"TypeError": TypeError, "ValueError": ValueError}[kind](info["message"])
     first = info["message"].strip().splitlines()[0][:300] if info["message"].strip() else ""
+    # A MemoryError (often with no message at all) or a library that could not be mapped under
+    # an address-space limit: say it is memory, with the fix, not "the converter failed (MemoryError: )".
+    stand_in: BaseException = MemoryError(info["message"]) if kind == "MemoryError" else RuntimeError(info["message"])
+    limit = resource_failure(stand_in, str(path.parent))
+    if limit is not None:
+        return ExportError(path, format, f"the converter ran {limit[0]} in the export worker", limit[1])
     return ExportError(path, format, f"the converter failed ({kind}: {first})", None)
 
 
@@ -413,7 +446,8 @@ def _main(reply_fd: int, log_path: str = "") -> None:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             result = {"error": _describe(exc)}
-        print(f"== export to {request['format']} done (pid {os.getpid()})", flush=True)
+        outcome = f"failed ({result['error'].get('type')})" if "error" in result else "done"
+        print(f"== export to {request['format']} {outcome} (pid {os.getpid()})", flush=True)
         _send(reply, result)
 
 

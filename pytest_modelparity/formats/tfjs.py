@@ -343,6 +343,8 @@ class TFJSModel(LoadedModel):
         self._start = start  # backend -> NodeProcess: falls back from wasm to cpu, replaces a dead process
         self._closed = False
         self.restarts = 0  # Node processes started again after one died
+        # Why each restart happened (the dead process's exit status and stderr tail), in order.
+        self.restart_reasons: list[str] = []
         self._spec = spec
         # Ops of this graph tensorflowjs 4.22 is known to run wrong (a model.json converted
         # elsewhere): the diagnosis names them when the comparison fails.
@@ -400,12 +402,17 @@ class TFJSModel(LoadedModel):
         return [(names[0] if len(names) == 1 else "?", batch)]
 
     def _serving(self) -> Any:
-        """The live Node process. One that died (killed, crashed, timed out) fails the call that
-        finds it dead with ``NodeProcessDied`` (what happened, its stderr); the call after that
-        gets a fresh process that loads the model again."""
-        if self.process.reported_dead and not self._closed and self._start is not None:
+        """The live Node process. One that died during a call (killed, crashed, timed out) failed
+        that call with ``NodeProcessDied`` (what happened, its stderr); the call after that gets a
+        fresh process that loads the model again. One that died while idle (between tests) is
+        replaced before this call, which does not fail: ``restart_reasons`` says what happened."""
+        if self._closed or self._start is None:
+            return self.process
+        idle_death = None if self.process.reported_dead else self.process.reap_if_died_idle()
+        if self.process.reported_dead:
             self.process = self._start(self.backend)
             self.restarts += 1
+            self.restart_reasons.append(idle_death or "the previous call failed with NodeProcessDied")
         return self.process
 
     def _predict(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -252,8 +252,22 @@ def _skip_at_item(reason: str) -> BaseException:
 @pytest.hookimpl(wrapper=True, tryfirst=True)  # outermost: sees the xfail verdict of the skipping plugin
 def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Any:
     """A test that passed although an assertion failed in it (``pytest.raises``), or an
-    xfail test, expected that failure: its rows say so instead of FAIL."""
-    report = yield
+    xfail test, expected that failure: its rows say so instead of FAIL. A failure for lack of
+    memory gets the limit and the fix; pytest running out of memory while it formats the
+    traceback gets a short report instead of an INTERNALERROR that ends the session."""
+    try:
+        report = yield
+    except MemoryError:
+        report = _short_report(item, call)
+    if call.excinfo is not None and report.failed:
+        from ..runtime.resources import memory_hint
+
+        try:
+            hint = memory_hint(call.excinfo.value)
+        except MemoryError:
+            hint = None
+        if hint:
+            report.sections.append(("modelparity: out of memory", hint))
     if report.when == "setup" and report.failed:
         from .scope_hint import scope_mismatch_message
 
@@ -271,6 +285,19 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Any:
                 row["verdict"] = "expected"
                 row["expected_because"] = why
     return report
+
+
+def _short_report(item: pytest.Item, call: Any) -> pytest.TestReport:
+    """The test's report without its traceback (formatting it needed memory there was not)."""
+    exc = call.excinfo.value if call.excinfo is not None else None
+    what = f"{type(exc).__name__}: {str(exc)[:500]}" if exc is not None else "the test failed"
+    text = (f"{what}\n(modelparity: pytest ran out of memory while formatting this failure's traceback, so it is "
+            f"left out; the process is short of memory or address space: raise `ulimit -v` or free memory)")
+    if call.excinfo is None:
+        return pytest.TestReport(item.nodeid, item.location, {}, "passed", None, call.when, [], call.duration,
+                                 call.start, call.stop)
+    return pytest.TestReport(item.nodeid, item.location, {}, "failed", text, call.when, [], call.duration,
+                             call.start, call.stop)
 
 
 def _state_or_none(config: Any) -> ParitySession | None:
@@ -413,7 +440,24 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
 
 
+def _workers_logged(folder: Path, since: float) -> bool:
+    """Whether an xdist worker of this run wrote a log in ``folder`` (a suite that touches no
+    model writes none, and the folder may not even exist: no line may name it then)."""
+    try:
+        return any(log.stat().st_mtime >= since - 1.0 for log in folder.glob("*.log"))
+    except OSError:
+        return False
+
+
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    try:
+        _terminal_summary(terminalreporter, config)
+    except (MemoryError, SystemError) as exc:  # out of memory (address space): one line, not a traceback
+        terminalreporter.write_line(f"modelparity: the end-of-run summary was left out: the process ran out of "
+                                    f"memory ({type(exc).__name__}); raise `ulimit -v` or free memory", red=True)
+
+
+def _terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     state = _state_or_none(config)
     if state is None or getattr(config, "workeroutput", None) is not None:
         return
@@ -431,7 +475,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         if len(shown) < len(rows):
             terminalreporter.write_line(hidden_rows_line(rows, shown))
     logs = state.logs
-    if logs is not None and logs.path is not None and (logs.written or state.workers):
+    if logs is not None and logs.path is not None and (logs.written or (state.workers and _workers_logged(
+            logs.path.parent, state.started))):
         terminalreporter.write_line(f"modelparity: TensorFlow and converter output kept in "
                                     f"{logs.path.parent}{os.sep} (-v -s shows it on the terminal instead)")
     devices_run = {d for d, _, _ in state.device_outcomes.values()}
@@ -451,8 +496,12 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 
     installed = installed_since(state.started)
     if installed:  # its progress message went to the log with the rest of the load's output
-        terminalreporter.write_line(f"modelparity: installed the Node.js packages of the tfjs format on first use "
-                                    f"({installed})")
+        if "repairing" in installed:
+            terminalreporter.write_line(f"modelparity: installed the Node.js packages of the tfjs format again "
+                                        f"({installed})", yellow=True)
+        else:
+            terminalreporter.write_line(f"modelparity: installed the Node.js packages of the tfjs format on "
+                                        f"first use ({installed})")
     no_gpu = nothing_on_gpu_line(state.device_outcomes)
     if no_gpu:
         terminalreporter.write_line(no_gpu, yellow=True, bold=True)

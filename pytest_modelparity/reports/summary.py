@@ -217,6 +217,8 @@ def _version(names: Iterable[str]) -> str | None:
             return metadata.version(name)
         except metadata.PackageNotFoundError:
             continue
+        except (MemoryError, OSError, ValueError):  # under a memory limit the report still gets written
+            return None
     return None
 
 

@@ -16,7 +16,8 @@ from typing import Iterator
 
 from ..errors import InvalidArgumentError
 
-__all__ = ["available_memory", "check_allocation", "human_bytes", "resource_failure"]
+__all__ = ["address_space_limit", "available_memory", "check_allocation", "human_bytes", "memory_hint",
+           "resource_failure"]
 
 
 def available_memory() -> int | None:
@@ -54,6 +55,31 @@ def _mapped() -> int:
     return 0
 
 
+def address_space_limit() -> int | None:
+    """This process's ``RLIMIT_AS`` soft limit in bytes (what ``ulimit -v`` set), None when unlimited."""
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    except (ImportError, OSError, ValueError):
+        return None
+    return None if soft == resource.RLIM_INFINITY else int(soft)
+
+
+def memory_hint(exc: BaseException) -> str | None:
+    """One paragraph for a test that failed for lack of memory (a ``MemoryError``, a library that
+    could not be mapped), naming the address-space limit when one is set; None otherwise."""
+    hit = _limit_hit(exc)
+    if hit is None or hit[0] != "memory":
+        return None
+    limit = address_space_limit()
+    where = (f"this process runs under an address-space limit of {human_bytes(limit)} (`ulimit -v`, "
+             f"RLIMIT_AS), and " if limit is not None else "")
+    return (f"out of memory: {where}{_describe(hit[1])}\n"
+            "fix: raise the limit (`ulimit -v unlimited`, or a larger value; TensorFlow alone maps about 1.5 GB "
+            "of address space, a converter more) or free memory; docs/model-size.md lists what each format needs")
+
+
 def human_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
         if abs(n) < 1024 or unit == "PiB":
@@ -87,7 +113,9 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
 _WORDS = (("File too large", "file_too_large"), ("No space left", "disk_full"),
           ("can't start new thread", "threads"), ("Resource temporarily unavailable", "threads"),
           ("pthread_create", "threads"), ("std::bad_alloc", "memory"), ("Unable to allocate", "memory"),
-          ("out of memory", "memory"), ("OOM when allocating", "memory"))
+          ("out of memory", "memory"), ("OOM when allocating", "memory"),
+          # the dynamic loader could not map a library: an address-space limit (ulimit -v) hit
+          ("failed to map segment", "memory"), ("cannot allocate memory", "memory"))
 _ERRNOS = {errno.EFBIG: "file_too_large", errno.ENOSPC: "disk_full", errno.EDQUOT: "disk_full",
            errno.ENOMEM: "memory", errno.EAGAIN: "threads"}
 
@@ -135,6 +163,9 @@ def resource_failure(exc: BaseException, where: str) -> tuple[str, str] | None:
                 "another directory (--modelparity-cache-dir)")
     if kind == "memory":
         have = f"; {human_bytes(free)} available now" if free is not None else ""
+        limit = address_space_limit()
+        if limit is not None:
+            have += f", under an address-space limit of {human_bytes(limit)} (ulimit -v)"
         return (f"out of memory ({detail}{have})",
                 "free memory or raise the memory limit (`ulimit -v`, the container's limit); exports of large "
                 "models need several times their weights' size (docs/model-size.md)")

@@ -28,8 +28,13 @@ def import_tf() -> Any:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         try:
             import tensorflow as tf
-        except ImportError as exc:  # pragma: no cover - depends on the install
-            raise RuntimeMissing("tensorflow", TF_INSTALL) from exc
+        except ImportError as exc:
+            from .resources import memory_hint
+
+            hint = memory_hint(exc)
+            if hint is not None:  # installed, but its libraries do not fit an address-space limit
+                raise ImportError(f"TensorFlow could not be imported: {hint}") from exc
+            raise RuntimeMissing("tensorflow", TF_INSTALL) from exc  # pragma: no cover - depends on the install
         tf.get_logger().setLevel(logging.ERROR)
         logging.getLogger("absl").setLevel(logging.ERROR)
         _TF = tf

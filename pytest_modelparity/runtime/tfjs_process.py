@@ -14,8 +14,10 @@ Lifetime: the process must never outlive Python. Three independent guards:
   3. on Linux, ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` makes the kernel kill it when the thread
      that started it exits (only set when started from the main thread, since a worker
      thread's exit would otherwise kill a process still in use).
-A process that died anyway makes the call raise ``NodeProcessDied`` with the exit status
-and the tail of its stderr; the tfjs model (``formats/tfjs.py``) starts a new one on its next call.
+A process that died during a call makes that call raise ``NodeProcessDied`` with the exit
+status and the tail of its stderr; the tfjs model (``formats/tfjs.py``) starts a new one on its
+next call. One that died while idle (nothing asked of it: killed between tests) fails nothing:
+``reap_if_died_idle`` tells the model, which starts a new process before the call.
 
 Start-up is a handshake with its own short limit (``handshake_timeout_s``, 30 s): runner.js
 sends an ``S`` frame before it requires tfjs, so a ``node`` on PATH that never answers (a hung
@@ -339,6 +341,21 @@ class NodeProcess:
     @property
     def alive(self) -> bool:
         return self._dead is None and self.proc.poll() is None
+
+    def reap_if_died_idle(self) -> str | None:
+        """What happened, when the process exited while nothing was asked of it (killed between
+        tests, out of memory while idle), else None. Such a death fails no call: the model
+        starts a new process before the next one. A death during a call still fails that call."""
+        if self._dead is not None or self.proc.poll() is None or not self._lock.acquire(blocking=False):
+            return None
+        try:
+            if self._dead is not None:
+                return None
+            self._died("while idle between calls")
+            self._reported = True
+            return self._dead
+        finally:
+            self._lock.release()
 
     def exchange(self, message: bytes) -> tuple[str, memoryview]:
         """Send one frame (``message`` = type byte + body), return the answer's type and body."""

@@ -1,7 +1,7 @@
 """``python -m pytest_modelparity.tfjs_runner install``: install tfjs's npm packages ahead of time.
 
 Also ``path`` (print the node_modules directory, installed or not) and ``check`` (exit 1 when
-not installed). Useful in CI images and on machines without network at test time.
+not installed or damaged, saying what is wrong; ``install`` repairs a damaged install). Useful in CI images and on machines without network at test time.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import argparse
 import sys
 
 from ...errors import RuntimeMissing
-from . import ensure_node_modules, is_installed, modules_dir
+from . import damage, ensure_node_modules, modules_dir
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,9 +22,11 @@ def main(argv: list[str] | None = None) -> int:
         print(modules_dir() / "node_modules")
         return 0
     if args.command == "check":
-        ok = is_installed()
-        print(("installed: " if ok else "not installed: ") + str(modules_dir() / "node_modules"))
-        return 0 if ok else 1
+        problems = damage()
+        print(("installed: " if not problems else "not installed: ") + str(modules_dir() / "node_modules"))
+        for problem in problems:  # a damaged install: what is wrong with it (`install` repairs it)
+            print(f"  {problem}")
+        return 0 if not problems else 1
     try:
         path = ensure_node_modules()
     except RuntimeMissing as exc:

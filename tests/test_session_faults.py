@@ -1,0 +1,199 @@
+"""Session-level faults with the real damage: an export worker killed in the middle of an
+export (TensorFlow's temporaries must not stay in $TMPDIR), an xdist run whose export worker is
+slow to exit (execnet must not SIGINT the workers), a session under a real `ulimit -v`, and a
+converter under a real RLIMIT_AS."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from models import TINY_SOURCE_CONFTEST
+
+KILLED_EXPORT_SUITE = {
+    "test_a_exports.py": '''
+        import os, signal, threading
+        from pathlib import Path
+        import pytest
+        from pytest_modelparity import assert_outputs_close
+
+        def _worker():
+            for pid in os.listdir("/proc"):
+                try:
+                    cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+                    ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                except (OSError, ValueError):
+                    continue
+                if ppid == os.getpid() and b"pytest_modelparity.exports.worker" in cmd:
+                    return int(pid)
+            raise AssertionError("no export worker")
+
+        @pytest.mark.modelparity(formats=["tflite"])
+        def test_exports_then_the_worker_is_stopped(parity_candidate, parity_batch, parity_reference):
+            assert_outputs_close(parity_candidate.predict(parity_batch), parity_reference, inputs=parity_batch)
+            pid = _worker()
+            env = Path(f"/proc/{pid}/environ").read_bytes().decode().split("\\0")
+            tmp = Path(dict(kv.split("=", 1) for kv in env if "=" in kv)["TMPDIR"])
+            assert tmp.name.startswith("modelparity-tmp-") and tmp.parent == Path(os.environ["TMPDIR"])
+            assert list(tmp.glob("__autograph_generated_file*")), sorted(p.name for p in tmp.iterdir())
+            os.kill(pid, signal.SIGSTOP)  # the next export waits on it: the kill lands during it
+            threading.Timer(3.0, os.kill, (pid, signal.SIGKILL)).start()
+    ''',
+    "test_c_export_killed.py": '''
+        import pytest
+
+        @pytest.mark.modelparity(formats=["onnx"])
+        def test_export_killed(parity_candidate):
+            pass
+    ''',
+    "test_d_next_export.py": '''
+        import pytest
+        from pytest_modelparity import assert_outputs_close
+
+        @pytest.mark.modelparity(formats=["saved_model"])
+        def test_next_export_works(parity_candidate, parity_batch, parity_reference):
+            assert_outputs_close(parity_candidate.predict(parity_batch), parity_reference, inputs=parity_batch)
+    ''',
+}
+
+
+def test_an_export_killed_half_way_leaves_nothing_of_tensorflow_in_tmpdir(pytester: pytest.Pytester,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker runs with $TMPDIR in a folder of its own: TensorFlow's tmp* folders, autograph's
+    generated files and tensorflowjs' intermediates of a worker killed mid-export go with it."""
+    tmpdir = pytester.path / "tmpdir"
+    tmpdir.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmpdir))
+    pytester.makeconftest(TINY_SOURCE_CONFTEST)
+    pytester.makepyfile(**{name[:-3]: textwrap.dedent(body) for name, body in KILLED_EXPORT_SUITE.items()})
+    result = pytester.runpytest_subprocess("--modelparity-cache-dir=cache", "-p", "no:cacheprovider",
+                                           "-p", "no:randomly", f"--basetemp={pytester.path / 'bt'}", timeout=600)
+    result.assert_outcomes(passed=2, errors=1)
+    result.stdout.fnmatch_lines(["*test_export_killed*", "*killed by SIGKILL*"])
+    left = sorted(p.name for p in tmpdir.iterdir() if p.name != "pytest-modelparity-logs")
+    assert left == [], left
+
+
+XDIST_SUITE = {
+    "test_model.py": '''
+        import os, signal
+        from pathlib import Path
+        import pytest
+        from pytest_modelparity import assert_outputs_close
+
+        @pytest.mark.modelparity(formats=["tflite"])
+        def test_model_then_its_export_worker_stalls(parity_candidate, parity_batch, parity_reference):
+            assert_outputs_close(parity_candidate.predict(parity_batch), parity_reference, inputs=parity_batch)
+            for pid in os.listdir("/proc"):  # the export worker of this xdist worker
+                try:
+                    cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+                    ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                except (OSError, ValueError):
+                    continue
+                if ppid == os.getpid() and b"pytest_modelparity.exports.worker" in cmd:
+                    os.kill(int(pid), signal.SIGSTOP)  # slow to exit, as on a loaded machine
+                    return
+            raise AssertionError("no export worker")
+    ''',
+    "test_plain.py": '''
+        def test_touches_no_model():
+            assert 1 + 1 == 2
+    ''',
+}
+
+
+def test_under_xdist_no_keyboard_interrupt_at_the_end_and_no_line_naming_a_log_folder_never_made(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """execnet SIGINTs an xdist worker still busy 5 s after it was told to end: an export worker
+    slow to exit (here: stopped for real) must not hold the session's end that long. A suite
+    that touches no model names no log folder."""
+    pytest.importorskip("xdist")
+    pytester.makeconftest(TINY_SOURCE_CONFTEST)
+    pytester.makepyfile(**{name[:-3]: textwrap.dedent(body) for name, body in XDIST_SUITE.items()})
+    monkeypatch.setenv("EXECNET_DEBUG", "2")  # execnet's own trace on stderr says when it SIGINTs a worker
+    result = pytester.runpytest_subprocess("-n", "2", "--modelparity-cache-dir=cache", "-p", "no:cacheprovider",
+                                           "-p", "no:randomly", timeout=600)
+    result.assert_outcomes(passed=2)
+    out = result.stdout.str() + result.stderr.str()
+    assert "gw0-worker" in out and "gw1-worker" in out  # execnet's trace is there
+    assert "sending ourselves a SIGINT" not in out and "KeyboardInterrupt" not in out, out[-3000:]
+    assert "TensorFlow and converter output kept in" in out  # the model test wrote its log
+    monkeypatch.delenv("EXECNET_DEBUG")
+    result = pytester.runpytest_subprocess("-n", "2", "--modelparity-cache-dir=cache2", "-p", "no:cacheprovider",
+                                           "-p", "no:randomly", "test_plain.py", timeout=600)
+    result.assert_outcomes(passed=1)
+    assert "kept in" not in result.stdout.str() and not (pytester.path / "cache2").exists(), result.stdout.str()
+
+
+MEMORY_SUITE = '''
+    import resource
+    import pytest
+    import big_helper  # imported (compiled) before memory runs short
+
+    BALLAST = []
+
+    @pytest.fixture
+    def ballast():
+        yield BALLAST
+        BALLAST.clear()  # teardown: the rest of the session has its memory back
+
+    def _mapped():
+        with open("/proc/self/status") as fh:
+            return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmSize:"))
+
+    def test_fails_with_the_address_space_nearly_gone(ballast):
+        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+        ballast.append(bytearray(limit - _mapped() - (8 << 20)))
+        big_helper.fail()  # pytest parses this 20000-function file to show the traceback
+
+    def test_tensorflow_does_not_fit(parity_candidate):
+        pass
+'''
+
+
+def test_under_ulimit_v_the_session_ends_normally_and_says_it_is_memory(pytester: pytest.Pytester) -> None:
+    """A real `ulimit -v` (900 MB: below what TensorFlow maps) in a child pytest session: pytest
+    running out of memory while it formats a failure's traceback gave INTERNALERROR MemoryError
+    and ended the session; now the test gets a short report, the session its summary, exit code 1."""
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("bash") is None:
+        pytest.skip("bash is needed for `ulimit -v`")
+    pytester.makeconftest(TINY_SOURCE_CONFTEST)
+    helper = ["def fail():", "    assert 1 == 2"] + [
+        f"def f{i}(a, b):\n    return [a + b * {i} for _ in range(3)]" for i in range(20000)]
+    (pytester.path / "big_helper.py").write_text("\n".join(helper) + "\n")
+    pytester.makepyfile(test_memory=textwrap.dedent(MEMORY_SUITE))
+    command = (f"ulimit -v 900000 && exec {sys.executable} -m pytest -p no:cacheprovider -p no:randomly "
+               f"--modelparity-formats=saved_model --modelparity-cache-dir=cache")
+    proc = subprocess.run(["bash", "-c", command], cwd=pytester.path, capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert "INTERNALERROR" not in out, out[-4000:]
+    assert proc.returncode == 1, (proc.returncode, out[-4000:])
+    assert "pytest ran out of memory while formatting this failure's traceback" in out, out[-4000:]
+    assert "1 failed" in out and "1 error" in out, out[-2000:]
+
+
+def test_a_converter_out_of_memory_says_so_with_the_fix_and_the_log_does_not_say_done(tmp_path: Path) -> None:
+    """A real address-space limit around the export in the worker (1 MiB more than it maps)."""
+    import models
+    from pytest_modelparity import errors
+    from pytest_modelparity.exports.worker import ExportProcess
+
+    log = tmp_path / "worker.log"
+    process = ExportProcess(timeout_s=300, memory_limit=1 << 20, log_path=log)
+    try:
+        with pytest.raises(errors.ExportError) as info:
+            process.export(models.tiny_cnn(seed=1), "saved_model", tmp_path / "sm" / "m")
+    finally:
+        process.close()
+    err = info.value
+    assert "out of memory" in err.problem and "MemoryError" in err.problem, err.problem
+    assert err.fix and "ulimit -v" in err.fix
+    text = log.read_text()
+    assert "== export to saved_model failed" in text and "== export to saved_model done" not in text
