@@ -54,8 +54,9 @@ _WASM_PACKAGE = "@tensorflow/tfjs-backend-wasm"
 # install directory -> verified in this process (a damaged one is repaired once, not per load).
 _VERIFIED: set[Path] = set()
 _REPAIR_TRIED: set[Path] = set()
-_REQUIRED = ("@tensorflow/tfjs-core", "@tensorflow/tfjs-converter", "@tensorflow/tfjs-backend-cpu",
-             "@tensorflow/tfjs-backend-wasm")
+# Every package the runner and the browser pages load: package.json's dependencies (the Node
+# backends and the browser ones, so a missing webgl bundle counts as a damaged install too).
+_REQUIRED = tuple(sorted(json.loads((Path(__file__).resolve().parent / "package.json").read_text())["dependencies"]))
 
 
 def cache_root() -> Path:
