@@ -799,6 +799,7 @@ def export(model: Any, path: Path, *, quantization: str | None = None, validate_
     converter_options.setdefault("control_flow_v2", True)
     converter = import_converter()
 
+    rewrites: dict[str, int] = {}
     with tempfile.TemporaryDirectory(prefix=owned_prefix("modelparity-tfjs-")) as tmp:  # swept if killed
         if isinstance(model, (str, Path)):
             saved_model = Path(model)
@@ -806,6 +807,11 @@ def export(model: Any, path: Path, *, quantization: str | None = None, validate_
                 raise ModelLoadError(saved_model, None, "it is not a SavedModel directory, and only a Keras "
                                      "model or a SavedModel directory can be converted to tflite, onnx or tfjs", "pass the Keras model, or the "
                                      "directory written by model.export() / tf.saved_model.save()", action="convert")
+            from . import saved_model as saved_model_format
+
+            if saved_model_format.has_slot_variables(saved_model):  # the converter's TF 2.x load fails
+                saved_model = saved_model_format.frozen_copy(saved_model, Path(tmp) / "saved_model")
+                rewrites["signature frozen (Keras 2 optimizer slots in the object graph)"] = 1
         else:
             if not hasattr(model, "export"):
                 raise TypeError(f"cannot export a {type(model).__name__} to tfjs: pass a Keras model "
@@ -827,7 +833,6 @@ def export(model: Any, path: Path, *, quantization: str | None = None, validate_
                                      "export a functional or Sequential Keras model built on keras.Input(...)") from exc
         staged = Path(tmp) / "tfjs"
         log = ConverterLog(NAME)
-        rewrites: dict[str, int] = {}
         try:
             try:
                 with log.capture(), tfjs_rewrite.patched_converter(converter, rewrites):
@@ -868,7 +873,7 @@ def _route(converter_options: dict[str, Any], rewrites: dict[str, int]) -> str:
     names = {"erfc": "erfc->1-erf", "hard_swish": "hard_swish split", "unfused_bias": "non-vector bias unfused",
              "band_part": "MatrixBandPart written out"}
     parts = ["control_flow_v2" if converter_options.get("control_flow_v2") else "lowered control flow"]
-    parts += [f"{names.get(k, k)} x{v}" for k, v in rewrites.items() if v]
+    parts += [names.get(k, k) + ("" if k.startswith("signature") else f" x{v}") for k, v in rewrites.items() if v]
     return ", ".join(parts)
 
 
