@@ -96,3 +96,78 @@ def test_keras2_saved_model_with_optimizer_slots_loads_and_exports(pytester: pyt
     doc = json.loads((pytester.path / "r.json").read_text())
     routes = {a["format"]: a.get("route") or "" for a in doc["artifacts"]}
     assert "signature frozen" in routes["tfjs"], routes
+
+
+OPEN_HW_CONFTEST = textwrap.dedent('''
+    import numpy as np
+    import pytest
+
+    def build():
+        import keras
+        init = keras.initializers.GlorotUniform
+        x = keras.Input((None, None, 3), name="image")   # any height and width
+        h = keras.layers.Conv2D(6, 3, activation="relu", name="c1", kernel_initializer=init(seed=1))(x)
+        h = keras.layers.Conv2D(6, 3, activation="relu", name="c2", kernel_initializer=init(seed=2))(h)
+        y = keras.layers.Conv2D(2, 3, name="boxes", kernel_initializer=init(seed=3))(h)  # valid 3x3: no 1x1 input
+        return keras.Model(x, y, name="fcn")
+
+    @pytest.fixture(scope="session")
+    def modelparity_source():
+        return build
+
+    @pytest.fixture(scope="session")
+    def modelparity_dataset():
+        return np.random.default_rng(5).uniform(0, 1, (3, 64, 64, 3)).astype("float32")
+''')
+
+
+def test_open_height_width_net_exports_to_every_converted_form(pytester: pytest.Pytester) -> None:
+    """Exports were checked on zeros with the open H and W set to 1, which a net of valid 3x3
+    convolutions cannot take, and each converter was blamed: now the check runs at the
+    smallest size the export takes, and every form is compared on the suite's 64x64 rows."""
+    pytester.makeconftest(OPEN_HW_CONFTEST)
+    pytester.makepyfile(test_fcn='''
+        import numpy as np
+        from pytest_modelparity import assert_outputs_close
+
+        def test_forms(parity_candidate, parity_reference, parity_batch):
+            assert parity_batch["image"].shape[1:] == (64, 64, 3)
+            out = parity_candidate.predict(parity_batch)["boxes"]
+            assert out.shape[1:] == (58, 58, 2) and np.isfinite(out).all(), "NaN/inf at 64x64"
+            assert_outputs_close(parity_candidate, parity_reference, inputs=parity_batch)
+            # another size than the rows': the export keeps H and W open
+            other = np.full((1, 20, 33, 3), 0.5, "float32")
+            assert_outputs_close(parity_candidate, parity_reference, inputs=other)
+    ''')
+    result = pytester.runpytest("-v", "--modelparity-formats=tflite,onnx,tfjs")
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["*test_forms[[]tflite-cpu[]] PASSED*", "*test_forms[[]onnx-cpu[]] PASSED*",
+                                 "*test_forms[[]tfjs-cpu[]] PASSED*"])
+
+
+def test_an_export_that_fails_at_every_probe_size_says_so(tmp_path: Path) -> None:
+    """The probe does not hide a real failure: a file that runs at no size is refused, and the
+    message says which sizes were tried."""
+    import numpy as np
+
+    from pytest_modelparity.formats._common import PROBE_SIZES, probe_note, run_probe
+    from pytest_modelparity.formats.base import TensorSpec
+
+    specs = [TensorSpec("image", (None, None, None, 3), "float32")]
+    seen = []
+
+    def never(batch):
+        seen.append(batch["image"].shape)
+        raise RuntimeError("no kernel")
+
+    with pytest.raises(RuntimeError, match="no kernel") as info:
+        run_probe(never, specs)
+    assert seen == [(1, s, s, 3) for s in PROBE_SIZES]
+    assert "every size failed" in probe_note(info.value) and "64" in probe_note(info.value)
+    # the smallest size that works is the one used, and a fixed shape is probed once
+    assert run_probe(lambda b: b["image"].shape, specs[:0] + [TensorSpec("image", (None, None, None, 3), "float32")])[0] == 1
+    sizes = []
+    assert run_probe(lambda b: sizes.append(b["image"].shape[1]) or (b["image"].shape[1] >= 7 or 1 / 0), specs)[0] == 8
+    assert sizes == [1, 8]
+    assert run_probe(lambda b: b["x"].shape, [TensorSpec("x", (None, 5), "float32")]) == (1, (1, 5))
+    assert np.zeros(1).size == 1

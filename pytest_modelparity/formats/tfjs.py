@@ -34,7 +34,7 @@ import numpy as np
 
 from ..errors import ExportError, ModelLoadError, RuntimeMissing
 from ..runtime.scratch import owned_prefix
-from ._common import TF_INSTALL, ConverterLog, quiet, record_route
+from ._common import TF_INSTALL, ConverterLog, probe_note, quiet, record_route, run_probe
 from ._files import check_not_special, read_regular
 from .base import LoadedModel, TensorSpec
 from . import tfjs_rewrite
@@ -727,16 +727,6 @@ def import_converter() -> types.ModuleType:
     return converter
 
 
-def _zero_batch(spec: dict[str, Any]) -> dict[str, np.ndarray] | None:
-    """Batch size 1 of zeros fitting the model's signature, or None when the shape is unknown."""
-    entries = (spec.get("signature") or {}).get("inputs") or {}
-    if not entries:
-        return None
-    batch = {}
-    for s in _signature_specs(entries):
-        shape = tuple(1 if d is None else d for d in s.shape)
-        batch[s.name] = np.zeros(shape, dtype=s.dtype)
-    return batch
 
 
 def validate(model_json: Path, *, timeout_s: float = 600.0) -> None:
@@ -757,13 +747,13 @@ def validate(model_json: Path, *, timeout_s: float = 600.0) -> None:
         raise ExportError(model_json, NAME, f"tfjs cannot load the converted model: {exc.problem}", exc.fix,
                           unsupported_ops=_ops_named(exc.problem)) from exc
     try:
-        batch = _zero_batch(spec)
-        if batch is not None:
+        entries = (spec.get("signature") or {}).get("inputs") or {}
+        if entries:  # zeros, open non-batch dims at the smallest size the model takes
             try:
-                model.predict(batch)
+                run_probe(model.predict, _signature_specs(entries))
             except ModelLoadError as exc:
-                raise ExportError(model_json, NAME, f"tfjs cannot run the converted model: {exc.problem}", exc.fix,
-                                  unsupported_ops=_ops_named(exc.problem)) from exc
+                raise ExportError(model_json, NAME, f"tfjs cannot run the converted model: {exc.problem}{probe_note(exc)}",
+                                  exc.fix, unsupported_ops=_ops_named(exc.problem)) from exc
     finally:
         model.close()
 
