@@ -171,3 +171,74 @@ def test_an_export_that_fails_at_every_probe_size_says_so(tmp_path: Path) -> Non
     assert sizes == [1, 8]
     assert run_probe(lambda b: b["x"].shape, [TensorSpec("x", (None, 5), "float32")]) == (1, (1, 5))
     assert np.zeros(1).size == 1
+
+
+SUBCLASSED_CONFTEST = textwrap.dedent('''
+    import numpy as np
+    import pytest
+    import keras
+
+    class PNet(keras.Model):
+        """A cascade stage as shipped: its build() creates the weights for a default shape."""
+
+        def __init__(self, **kw):
+            super().__init__(**kw)
+            self.conv = keras.layers.Conv2D(4, 3, activation="relu",
+                                            kernel_initializer=keras.initializers.GlorotUniform(seed=1))
+            self.head = keras.layers.Conv2D(2, 1, kernel_initializer=keras.initializers.GlorotUniform(seed=2))
+
+        def build(self, input_shape=(None, 12, 12, 3)):
+            self.conv.build(input_shape)
+            self.head.build((None, input_shape[1] - 2, input_shape[2] - 2, 4))
+
+        def call(self, x):
+            return self.head(self.conv(x))
+
+    class Fixed(PNet):
+        def build(self):  # no shape argument: the inputs cannot be known
+            self.conv.build((None, 12, 12, 3))
+            self.head.build((None, 10, 10, 4))
+
+    def built(cls):
+        def make():
+            net = cls()
+            net.build()   # build() as the authors call it, then called once
+            net(np.zeros((1, 12, 12, 3), "float32"))
+            return net
+        return make
+
+    @pytest.fixture(scope="session")
+    def modelparity_source():
+        return built(PNet)
+''')
+
+
+def test_subclassed_net_built_with_build_is_not_refused(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(SUBCLASSED_CONFTEST)
+    pytester.makepyfile(test_pnet='''
+        from pytest_modelparity import assert_outputs_close
+
+        def test_forms(parity_candidate, parity_reference, parity_batch):
+            assert parity_reference.inputs[0].shape == (None, 12, 12, 3)
+            assert_outputs_close(parity_candidate, parity_reference, inputs=parity_batch)
+    ''')
+    result = pytester.runpytest("-v", "--modelparity-formats=saved_model,tflite,onnx")
+    result.assert_outcomes(passed=3)
+
+
+def test_subclassed_net_whose_build_takes_no_shape_is_told_truly(tmp_path: Path) -> None:
+    """Built, yet no shape recorded: the message says so (not "never built or called"), and its
+    fix, declaring the inputs, makes it load."""
+    import numpy as np
+
+    from pytest_modelparity import errors, load_model
+
+    namespace: dict = {}
+    exec(SUBCLASSED_CONFTEST, namespace)  # the same classes as the suite above
+    net = namespace["built"](namespace["Fixed"])()
+    with pytest.raises(errors.ModelLoadError, match="was built, but its build.. recorded no single input shape") as info:
+        load_model(net)
+    assert "never built" not in str(info.value) and "input_specs" in info.value.fix
+    model = load_model(net, input_specs=[("x", (None, 12, 12, 3), "float32")])
+    x = np.random.default_rng(0).uniform(size=(2, 12, 12, 3)).astype("float32")
+    np.testing.assert_allclose(model.predict(x)[model.outputs[0].name], np.asarray(net(x)), rtol=1e-6)
