@@ -242,3 +242,68 @@ def test_subclassed_net_whose_build_takes_no_shape_is_told_truly(tmp_path: Path)
     model = load_model(net, input_specs=[("x", (None, 12, 12, 3), "float32")])
     x = np.random.default_rng(0).uniform(size=(2, 12, 12, 3)).astype("float32")
     np.testing.assert_allclose(model.predict(x)[model.outputs[0].name], np.asarray(net(x)), rtol=1e-6)
+
+
+TF1_CONTEST = textwrap.dedent('''
+    import sys
+    import pytest
+
+    sys.path.insert(0, {tests!r})
+    import tf1_batchnorm
+
+    @pytest.fixture(scope="session")
+    def modelparity_source(tmp_path_factory):
+        checkpoint, frozen = tf1_batchnorm.build(tmp_path_factory.mktemp("tf1"))
+        return str({which})
+''')
+
+PARITY_TEST = '''
+    from pytest_modelparity import assert_outputs_close
+
+    def test_export(parity_candidate, parity_reference, parity_batch):
+        assert_outputs_close(parity_candidate, parity_reference, inputs=parity_batch)
+'''
+
+
+def test_tf1_checkpoint_in_the_default_matrix_becomes_tflite_onnx_and_tfjs(pytester: pytest.Pytester) -> None:
+    """A TF1 checkpoint (conv + FusedBatchNormV3) in the default matrix: before, every export
+    test skipped ("only a Keras model or a SavedModel directory can be converted") and the
+    session ended green having compared nothing. Now it is frozen and converted."""
+    pytester.makeconftest(TF1_CONTEST.format(tests=str(Path(__file__).parent), which="checkpoint"))
+    pytester.makepyfile(PARITY_TEST)
+    result = pytester.runpytest("-v", "-rs", "--modelparity-report=r.json")
+    result.assert_outcomes(passed=3, skipped=4)  # keras, h5, saved_model, graphdef need a Keras model
+    result.stdout.fnmatch_lines(["*test_export[[]tflite-cpu[]] PASSED*", "*test_export[[]tfjs-cpu[]] PASSED*",
+                                 "*test_export[[]onnx-cpu[]] PASSED*"])
+    assert "NOTHING WAS COMPARED" not in result.stdout.str()
+    doc = json.loads((pytester.path / "r.json").read_text())
+    assert {r["format"]: r["verdict"] for r in doc["rows"]} == {"tflite": "pass", "onnx": "pass", "tfjs": "pass"}
+    routes = {a["format"]: a.get("route") or "" for a in doc["artifacts"]}
+    assert "TF1 graph" in routes["tfjs"], routes
+
+
+def test_tf1_frozen_pb_becomes_tflite_and_onnx(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(TF1_CONTEST.format(tests=str(Path(__file__).parent), which="frozen"))
+    pytester.makepyfile(PARITY_TEST)
+    result = pytester.runpytest("-v", "--modelparity-formats=graphdef,tflite,onnx")
+    result.assert_outcomes(passed=3)
+
+
+def test_a_default_matrix_that_compared_nothing_fails_saying_so() -> None:
+    """Every matrix test skipped because the source can become none of the formats: the line
+    that fails the session (``pytest_sessionfinish``) is written; one test that ran, or a skip
+    for another reason (a missing runtime: the install hint), keeps the run as it was."""
+    from pytest_modelparity.plugin.matrix import nothing_compared_line
+
+    unreachable = ("Skipped: modelparity: format 'keras' cannot be made from this source (cannot convert "
+                   "'model.ckpt': a model file cannot be converted to 'keras')")
+    outcomes = {f"t.py::test_export[{f}-cpu]": ("cpu", "skipped", unreachable.replace("'keras'", repr(f)))
+                for f in ("keras", "h5", "saved_model", "graphdef")}
+    line = nothing_compared_line(outcomes)
+    assert line is not None and "NOTHING WAS COMPARED: all 4 matrix test(s) skipped" in line
+    assert "--modelparity-formats" in line
+    ran = dict(outcomes, **{"t.py::test_export[tflite-cpu]": ("cpu", "passed", None)})
+    assert nothing_compared_line(ran) is None
+    missing = dict(outcomes, **{"t.py::test_export[onnx-cpu]": ("cpu", "skipped", "Skipped: onnxruntime is not installed")})
+    assert nothing_compared_line(missing) is None
+    assert nothing_compared_line({}) is None

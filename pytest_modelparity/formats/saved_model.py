@@ -200,9 +200,7 @@ def _load_signature_v1(path: Path, tags: Sequence[str] | None, signature: str | 
     frozen with the session's variables and wrapped as a ConcreteFunction (``FrozenSignatureModel``);
     where that fails too, a ModelLoadError naming both failures."""
     tf = import_tf()
-    from tensorflow.python.framework import func_graph
-
-    from ._tf import new_session
+    from ._tf import new_session, wrap_frozen
 
     has_variables = (path / "variables").is_dir()
     graph = tf.Graph()
@@ -237,26 +235,10 @@ def _load_signature_v1(path: Path, tags: Sequence[str] | None, signature: str | 
     finally:
         session.close()
 
-    def import_frozen() -> None:
-        tf.graph_util.import_graph_def(frozen, name="")
-
-    with quiet():
-        wrapped = tf.compat.v1.wrap_function(import_frozen, [])
-        names = sorted(ins)
-        feeds = [wrapped.graph.get_tensor_by_name(ins[k]) for k in names]
-        fetches = {k: wrapped.graph.get_tensor_by_name(name) for k, (name, _) in outs.items()}
-        input_signature = ((), func_graph.convert_structure_to_signature(dict(zip(names, feeds))))
-        fn = wrapped.prune(feeds=feeds, fetches=fetches, input_signature=input_signature,
-                           are_keyword_args_also_positional=True)
-    fn._arg_keywords = names  # what TF's own v1-in-v2 loader sets: the keyword order
-    for key, (_, shape) in outs.items():  # pruning drops the static shapes the signature records
-        fn.structured_outputs[key].set_shape(tf.TensorShape(shape))
+    fn, holder = wrap_frozen(frozen, ins, {k: name for k, (name, _) in outs.items()},
+                             {k: shape for k, (_, shape) in outs.items()})
     note = f"loaded by the v1 loader (signature {signature!r}, frozen): {problem}"
     _log.info("saved_model %s: %s", path, note)
-    # A tf.Module, not the wrapped function, is what the TFLite converter re-saves with the
-    # signature's output names (given a function, it names outputs "Identity").
-    holder = tf.Module()
-    holder._wrapped = wrapped  # noqa: SLF001 - keeps the function's graph alive
     return FrozenSignatureModel(holder, fn, signature, device=device, source=path, graph_def=frozen, note=note)
 
 

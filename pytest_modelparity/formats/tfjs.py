@@ -793,13 +793,17 @@ def export(model: Any, path: Path, *, quantization: str | None = None, validate_
     with tempfile.TemporaryDirectory(prefix=owned_prefix("modelparity-tfjs-")) as tmp:  # swept if killed
         if isinstance(model, (str, Path)):
             saved_model = Path(model)
-            if not (saved_model / "saved_model.pb").is_file():
-                raise ModelLoadError(saved_model, None, "it is not a SavedModel directory, and only a Keras "
-                                     "model or a SavedModel directory can be converted to tflite, onnx or tfjs", "pass the Keras model, or the "
-                                     "directory written by model.export() / tf.saved_model.save()", action="convert")
-            from . import saved_model as saved_model_format
+            from . import graph_source, saved_model as saved_model_format
 
-            if saved_model_format.has_slot_variables(saved_model):  # the converter's TF 2.x load fails
+            if not (saved_model / "saved_model.pb").is_file() and graph_source.kind(saved_model) is not None:
+                saved_model = graph_source.write_saved_model(saved_model, Path(tmp) / "saved_model")
+                rewrites["signature frozen from the TF1 graph"] = 1
+            elif not (saved_model / "saved_model.pb").is_file():
+                raise ModelLoadError(saved_model, None, "it is not a SavedModel directory nor a TF1 graph, and only a "
+                                     "Keras model, a SavedModel directory or a TF1 graph can be converted to tflite, onnx "
+                                     "or tfjs", "pass the Keras model, or the "
+                                     "directory written by model.export() / tf.saved_model.save()", action="convert")
+            elif saved_model_format.has_slot_variables(saved_model):  # the converter's TF 2.x load fails
                 saved_model = saved_model_format.frozen_copy(saved_model, Path(tmp) / "saved_model")
                 rewrites["signature frozen (Keras 2 optimizer slots in the object graph)"] = 1
         else:
