@@ -307,3 +307,54 @@ def test_a_default_matrix_that_compared_nothing_fails_saying_so() -> None:
     missing = dict(outcomes, **{"t.py::test_export[onnx-cpu]": ("cpu", "skipped", "Skipped: onnxruntime is not installed")})
     assert nothing_compared_line(missing) is None
     assert nothing_compared_line({}) is None
+
+
+def _become_table() -> dict[str, dict[str, str]]:
+    """docs/formats.md "What each source can become": {source row: {format: yes/no}}."""
+    text = (Path(__file__).parent.parent / "docs" / "formats.md").read_text()
+    section = text.split("## What each source can become", 1)[1].split("\n## ", 1)[0]
+    rows = [line.strip().strip("|").split("|") for line in section.splitlines() if line.startswith("| ")]
+    header = [c.strip() for c in rows[0]][1:]
+    return {cells[0].strip(): dict(zip(header, (c.strip() for c in cells[1:]))) for cells in rows[1:]}
+
+
+def test_what_each_source_can_become_is_what_export_model_does(tmp_path: Path) -> None:
+    """Every cell of the docs table, against export_model on a real source of that row: a `yes`
+    writes a file that loads back and agrees with the source (tfjs converted for the .pb row;
+    its other rows run in the suites above), a `no` is refused at once as a conversion."""
+    import keras
+    import numpy as np
+
+    import tf1_batchnorm
+    from pytest_modelparity import ModelLoadError, assert_outputs_close, export_model, load_model
+
+    table = _become_table()
+    assert set(next(iter(table.values()))) == {"keras", "h5", "saved_model", "graphdef", "checkpoint", "tflite",
+                                               "onnx", "tfjs"}
+    x = keras.Input((8, 8, 3), name="image")
+    keras_model = keras.Model(x, keras.layers.Dense(4, name="probs", kernel_initializer=keras.initializers.GlorotUniform(
+        seed=3))(keras.layers.GlobalAveragePooling2D()(x)))
+    checkpoint, frozen = tf1_batchnorm.build(tmp_path / "tf1")
+    saved = export_model(keras_model, "saved_model", tmp_path / "sm")
+    tflite_file = export_model(keras_model, "tflite", tmp_path / "m.tflite")
+    sources = {"a Keras model": keras_model, "a SavedModel directory": saved, "a frozen GraphDef": frozen,
+               "a TF1 checkpoint": checkpoint, "a `.tflite` file": tflite_file}
+    rows = np.random.default_rng(2).uniform(0, 1, (3, 8, 8, 3)).astype("float32")
+    checked = 0
+    for row, cells in table.items():
+        (source,) = [v for k, v in sources.items() if row.startswith(k)]
+        for fmt, cell in cells.items():
+            target = tmp_path / "out" / f"{checked}-{fmt}"
+            checked += 1
+            if cell == "no":
+                with pytest.raises((ModelLoadError, ValueError)) as info:
+                    export_model(source, fmt, target)
+                assert isinstance(info.value, ValueError) or info.value.action == "convert", (row, fmt, info.value)
+                continue
+            assert cell == "yes", (row, fmt, cell)
+            if fmt == "tfjs" and source is not frozen:
+                continue
+            written = export_model(source, fmt, target)
+            reference = load_model(source) if not isinstance(source, keras.Model) else load_model(keras_model)
+            assert_outputs_close(load_model(written), reference, inputs=rows)
+    assert checked == 5 * 8
