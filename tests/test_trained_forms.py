@@ -358,3 +358,82 @@ def test_what_each_source_can_become_is_what_export_model_does(tmp_path: Path) -
             reference = load_model(source) if not isinstance(source, keras.Model) else load_model(keras_model)
             assert_outputs_close(load_model(written), reference, inputs=rows)
     assert checked == 5 * 8
+
+
+DEBUG_OPS_CONFTEST = textwrap.dedent('''
+    import pytest
+
+    def build():
+        import keras
+        import tensorflow as tf
+
+        class Checked(keras.layers.Layer):
+            """A trained model's own checks: an assert, a finiteness check and a print."""
+
+            def call(self, x):
+                tf.debugging.assert_all_finite(x, "features must be finite")
+                tf.debugging.assert_greater_equal(tf.reduce_min(x), -100.0, message="features out of range")
+                tf.print("batch", tf.shape(x)[0])
+                return x * 2.0
+
+        x = keras.Input((6,), name="features")
+        h = keras.layers.Dense(8, activation="relu", name="h",
+                               kernel_initializer=keras.initializers.GlorotUniform(seed=4))(Checked()(x))
+        y = keras.layers.Dense(3, name="score", kernel_initializer=keras.initializers.GlorotUniform(seed=5))(h)
+        return keras.Model(x, y, name="checked")
+
+    @pytest.fixture(scope="session")
+    def modelparity_source():
+        return build
+''')
+
+
+def test_debug_ops_in_the_model_are_stripped_for_tfjs_and_the_route_says_so(pytester: pytest.Pytester) -> None:
+    """tfjs has no Assert, CheckNumerics or PrintV2: the export failed with "replace the layers
+    using those ops", impossible for a trained file. They are stripped (with their control
+    edges and the If that guards an assert) and the route records it."""
+    pytester.makeconftest(DEBUG_OPS_CONFTEST)
+    pytester.makepyfile(PARITY_TEST)
+    result = pytester.runpytest("-v", "--modelparity-formats=tfjs", "--modelparity-report=r.json")
+    result.assert_outcomes(passed=1)
+    doc = json.loads((pytester.path / "r.json").read_text())
+    (artifact,) = [a for a in doc["artifacts"] if a["format"] == "tfjs"]
+    assert "debug ops stripped (Assert/CheckNumerics/Print) x3" in artifact["route"], artifact
+    assert [r["verdict"] for r in doc["rows"]] == ["pass"]
+
+
+def test_strip_debug_ops_keeps_what_the_outputs_compute() -> None:
+    """The rewrite itself on a graph: the asserted and printed value still flows to the output
+    (CheckNumerics -> Identity), the Assert, PrintV2 and their inputs go, and a graph without
+    debug ops is left as it was."""
+    import numpy as np
+    import tensorflow as tf
+
+    from pytest_modelparity.formats.tfjs_rewrite import strip_debug_ops
+
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 3], name="x")
+        checked = tf.debugging.check_numerics(x, "finite")
+        ok = tf.debugging.Assert(tf.reduce_all(checked > -5.0), [checked], name="guard")
+        printed = tf.print("x", checked, name="show")
+        with tf.control_dependencies([ok, printed]):
+            tf.identity(checked * 3.0, name="y")
+    graph_def = graph.as_graph_def()
+    assert strip_debug_ops(graph_def, ["y:0"]) == 3
+    ops = {n.op for n in graph_def.node}
+    assert not ops & {"Assert", "CheckNumerics", "PrintV2", "StringFormat"}, ops
+    out = tf.Graph()
+    with out.as_default():
+        tf.graph_util.import_graph_def(graph_def, name="")
+        with tf.compat.v1.Session(graph=out) as sess:
+            value = sess.run("y:0", {"x:0": np.array([[1.0, -2.0, 0.5]], "float32")})
+    np.testing.assert_array_equal(value, [[3.0, -6.0, 1.5]])
+    again = graph.as_graph_def()
+    plain = tf.Graph()
+    with plain.as_default():
+        tf.identity(tf.compat.v1.placeholder(tf.float32, [None, 3], name="x") * 2.0, name="y")
+    untouched = plain.as_graph_def()
+    before = untouched.SerializeToString()
+    assert strip_debug_ops(untouched, ["y:0"]) == 0 and untouched.SerializeToString() == before
+    assert len(again.node) > len(graph_def.node)
