@@ -437,3 +437,65 @@ def test_strip_debug_ops_keeps_what_the_outputs_compute() -> None:
     before = untouched.SerializeToString()
     assert strip_debug_ops(untouched, ["y:0"]) == 0 and untouched.SerializeToString() == before
     assert len(again.node) > len(graph_def.node)
+
+
+CONV3D_CONFTEST = textwrap.dedent('''
+    import pytest
+
+    def build():
+        import keras
+        init = keras.initializers.GlorotUniform
+        x = keras.Input((8, 8, 8, 2), name="volume")
+        h = keras.layers.Conv3D(4, 3, padding="same", activation="relu", kernel_initializer=init(seed=1))(x)
+        h = keras.layers.MaxPool3D(2, padding="same")(h)        # odd sizes below: SAME pads one side
+        h = keras.layers.Conv3D(4, 2, activation="relu", kernel_initializer=init(seed=2))(h)
+        h = keras.layers.MaxPool3D((2, 2, 3), strides=(1, 2, 1))(h)
+        y = keras.layers.Dense(3, name="score", kernel_initializer=init(seed=3))(keras.layers.Flatten()(h))
+        return keras.Model(x, y, name="volumes")
+
+    @pytest.fixture(scope="session")
+    def modelparity_source():
+        return build
+''')
+
+
+def test_conv3d_maxpool3d_net_gets_a_float64_floor(pytester: pytest.Pytester) -> None:
+    """TensorFlow has no float64 MaxPool3D kernel, so neither twin ran and the net was judged by
+    the fixed rule ("no float64 floor"). The graph twin writes MaxPool3D as two MaxPool (exact)."""
+    pytester.makeconftest(CONV3D_CONFTEST)
+    pytester.makepyfile(PARITY_TEST)
+    result = pytester.runpytest("-v", "--modelparity-formats=saved_model,onnx", "--modelparity-report=r.json")
+    result.assert_outcomes(passed=2)
+    out = result.stdout.str()
+    assert "no float64 floor" not in out and "judged without their noise floor" not in out
+    assert out.count("from a float64 run of its graph twin") == 2, out
+    doc = json.loads((pytester.path / "r.json").read_text())
+    assert all(not r.get("noise_floor_missing") for r in doc["rows"]), doc["rows"]
+
+
+def test_max_pool3d_rewrite_is_exact() -> None:
+    """The two-MaxPool form equals MaxPool3D bitwise in float32 (VALID, SAME, uneven strides)."""
+    import numpy as np
+    import tensorflow as tf
+
+    from pytest_modelparity.formats.graph_twin import float64_graph_def
+
+    rng = np.random.default_rng(7)
+    for ksize, strides, padding in [((2, 2, 2), (2, 2, 2), "SAME"), ((2, 2, 3), (1, 2, 1), "VALID"),
+                                    ((3, 1, 2), (2, 1, 3), "SAME")]:
+        graph = tf.Graph()
+        with graph.as_default():
+            x = tf.compat.v1.placeholder(tf.float32, [None, 5, 7, 6, 3], name="x")
+            tf.nn.max_pool3d(x, ksize, strides, padding, name="pool")
+        twin = float64_graph_def(graph.as_graph_def(), ["pool:0"])
+        assert "MaxPool3D" not in {n.op for n in twin.node}
+        value = rng.normal(size=(2, 5, 7, 6, 3))
+        with tf.compat.v1.Session(graph=graph) as sess:
+            want = sess.run("pool:0", {"x:0": value.astype("float32")})
+        run = tf.Graph()
+        with run.as_default():
+            tf.graph_util.import_graph_def(twin, name="")
+            with tf.compat.v1.Session(graph=run) as sess:
+                got = sess.run("pool:0", {"x:0": value})
+        assert got.dtype == np.float64 and got.shape == want.shape
+        np.testing.assert_array_equal(got.astype("float32"), want)
