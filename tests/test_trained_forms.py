@@ -16,8 +16,20 @@ from pathlib import Path
 
 import pytest
 
+from pytest_modelparity.runtime.tfjs_runner import cache_root
+
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
               pytest.mark.usefixtures("_heavy_modules_stay_loaded")]
+
+# The tfjs runner's npm modules, found before pytester gives each run a temporary HOME (which
+# would run `npm ci` again in every suite); each run keeps its own export cache (CACHE_ARG).
+_NODE_CACHE = str(cache_root())
+CACHE_ARG = "--modelparity-cache-dir=exports"
+
+
+@pytest.fixture(autouse=True)
+def _installed_node_modules(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MODELPARITY_CACHE_DIR", _NODE_CACHE)
 
 WRITE_KERAS2 = textwrap.dedent('''
     import os, sys
@@ -87,7 +99,7 @@ def test_keras2_saved_model_with_optimizer_slots_loads_and_exports(pytester: pyt
         def test_forms(parity_candidate, parity_reference, parity_batch):
             assert_outputs_close(parity_candidate, parity_reference, inputs=parity_batch)
     ''')
-    result = pytester.runpytest_subprocess("-v", "-p", "no:cacheprovider",
+    result = pytester.runpytest_subprocess(CACHE_ARG, "-v", "-p", "no:cacheprovider",
                                            "--modelparity-formats=saved_model,tflite,onnx,tfjs",
                                            "--modelparity-report=r.json", timeout=400)
     result.assert_outcomes(passed=6)
@@ -139,7 +151,7 @@ def test_open_height_width_net_exports_to_every_converted_form(pytester: pytest.
             other = np.full((1, 20, 33, 3), 0.5, "float32")
             assert_outputs_close(parity_candidate, parity_reference, inputs=other)
     ''')
-    result = pytester.runpytest("-v", "--modelparity-formats=tflite,onnx,tfjs")
+    result = pytester.runpytest(CACHE_ARG, "-v", "--modelparity-formats=tflite,onnx,tfjs")
     result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines(["*test_forms[[]tflite-cpu[]] PASSED*", "*test_forms[[]onnx-cpu[]] PASSED*",
                                  "*test_forms[[]tfjs-cpu[]] PASSED*"])
@@ -222,7 +234,7 @@ def test_subclassed_net_built_with_build_is_not_refused(pytester: pytest.Pyteste
             assert parity_reference.inputs[0].shape == (None, 12, 12, 3)
             assert_outputs_close(parity_candidate, parity_reference, inputs=parity_batch)
     ''')
-    result = pytester.runpytest("-v", "--modelparity-formats=saved_model,tflite,onnx")
+    result = pytester.runpytest(CACHE_ARG, "-v", "--modelparity-formats=saved_model,tflite,onnx")
     result.assert_outcomes(passed=3)
 
 
@@ -271,7 +283,7 @@ def test_tf1_checkpoint_in_the_default_matrix_becomes_tflite_onnx_and_tfjs(pytes
     session ended green having compared nothing. Now it is frozen and converted."""
     pytester.makeconftest(TF1_CONTEST.format(tests=str(Path(__file__).parent), which="checkpoint"))
     pytester.makepyfile(PARITY_TEST)
-    result = pytester.runpytest("-v", "-rs", "--modelparity-report=r.json")
+    result = pytester.runpytest(CACHE_ARG, "-v", "-rs", "--modelparity-report=r.json")
     result.assert_outcomes(passed=3, skipped=4)  # keras, h5, saved_model, graphdef need a Keras model
     result.stdout.fnmatch_lines(["*test_export[[]tflite-cpu[]] PASSED*", "*test_export[[]tfjs-cpu[]] PASSED*",
                                  "*test_export[[]onnx-cpu[]] PASSED*"])
@@ -285,7 +297,7 @@ def test_tf1_checkpoint_in_the_default_matrix_becomes_tflite_onnx_and_tfjs(pytes
 def test_tf1_frozen_pb_becomes_tflite_and_onnx(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(TF1_CONTEST.format(tests=str(Path(__file__).parent), which="frozen"))
     pytester.makepyfile(PARITY_TEST)
-    result = pytester.runpytest("-v", "--modelparity-formats=graphdef,tflite,onnx")
+    result = pytester.runpytest(CACHE_ARG, "-v", "--modelparity-formats=graphdef,tflite,onnx")
     result.assert_outcomes(passed=3)
 
 
@@ -394,7 +406,7 @@ def test_debug_ops_in_the_model_are_stripped_for_tfjs_and_the_route_says_so(pyte
     edges and the If that guards an assert) and the route records it."""
     pytester.makeconftest(DEBUG_OPS_CONFTEST)
     pytester.makepyfile(PARITY_TEST)
-    result = pytester.runpytest("-v", "--modelparity-formats=tfjs", "--modelparity-report=r.json")
+    result = pytester.runpytest(CACHE_ARG, "-v", "--modelparity-formats=tfjs", "--modelparity-report=r.json")
     result.assert_outcomes(passed=1)
     doc = json.loads((pytester.path / "r.json").read_text())
     (artifact,) = [a for a in doc["artifacts"] if a["format"] == "tfjs"]
@@ -464,7 +476,7 @@ def test_conv3d_maxpool3d_net_gets_a_float64_floor(pytester: pytest.Pytester) ->
     the fixed rule ("no float64 floor"). The graph twin writes MaxPool3D as two MaxPool (exact)."""
     pytester.makeconftest(CONV3D_CONFTEST)
     pytester.makepyfile(PARITY_TEST)
-    result = pytester.runpytest("-v", "--modelparity-formats=saved_model,onnx", "--modelparity-report=r.json")
+    result = pytester.runpytest(CACHE_ARG, "-v", "--modelparity-formats=saved_model,onnx", "--modelparity-report=r.json")
     result.assert_outcomes(passed=2)
     out = result.stdout.str()
     assert "no float64 floor" not in out and "judged without their noise floor" not in out
@@ -499,3 +511,38 @@ def test_max_pool3d_rewrite_is_exact() -> None:
                 got = sess.run("pool:0", {"x:0": value})
         assert got.dtype == np.float64 and got.shape == want.shape
         np.testing.assert_array_equal(got.astype("float32"), want)
+
+
+CONVNEXT_BLOCK_CONFTEST = textwrap.dedent('''
+    import pytest
+
+    def build():
+        import keras
+        init = keras.initializers.GlorotUniform
+        x = keras.Input((8, 8, 8), name="image")
+        # ConvNeXt's block: a 7x7 conv with one group per channel, LayerNorm, pointwise MLP
+        h = keras.layers.Conv2D(8, 7, padding="same", groups=8, kernel_initializer=init(seed=1), name="dwconv")(x)
+        h = keras.layers.LayerNormalization(epsilon=1e-6, name="ln")(h)
+        h = keras.layers.Dense(16, activation="gelu", kernel_initializer=init(seed=2), name="pw1")(h)
+        h = keras.layers.Dense(8, kernel_initializer=init(seed=3), name="pw2")(h)
+        h = keras.layers.Add()([x, h])
+        y = keras.layers.Dense(3, name="score", kernel_initializer=init(seed=4))(keras.layers.GlobalAveragePooling2D()(h))
+        return keras.Model(x, y, name="convnext_block")
+
+    @pytest.fixture(scope="session")
+    def modelparity_source():
+        return build
+''')
+
+
+def test_convnext_grouped_conv_becomes_tfjs(pytester: pytest.Pytester) -> None:
+    """Keras runs a grouped Conv2D in a jit_compile function: tfjs got "unsupported ops:
+    StatefulPartitionedCall" (and, inlined, tfjs's conv2d has no groups). The export inlines
+    it and writes the one-group-per-channel conv as the depthwise conv it is."""
+    pytester.makeconftest(CONVNEXT_BLOCK_CONFTEST)
+    pytester.makepyfile(PARITY_TEST)
+    result = pytester.runpytest(CACHE_ARG, "-v", "--modelparity-formats=tfjs", "--modelparity-report=r.json")
+    result.assert_outcomes(passed=1)
+    doc = json.loads((pytester.path / "r.json").read_text())
+    (artifact,) = doc["artifacts"]
+    assert "XLA-only functions inlined" in artifact["route"] and "grouped conv as depthwise x1" in artifact["route"]

@@ -48,7 +48,7 @@ def float64_graph_def(graph_def: Any, outputs: list[str] | None = None) -> Any:
     out = tf.compat.v1.GraphDef()
     out.CopyFrom(graph_def)
     if outputs:
-        _inline_kept_functions(out, outputs)
+        inline_kept_functions(out, outputs)
     _decompose_batch_norms(out)
     _depthwise_as_shifted_products(out)
     _max_pool3d_as_2d(out)
@@ -142,7 +142,7 @@ def _decompose_batch_norms(graph_def: Any) -> None:
 _NOINLINE_ATTRS = ("_noinline", "_XlaMustCompile")
 
 
-def _inline_kept_functions(graph_def: Any, outputs: list[str]) -> bool:
+def inline_kept_functions(graph_def: Any, outputs: list[str]) -> bool:
     """Inline the functions marked never to be inlined (Keras runs grouped convolutions in a
     ``jit_compile`` function), so their convolutions can be rewritten like the others.
     Grappler's function optimizer does the inlining once the marks are cleared; on any

@@ -317,6 +317,54 @@ def strip_debug_ops(graph_def: Any, outputs: Iterable[str] = ()) -> int:
     return count
 
 
+def depthwise_grouped_convs(graph_def: Any) -> int:
+    """A ``Conv2D`` with one group per channel (filter ``[kh, kw, 1, C]`` on C channels: Keras'
+    ``Conv2D(groups=C)``, ConvNeXt's depthwise blocks) as the ``DepthwiseConv2dNative`` it is:
+    tfjs's conv2d has no groups ("depth of input (C) must match input depth for filter 1").
+    Only with a constant filter and a known channel count. Returns how many were rewritten."""
+    import tensorflow as tf
+
+    nodes = {n.name: n for n in graph_def.node}
+    candidates = []
+    for conv in graph_def.node:
+        if conv.op != "Conv2D" or conv.attr["data_format"].s not in (b"NHWC", b""):
+            continue
+        source = nodes.get(list(conv.input)[1].split(":")[0])
+        while source is not None and source.op == "Identity":
+            source = nodes.get(source.input[0].split(":")[0])
+        if source is not None and source.op == "Const":
+            kernel = tf.make_ndarray(source.attr["value"].tensor)
+            if kernel.ndim == 4 and kernel.shape[2] == 1 and kernel.shape[3] > 1:
+                candidates.append((conv, source, kernel))
+    if not candidates:
+        return 0
+    graph = tf.Graph()
+    try:
+        with graph.as_default():
+            tf.graph_util.import_graph_def(graph_def, name="")
+    except Exception:  # noqa: BLE001 - shapes unknown: leave the graph as it is
+        return 0
+    count = 0
+    for conv, source, kernel in candidates:
+        x = conv.input[0]
+        try:
+            channels = graph.get_tensor_by_name(x if ":" in x else f"{x}:0").shape.as_list()[-1]
+        except Exception:  # noqa: BLE001
+            continue
+        if channels != kernel.shape[3]:
+            continue
+        filter_node = graph_def.node.add()
+        filter_node.name, filter_node.op = f"{conv.name}/depthwise_filter", "Const"
+        filter_node.attr["dtype"].type = source.attr["dtype"].type
+        filter_node.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(kernel.transpose(0, 1, 3, 2)))
+        conv.op = "DepthwiseConv2dNative"
+        conv.input[1] = filter_node.name
+        if "use_cudnn_on_gpu" in conv.attr:
+            del conv.attr["use_cudnn_on_gpu"]
+        count += 1
+    return count
+
+
 _STRIPPED = "modelparity: debug ops stripped"
 
 
@@ -360,9 +408,21 @@ def patched_converter(converter: Any, stats: dict[str, int]) -> Iterator[None]:
         if debug:
             outputs = [t.name for t in signature_def.outputs.values()] if signature_def is not None else []
             stats["debug_ops"] = stats.get("debug_ops", 0) + strip_debug_ops(graph_def, outputs)
+        inlined = False
+        if any(n.op in ("StatefulPartitionedCall", "PartitionedCall") for n in graph_def.node) and signature_def is not None:
+            # Functions kept from inlining (Keras' jit_compile grouped convolutions: ConvNeXt) reach
+            # tfjs as calls it has no op for ("unsupported ops: StatefulPartitionedCall").
+            from .graph_twin import inline_kept_functions
+
+            inlined = inline_kept_functions(graph_def, [t.name for t in signature_def.outputs.values()])
+            if inlined:
+                stats["inlined"] = stats.get("inlined", 0) + 1
+        grouped = depthwise_grouped_convs(graph_def)
+        if grouped:
+            stats["grouped"] = stats.get("grouped", 0) + grouped
         if any(n.op == "Erfc" for n in graph_def.node):
             stats["erfc"] = stats.get("erfc", 0) + rewrite_erfc(graph_def)
-        if debug or stats.get("erfc"):
+        if debug or inlined or grouped or stats.get("erfc"):
             graph = tf.Graph()
             with graph.as_default():
                 tf.graph_util.import_graph_def(graph_def, name="")
