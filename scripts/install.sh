@@ -10,6 +10,10 @@ PY=${PYTHON:-python3}
 # tensorflowjs' own pins pull TensorFlow 2.19 and an old protobuf, which break TF 2.21:
 # install the converter without its dependencies (see README "TensorFlow.js").
 .venv/bin/python -m pip install -q --no-deps 'tensorflowjs==4.22.0' 'tensorflow_hub==0.16.1'
+# tf_keras (Keras 2) only for the tests: tests/test_trained_forms.py writes a Keras-2-era SavedModel
+# with its legacy optimizer, as many trained models in the wild were written. --no-deps: its pin
+# on `tensorflow` would pull a second TensorFlow over tensorflow-cpu. The plugin never imports it.
+.venv/bin/python -m pip install -q --no-deps 'tf_keras==2.21.0'
 # The Node.js side of the TFJS format: npm ci into the runner cache ahead of time (it would
 # otherwise run on first use). Skipped, with a note, where Node.js/npm are missing.
 if command -v node >/dev/null && command -v npm >/dev/null; then
@@ -39,10 +43,10 @@ fi
 # their unmet pins (jax, flax, tf-keras, tensorflow-decision-forests, packaging~=23.1, ...)
 # are expected: count them in one line; anything else pip reports is shown as it is.
 check=$(.venv/bin/python -m pip check 2>&1 || true)
-intended=$(printf '%s\n' "$check" | grep -cE '^(tensorflowjs|tensorflow-hub|tensorflow_hub) ' || true)
-others=$(printf '%s\n' "$check" | grep -vE '^(tensorflowjs|tensorflow-hub|tensorflow_hub) ' | grep -v '^No broken requirements' | grep -v '^$' || true)
+intended=$(printf '%s\n' "$check" | grep -cE '^(tensorflowjs|tensorflow-hub|tensorflow_hub|tf-keras) ' || true)
+others=$(printf '%s\n' "$check" | grep -vE '^(tensorflowjs|tensorflow-hub|tensorflow_hub|tf-keras) ' | grep -v '^No broken requirements' | grep -v '^$' || true)
 if [ "$intended" -gt 0 ]; then
-  echo "install.sh: pip check: $intended expected unmet pin(s) of tensorflowjs/tensorflow_hub (installed with --no-deps; their converter path used here needs none of them)"
+  echo "install.sh: pip check: $intended expected unmet pin(s) of tensorflowjs/tensorflow_hub/tf_keras (installed with --no-deps; their converter path used here needs none of them)"
 fi
 if [ -n "$others" ]; then
   echo "install.sh: pip check reports (not expected):" >&2

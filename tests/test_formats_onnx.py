@@ -164,7 +164,7 @@ def test_export_errors_say_export_and_name_the_format(tmp_path):
     not_a_model = tmp_path / "notes.txt"
     not_a_model.write_text("hello")
     with pytest.raises(ModelLoadError, match=r"cannot convert '.*notes.txt': it is not a SavedModel directory.*"
-                                             r"only a Keras model or a SavedModel directory"):
+                                             r"only a Keras model, a SavedModel directory or a TF1 graph"):
         export_model(not_a_model, "onnx", tmp_path / "x.onnx")
     assert not_a_model.read_text() == "hello"
 

@@ -263,3 +263,43 @@ def record_route(path: Path, format: str, route: str) -> None:
 def export_route(path: str | Path) -> str | None:
     """The route the exporter took to write ``path`` in this process, if it recorded one."""
     return _ROUTES.get(str(Path(path).resolve()))
+
+
+# -- the run that checks a fresh export ------------------------------------------------------
+
+# Sizes an open non-batch dim is probed at, smallest first. A net of valid 3x3 convolutions
+# takes no 1x1 image: probing only at 1 blamed the converters for the probe's own failure.
+PROBE_SIZES = (1, 8, 16, 32, 64)
+
+
+def has_open_dims(specs: Any) -> bool:
+    """Whether some input has an open dim other than the batch (``TensorSpec``s)."""
+    return any(d is None for s in specs for d in tuple(s.shape)[1:])
+
+
+def probe_batch(specs: Any, size: int) -> dict[str, np.ndarray]:
+    """Zeros of batch 1 for each ``TensorSpec``, its open non-batch dims at ``size``."""
+    return {s.name: np.zeros(tuple(1 if i == 0 and d is None else (size if d is None else d)
+                                   for i, d in enumerate(s.shape)), dtype=s.dtype) for s in specs}
+
+
+def run_probe(run: Callable[[dict[str, np.ndarray]], Any], specs: Any) -> tuple[int, Any]:
+    """Run a fresh export once on zeros: ``(size, result)`` of the first run that works, the open
+    dims at the smallest of ``PROBE_SIZES`` the model takes. Where every size fails, the
+    failure at the largest is raised with ``probe_note`` saying what was tried."""
+    sizes = PROBE_SIZES if has_open_dims(specs) else (1,)
+    for size in sizes:
+        try:
+            return size, run(probe_batch(specs, size))
+        except Exception as exc:  # noqa: BLE001 - every runtime raises its own; the last one is told
+            if size == sizes[-1]:
+                if len(sizes) > 1:
+                    exc.modelparity_probe = (f" (on zeros with the open dims at {', '.join(map(str, sizes[:-1]))} "  # type: ignore[attr-defined]
+                                             f"and {sizes[-1]}: every size failed)")
+                raise
+    raise AssertionError("unreachable")
+
+
+def probe_note(exc: BaseException) -> str:
+    """What ``run_probe`` tried before ``exc``, or ``""``."""
+    return str(getattr(exc, "modelparity_probe", ""))

@@ -328,3 +328,36 @@ def freeze_session(session: Any, graph: Any, inputs: list[str], outputs: list[st
         raise GraphUnavailable(f"freezing the checkpoint's graph failed ("
                                    f"{first_line(exc)})") from exc
     return FrozenGraph(graph_def, list(inputs), list(outputs))
+
+
+def wrap_frozen(graph_def: Any, inputs: Mapping[str, str], outputs: Mapping[str, str],
+                shapes: Mapping[str, Any] | None = None) -> tuple[Any, Any]:
+    """A frozen graph as ``(ConcreteFunction, holder)``: the function takes the keys of
+    ``inputs`` as keyword (and, in sorted-key order, positional) arguments and returns a dict
+    by the keys of ``outputs`` (both map a key to a tensor name); ``shapes`` gives the static
+    output shapes pruning drops. ``holder`` is a ``tf.Module`` keeping the graph alive: what
+    the TFLite converter re-saves with the output names (given a function, it names them
+    ``Identity``) and what ``tf.saved_model.save`` can write with this function as signature.
+
+    Why: a TF1 graph (a frozen ``.pb``, a checkpoint, a SavedModel TF 2.x cannot revive) then
+    converts and runs like a SavedModel signature, with no session."""
+    tf = import_tf()
+    from tensorflow.python.framework import func_graph
+
+    def import_frozen() -> None:
+        tf.graph_util.import_graph_def(graph_def, name="")
+
+    with quiet():
+        wrapped = tf.compat.v1.wrap_function(import_frozen, [])
+        names = sorted(inputs)
+        feeds = [wrapped.graph.get_tensor_by_name(inputs[k]) for k in names]
+        fetches = {k: wrapped.graph.get_tensor_by_name(v) for k, v in outputs.items()}
+        signature = ((), func_graph.convert_structure_to_signature(dict(zip(names, feeds))))
+        fn = wrapped.prune(feeds=feeds, fetches=fetches, input_signature=signature,
+                           are_keyword_args_also_positional=True)
+    fn._arg_keywords = names  # what TF's own v1-in-v2 loader sets: the keyword order
+    for key, shape in (shapes or {}).items():
+        fn.structured_outputs[key].set_shape(tf.TensorShape(shape))
+    holder = tf.Module()
+    holder._wrapped = wrapped  # keeps the function's graph alive
+    return fn, holder

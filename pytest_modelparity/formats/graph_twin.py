@@ -8,7 +8,8 @@ same arithmetic runs in float64 (notes/graph-twin.md: MobileNetV2, ResNet50, Eff
 and an LSTM gave the Keras twin's e32 this way, 1-7 s).
 
 Ops without a float64 kernel are replaced by their inference arithmetic
-(``FusedBatchNorm``/``V2``/``V3``: ``x * scale / sqrt(var + eps) + (offset - mean * ...)``);
+(``FusedBatchNorm``/``V2``/``V3``: ``x * scale / sqrt(var + eps) + (offset - mean * ...)``;
+``MaxPool3D``: two ``MaxPool``, exact);
 an op that stays unsupported makes the twin unavailable, with the op named.
 
 The ``float16 weights`` twin is the same graph in float32 with every float constant of more
@@ -47,9 +48,10 @@ def float64_graph_def(graph_def: Any, outputs: list[str] | None = None) -> Any:
     out = tf.compat.v1.GraphDef()
     out.CopyFrom(graph_def)
     if outputs:
-        _inline_kept_functions(out, outputs)
+        inline_kept_functions(out, outputs)
     _decompose_batch_norms(out)
     _depthwise_as_shifted_products(out)
+    _max_pool3d_as_2d(out)
     for node in out.node:
         _retype_node(node, tf)
     for function in out.library.function:
@@ -140,7 +142,7 @@ def _decompose_batch_norms(graph_def: Any) -> None:
 _NOINLINE_ATTRS = ("_noinline", "_XlaMustCompile")
 
 
-def _inline_kept_functions(graph_def: Any, outputs: list[str]) -> bool:
+def inline_kept_functions(graph_def: Any, outputs: list[str]) -> bool:
     """Inline the functions marked never to be inlined (Keras runs grouped convolutions in a
     ``jit_compile`` function), so their convolutions can be rewritten like the others.
     Grappler's function optimizer does the inlining once the marks are cleared; on any
@@ -229,6 +231,59 @@ def _depthwise_as_shifted_products(graph_def: Any) -> None:
         conv.attr["N"].i = len(terms)
         conv.attr["T"].type = DT_FLOAT
         graph_def.node.extend(new)
+
+
+def _max_pool3d_as_2d(graph_def: Any) -> None:
+    """``MaxPool3D`` (no float64 kernel) as two ``MaxPool`` (which has one): the max over a
+    kd x kh x kw box is the max over depth of the max over height x width, and SAME padding is
+    per axis, so the result is exact. Depth, height, width and channels must be static (the
+    batch is folded into the rows by ``Reshape``); an other MaxPool3D stays, and the twin then
+    names it as the op without a float64 kernel."""
+    tf = import_tf()
+    pools = [n for n in graph_def.node if n.op == "MaxPool3D" and n.attr["data_format"].s in (b"NDHWC", b"")]
+    if not pools:
+        return
+    graph = tf.Graph()
+    try:
+        with graph.as_default():
+            tf.graph_util.import_graph_def(graph_def, name="")
+    except Exception:  # noqa: BLE001 - shapes unknown: keep the pools as they are
+        return
+    for pool in pools:
+        x = list(pool.input)[0]
+        try:
+            d, h, w, c = graph.get_tensor_by_name(x if ":" in x else f"{x}:0").shape.as_list()[1:]
+            od, oh, ow, _ = graph.get_tensor_by_name(f"{pool.name}:0").shape.as_list()[1:]
+        except Exception:  # noqa: BLE001
+            continue
+        if None in (d, h, w, c, od, oh, ow):
+            continue
+        _, kd, kh, kw, _ = list(pool.attr["ksize"].list.i)
+        _, sd, sh, sw, _ = list(pool.attr["strides"].list.i)
+        padding, base = pool.attr["padding"].s, pool.name
+        controls = [i for i in pool.input if i.startswith("^")]
+        new = [_const(f"{base}/mp64_rows", np.array([-1, h, w, c], np.int32)),
+               _node(f"{base}/mp64_r1", "Reshape", [x, f"{base}/mp64_rows"], {"Tshape": 3}),
+               _max_pool(f"{base}/mp64_hw", f"{base}/mp64_r1", (kh, kw), (sh, sw), padding),
+               _const(f"{base}/mp64_depth", np.array([-1, d, oh * ow, c], np.int32)),
+               _node(f"{base}/mp64_r2", "Reshape", [f"{base}/mp64_hw", f"{base}/mp64_depth"], {"Tshape": 3}),
+               _max_pool(f"{base}/mp64_d", f"{base}/mp64_r2", (kd, 1), (sd, 1), padding),
+               _const(f"{base}/mp64_out", np.array([-1, od, oh, ow, c], np.int32))]
+        pool.Clear()
+        pool.name, pool.op = base, "Reshape"
+        pool.input.extend([f"{base}/mp64_d", f"{base}/mp64_out", *controls])
+        pool.attr["T"].type = DT_FLOAT
+        pool.attr["Tshape"].type = 3
+        graph_def.node.extend(new)
+
+
+def _max_pool(name: str, x: str, ksize: tuple[int, int], strides: tuple[int, int], padding: bytes) -> Any:
+    node = _node(name, "MaxPool", [x])
+    node.attr["ksize"].list.i.extend([1, ksize[0], ksize[1], 1])
+    node.attr["strides"].list.i.extend([1, strides[0], strides[1], 1])
+    node.attr["padding"].s = padding
+    node.attr["data_format"].s = b"NHWC"
+    return node
 
 
 def _depthwise_plan(conv: Any, nodes: dict, graph: Any, tf: Any) -> Any:

@@ -21,11 +21,12 @@ from ..errors import ModelLoadError
 from ._common import import_tf
 from .base import TensorSpec
 
-FIXTURE_FIX = ("call the model once on a batch (model(x)) or build it (model.build((None, ...))) before "
-               "handing it over; or declare its inputs: in a pytest suite a session-scoped fixture "
+DECLARE_FIX = ("declare its inputs: in a pytest suite a session-scoped fixture "
                "modelparity_input_specs in conftest.py returning [(name, shape, dtype)] (shape with the "
                "batch dim first, e.g. ('x', (None, 5), 'float32')), or pass input_specs=[...] to "
                "load_model/export_model")
+FIXTURE_FIX = ("call the model once on a batch (model(x)) or build it (model.build((None, ...))) before "
+               "handing it over; or " + DECLARE_FIX)
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,8 @@ def _one(name: str | None, value: Any, index: int = 0) -> TensorSpec:
 def _inferred(model: Any) -> Declared | None:
     """The inputs a built (or once called) subclassed model was built for, or None."""
     shapes = getattr(model, "_build_shapes_dict", None)
+    if isinstance(shapes, dict) and not shapes and getattr(model, "built", False):
+        shapes = _build_defaults(model)  # build() called bare: its shape is build's default argument
     if not isinstance(shapes, dict) or len(shapes) != 1:
         return None  # never built, or a call taking several tensor arguments
     shape = next(iter(shapes.values()))
@@ -132,6 +135,19 @@ def _inferred(model: Any) -> Declared | None:
     if isinstance(shape, (list, tuple)) and shape and all(_is_shape(s) for s in shape):
         return Declared(tuple(_one(None, (f"{param}_{i}", tuple(s), dtype)) for i, s in enumerate(shape)), "list")
     return None
+
+
+def _build_defaults(model: Any) -> dict[str, Any]:
+    """The default arguments of a model's own ``build`` (``def build(self, input_shape=(None,
+    64, 64, 3))`` called as ``model.build()``): Keras records only the arguments given, none."""
+    import inspect
+
+    build = getattr(getattr(model, "build", None), "__wrapped__", None)
+    try:
+        params = inspect.signature(build).parameters.values() if build is not None else []
+    except (TypeError, ValueError):
+        return {}
+    return {p.name: p.default for p in params if p.default is not inspect.Parameter.empty and p.default is not None}
 
 
 def _is_shape(value: Any) -> bool:
@@ -157,9 +173,13 @@ def input_specs(model: Any, *, source: str | Path | None = None, format: str = "
         return _symbolic_input_specs(model)
     found = declared(model)
     if found is None:
+        shapes = getattr(model, "_build_shapes_dict", None)
+        how = ("was built, but its build() recorded no single input shape "
+               f"({'it takes no shape argument' if not shapes else 'it took ' + ', '.join(map(str, shapes))})"
+               if getattr(model, "built", False) else "was never built or called")
         raise ModelLoadError(source, format, f"the subclassed Keras model {type(model).__name__} has no symbolic "
-                             "inputs and was never built or called, so its input shapes are unknown",
-                             FIXTURE_FIX, action=action)
+                             f"inputs and {how}, so its input shapes are unknown",
+                             DECLARE_FIX if getattr(model, "built", False) else FIXTURE_FIX, action=action)
     return list(found.specs)
 
 

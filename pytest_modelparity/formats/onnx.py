@@ -17,7 +17,8 @@ import numpy as np
 
 from ..errors import DeviceUnavailable, ExportError, ModelLoadError
 from .base import LoadedModel, TensorSpec
-from ._common import ONNX_INSTALL, TF_INSTALL, ConverterLog, finish_export, first_line, read_model_bytes
+from ._common import (ONNX_INSTALL, TF_INSTALL, ConverterLog, finish_export, first_line, probe_note,
+                      read_model_bytes, run_probe)
 from .serving import begin_export, graph_op_types
 
 if TYPE_CHECKING:  # imported lazily at run time: onnx is optional
@@ -371,19 +372,18 @@ def validate_content(content: bytes, path: Path, *, log: ConverterLog | None = N
             import onnx
 
             onnx.checker.check_model(onnx.load_model_from_string(content))
-        session = ort.InferenceSession(content, providers=["CPUExecutionProvider"])
-        feeds = {}
-        for arg in session.get_inputs():
-            spec = _spec(arg)
-            feeds[arg.name] = np.zeros(tuple(1 if d is None else d for d in spec.shape), dtype=spec.dtype)
-        session.run(None, feeds)
+        options = ort.SessionOptions()
+        options.log_severity_level = 4  # a probe size the model cannot take is not worth an ERROR line
+        session = ort.InferenceSession(content, options, providers=["CPUExecutionProvider"])
+        # Open non-batch dims at the smallest size the file takes (a valid-conv net takes no 1x1).
+        run_probe(lambda feeds: session.run(None, feeds), [_spec(arg) for arg in session.get_inputs()])
     except Exception as exc:  # noqa: BLE001 - onnx/onnxruntime raise their own untyped errors
         if log is None:
             raise ExportError(path, NAME, f"the converted file does not load or run in onnxruntime: "
-                              f"{first_line(exc, 200)}", "re-export it with export_model(model, 'onnx', path)",
+                              f"{first_line(exc, 200)}{probe_note(exc)}", "re-export it with export_model(model, 'onnx', path)",
                               route=route) from exc
         log.note(f"modelparity: the converted file is invalid:\n{exc}")
-        raise _export_error(path, f"tf2onnx wrote a file onnxruntime refuses: {first_line(exc, 200)}",
+        raise _export_error(path, f"tf2onnx wrote a file onnxruntime refuses: {first_line(exc, 200)}{probe_note(exc)}",
                             log, route or "?", exc) from exc
 
 

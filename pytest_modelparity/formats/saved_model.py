@@ -8,6 +8,7 @@ model's outputs, so forms can be compared output by output.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -16,12 +17,14 @@ import numpy as np
 from ..errors import ModelLoadError
 from ..runtime.devices import require_tf_device
 from ._common import first_line, name_outputs, quiet
+from ._files import read_regular
 from ._tf import freeze_concrete, import_tf, require_path, spec
 from .base import LoadedModel
 from .keras_specs import pack_inputs
 
 NAME = "saved_model"
 EXPORT_REQUIRES: tuple[tuple[str, str], ...] = ()
+_log = logging.getLogger("pytest_modelparity.load")
 
 
 def detect(path: Path) -> bool:
@@ -106,13 +109,15 @@ def load(source: Any, *, device: str = "cpu", signature: str | None = None,
                              "export the SavedModel again (model.export(path) or tf.saved_model.save)")
     dev = require_tf_device(device, format=NAME)
     tf = import_tf()
+    if has_slot_variables(path):  # TF 2.x would fail on them after seconds: go straight to v1
+        return _load_signature_v1(path, tags, signature, device=device, problem=SLOT_PROBLEM)
     try:
         with quiet(), tf.device(dev.tf_name):
             loaded = tf.saved_model.load(str(path), tags=list(tags) if tags else None)
     except Exception as exc:  # noqa: BLE001 - every failure becomes a ModelLoadError
-        raise ModelLoadError(path, NAME, f"TensorFlow could not load the SavedModel ({first_line(exc)})",
-                             "check saved_model.pb and variables/ are complete (not truncated) and "
-                             "written by a compatible TensorFlow") from exc
+        # TF 2.x cannot revive every object graph (a Keras 2 optimizer's slot variables need
+        # tf_keras): the MetaGraph's signatures through the v1 loader need none of it.
+        return _load_signature_v1(path, tags, signature, device=device, problem=_revival_problem(exc))
     signatures = dict(loaded.signatures)
     if not signatures:
         raise ModelLoadError(path, NAME, "the SavedModel has no signatures",
@@ -124,10 +129,119 @@ def load(source: Any, *, device: str = "cpu", signature: str | None = None,
         if signature is None:
             raise ModelLoadError(path, NAME, f"no serving_default signature and several others: "
                                  f"{', '.join(sorted(signatures))}", "pass signature='name' to load_model")
-    elif signature not in signatures:
+    else:
+        _check_signature(path, signature, signatures)
+    return SavedModelModel(loaded, signatures[signature], signature, device=device, source=path)
+
+
+def _check_signature(path: Path, signature: str, signatures: Any) -> None:
+    if signature not in signatures:
         raise ModelLoadError(path, NAME, f"no signature {signature!r}; it has: {', '.join(sorted(signatures))}",
                              "pass one of those as signature=")
-    return SavedModelModel(loaded, signatures[signature], signature, device=device, source=path)
+
+
+SLOT_PROBLEM = ("its object graph holds a Keras 2 optimizer's slot variables (saved with "
+                "include_optimizer=True), which TF 2.x cannot revive without tf_keras")
+
+
+def _revival_problem(exc: BaseException) -> str:
+    """What TF 2.x's object-graph revival failed on, in words."""
+    if "add_slot" in str(exc):
+        return SLOT_PROBLEM
+    return f"TF 2.x could not revive its object graph ({first_line(exc)})"
+
+
+def has_slot_variables(path: Path) -> bool:
+    """Whether the SavedModel's object graph records optimizer slot variables (a Keras 2
+    model saved with its legacy optimizer): a protobuf read, no TensorFlow loading."""
+    proto = Path(path) / "saved_model.pb"
+    if not proto.is_file():
+        return False
+    import_tf()
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    message = saved_model_pb2.SavedModel()
+    try:
+        message.ParseFromString(read_regular(proto, NAME))
+    except Exception:  # noqa: BLE001 - a broken file is the loaders' to report
+        return False
+    return any(node.slot_variables for graph in message.meta_graphs for node in graph.object_graph_def.nodes)
+
+
+def frozen_copy(path: Path, dest: Path) -> Path:
+    """A SavedModel at ``dest`` holding only ``path``'s serving signature, frozen (what a
+    converter that calls ``tf.saved_model.load`` itself, as tensorflowjs does, can read when
+    ``has_slot_variables(path)``)."""
+    model = _load_signature_v1(Path(path), None, None, device="cpu", problem=SLOT_PROBLEM)
+    tf = import_tf()
+    with quiet():
+        tf.saved_model.save(model.loaded, str(dest), signatures={"serving_default": model.native})
+    return dest
+
+
+class FrozenSignatureModel(SavedModelModel):
+    """A SavedModel signature loaded by the v1 loader and frozen (variables as constants):
+    ``native`` is a variable-free ConcreteFunction with the signature's keyword inputs and
+    output dict, so exporters, the graph twin and the predict path treat it as any other."""
+
+    def __init__(self, holder: Any, fn: Any, signature: str, *, device: str, source: Path,
+                 graph_def: Any, note: str) -> None:
+        self._frozen_def = graph_def
+        self.load_note = note
+        super().__init__(holder, fn, signature, device=device, source=source)
+
+    def weights(self) -> dict[str, np.ndarray]:
+        from ._tf import const_weights
+
+        return const_weights(self._frozen_def)
+
+
+def _load_signature_v1(path: Path, tags: Sequence[str] | None, signature: str | None, *, device: str,
+                       problem: str) -> SavedModelModel:
+    """The MetaGraph's signature through ``tf.compat.v1.saved_model.loader`` in its own graph,
+    frozen with the session's variables and wrapped as a ConcreteFunction (``FrozenSignatureModel``);
+    where that fails too, a ModelLoadError naming both failures."""
+    tf = import_tf()
+    from ._tf import new_session, wrap_frozen
+
+    has_variables = (path / "variables").is_dir()
+    graph = tf.Graph()
+    session = new_session(graph)
+    try:
+        with quiet(), graph.as_default():
+            meta = tf.compat.v1.saved_model.loader.load(session, list(tags) if tags else ["serve"], str(path))
+        signatures = {k: v for k, v in meta.signature_def.items() if v.inputs and v.outputs}
+        if signature is None:
+            signature = "serving_default" if "serving_default" in signatures else (
+                next(iter(signatures)) if len(signatures) == 1 else None)
+            if signature is None:
+                raise ModelLoadError(path, NAME, f"{problem}; its MetaGraph has no serving_default signature "
+                                     f"and {len(signatures)} others: {', '.join(sorted(signatures)) or 'none'}",
+                                     "pass signature='name' to load_model")
+        _check_signature(path, signature, signatures)
+        sig = signatures[signature]
+        ins = {k: v.name for k, v in sig.inputs.items()}
+        outs = {k: (v.name, v.tensor_shape) for k, v in sig.outputs.items()}
+        with quiet():
+            frozen = tf.compat.v1.graph_util.convert_variables_to_constants(
+                session, graph.as_graph_def(), sorted({n.split(":")[0] for n, _ in outs.values()}))
+    except ModelLoadError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - both loaders failed: say what each said
+        missing = "" if has_variables else "; the directory has no variables/ folder"
+        raise ModelLoadError(path, NAME, f"TensorFlow could not load the SavedModel: {problem}, and the v1 "
+                             f"loader could not read its signatures either ({first_line(exc)}){missing}",
+                             "copy the SavedModel again with its variables/ folder" if not has_variables else
+                             "check saved_model.pb and variables/ are complete (not truncated) and written "
+                             "by a compatible TensorFlow") from exc
+    finally:
+        session.close()
+
+    fn, holder = wrap_frozen(frozen, ins, {k: name for k, (name, _) in outs.items()},
+                             {k: shape for k, (_, shape) in outs.items()})
+    note = f"loaded by the v1 loader (signature {signature!r}, frozen): {problem}"
+    _log.info("saved_model %s: %s", path, note)
+    return FrozenSignatureModel(holder, fn, signature, device=device, source=path, graph_def=frozen, note=note)
 
 
 def export(model: Any, path: Path, **options: Any) -> Path:

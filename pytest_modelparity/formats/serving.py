@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ModelLoadError
-from . import saved_model
+from . import graph_source, saved_model
 from ._common import ConverterLog, import_tf, name_outputs, unique
 from .keras_specs import input_specs, keras_output_names, pack_inputs, tf_specs
 
@@ -75,8 +75,11 @@ def _saved_model_serving(path: Path) -> Serving:
     tf = import_tf()
 
     if not saved_model.detect(path):
-        raise ModelLoadError(path, None, "it is not a SavedModel directory, and only a Keras model or a "
-                             "SavedModel directory can be converted to tflite, onnx or tfjs", "pass the Keras model, or the directory "
+        if graph_source.kind(path) is not None:
+            return _graph_serving(path)
+        raise ModelLoadError(path, None, "it is not a SavedModel directory nor a TF1 graph (.pb, checkpoint), and "
+                             "only a Keras model, a SavedModel directory or a TF1 graph can be converted to tflite, "
+                             "onnx or tfjs", "pass the Keras model, or the directory "
                              "written by model.export() / tf.saved_model.save()", action="convert")
     loaded = saved_model.load(path, device="cpu")
     names = [s.name for s in loaded.inputs]
@@ -88,6 +91,23 @@ def _saved_model_serving(path: Path) -> Serving:
 
     function = tf.function(serve, input_signature=specs, autograph=False)
     return Serving(function, specs, [s.name for s in loaded.outputs], loaded.loaded)
+
+
+def _graph_serving(path: Path) -> Serving:
+    """A positional tf.function over a TF1 graph source, frozen and wrapped (``graph_source``)."""
+    tf = import_tf()
+    graph = graph_source.graph_function(path)
+    names = [s.name for s in graph.loaded.inputs]
+    specs = [tf.TensorSpec(s.shape, tf.as_dtype(s.dtype), name=s.name) for s in graph.loaded.inputs]
+    output_names = [s.name for s in graph.loaded.outputs]
+    graph.loaded.close()
+    wrapped = graph.function
+
+    def serve(*args: Any) -> Any:
+        return wrapped(**dict(zip(names, args)))
+
+    function = tf.function(serve, input_signature=specs, autograph=False)
+    return Serving(function, specs, output_names, graph.holder)
 
 
 def variable_holder(model: Any):

@@ -34,7 +34,7 @@ import numpy as np
 
 from ..errors import ExportError, ModelLoadError, RuntimeMissing
 from ..runtime.scratch import owned_prefix
-from ._common import TF_INSTALL, ConverterLog, quiet, record_route
+from ._common import TF_INSTALL, ConverterLog, probe_note, quiet, record_route, run_probe
 from ._files import check_not_special, read_regular
 from .base import LoadedModel, TensorSpec
 from . import tfjs_rewrite
@@ -734,16 +734,6 @@ def import_converter() -> types.ModuleType:
     return converter
 
 
-def _zero_batch(spec: dict[str, Any]) -> dict[str, np.ndarray] | None:
-    """Batch size 1 of zeros fitting the model's signature, or None when the shape is unknown."""
-    entries = (spec.get("signature") or {}).get("inputs") or {}
-    if not entries:
-        return None
-    batch = {}
-    for s in _signature_specs(entries):
-        shape = tuple(1 if d is None else d for d in s.shape)
-        batch[s.name] = np.zeros(shape, dtype=s.dtype)
-    return batch
 
 
 def validate(model_json: Path, *, timeout_s: float = 600.0) -> None:
@@ -764,13 +754,13 @@ def validate(model_json: Path, *, timeout_s: float = 600.0) -> None:
         raise ExportError(model_json, NAME, f"tfjs cannot load the converted model: {exc.problem}", exc.fix,
                           unsupported_ops=_ops_named(exc.problem)) from exc
     try:
-        batch = _zero_batch(spec)
-        if batch is not None:
+        entries = (spec.get("signature") or {}).get("inputs") or {}
+        if entries:  # zeros, open non-batch dims at the smallest size the model takes
             try:
-                model.predict(batch)
+                run_probe(model.predict, _signature_specs(entries))
             except ModelLoadError as exc:
-                raise ExportError(model_json, NAME, f"tfjs cannot run the converted model: {exc.problem}", exc.fix,
-                                  unsupported_ops=_ops_named(exc.problem)) from exc
+                raise ExportError(model_json, NAME, f"tfjs cannot run the converted model: {exc.problem}{probe_note(exc)}",
+                                  exc.fix, unsupported_ops=_ops_named(exc.problem)) from exc
     finally:
         model.close()
 
@@ -806,13 +796,23 @@ def export(model: Any, path: Path, *, quantization: str | None = None, validate_
     converter_options.setdefault("control_flow_v2", True)
     converter = import_converter()
 
+    rewrites: dict[str, int] = {}
     with tempfile.TemporaryDirectory(prefix=owned_prefix("modelparity-tfjs-")) as tmp:  # swept if killed
         if isinstance(model, (str, Path)):
             saved_model = Path(model)
-            if not (saved_model / "saved_model.pb").is_file():
-                raise ModelLoadError(saved_model, None, "it is not a SavedModel directory, and only a Keras "
-                                     "model or a SavedModel directory can be converted to tflite, onnx or tfjs", "pass the Keras model, or the "
+            from . import graph_source, saved_model as saved_model_format
+
+            if not (saved_model / "saved_model.pb").is_file() and graph_source.kind(saved_model) is not None:
+                saved_model = graph_source.write_saved_model(saved_model, Path(tmp) / "saved_model")
+                rewrites["signature frozen from the TF1 graph"] = 1
+            elif not (saved_model / "saved_model.pb").is_file():
+                raise ModelLoadError(saved_model, None, "it is not a SavedModel directory nor a TF1 graph, and only a "
+                                     "Keras model, a SavedModel directory or a TF1 graph can be converted to tflite, onnx "
+                                     "or tfjs", "pass the Keras model, or the "
                                      "directory written by model.export() / tf.saved_model.save()", action="convert")
+            elif saved_model_format.has_slot_variables(saved_model):  # the converter's TF 2.x load fails
+                saved_model = saved_model_format.frozen_copy(saved_model, Path(tmp) / "saved_model")
+                rewrites["signature frozen (Keras 2 optimizer slots in the object graph)"] = 1
         else:
             if not hasattr(model, "export"):
                 raise TypeError(f"cannot export a {type(model).__name__} to tfjs: pass a Keras model "
@@ -834,7 +834,6 @@ def export(model: Any, path: Path, *, quantization: str | None = None, validate_
                                      "export a functional or Sequential Keras model built on keras.Input(...)") from exc
         staged = Path(tmp) / "tfjs"
         log = ConverterLog(NAME)
-        rewrites: dict[str, int] = {}
         try:
             try:
                 with log.capture(), tfjs_rewrite.patched_converter(converter, rewrites):
@@ -873,9 +872,10 @@ def export(model: Any, path: Path, *, quantization: str | None = None, validate_
 def _route(converter_options: dict[str, Any], rewrites: dict[str, int]) -> str:
     """How the export went, e.g. ``control_flow_v2, erfc->1-erf x1, hard_swish split x10``."""
     names = {"erfc": "erfc->1-erf", "hard_swish": "hard_swish split", "unfused_bias": "non-vector bias unfused",
-             "band_part": "MatrixBandPart written out"}
+             "band_part": "MatrixBandPart written out", "debug_ops": "debug ops stripped (Assert/CheckNumerics/Print)",
+             "inlined": "XLA-only functions inlined", "grouped": "grouped conv as depthwise"}
     parts = ["control_flow_v2" if converter_options.get("control_flow_v2") else "lowered control flow"]
-    parts += [f"{names.get(k, k)} x{v}" for k, v in rewrites.items() if v]
+    parts += [names.get(k, k) + ("" if k.startswith("signature") else f" x{v}") for k, v in rewrites.items() if v]
     return ", ".join(parts)
 
 

@@ -29,7 +29,7 @@ the duration of one conversion only. TensorFlow is imported lazily (by the calle
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 # Fused activations the tfjs backends (cpu, wasm) lack, and the ops that compute them.
 UNSUPPORTED_FUSED = {"_FusedHardSwish": "hard-swish"}
@@ -255,9 +255,147 @@ def unsupported_fused(graph_def: Any) -> list[tuple[str, str, str]]:
     return out
 
 
+# Ops that only check or print (tf.debugging.assert_*, tf.print, tf.debugging.check_numerics):
+# tfjs has no kernel for them, and a trained model carries them in its own code.
+DEBUG_OPS = frozenset({"Assert", "CheckNumerics", "Print", "PrintV2"})
+
+
+def strip_debug_ops(graph_def: Any, outputs: Iterable[str] = ()) -> int:
+    """Remove the debug ops of ``graph_def`` in place: ``Assert``/``PrintV2`` with the control
+    edges to them, ``CheckNumerics``/``Print`` turned into the ``Identity`` of their input; then
+    the nodes only they used (their message's ``StringFormat``, the assert's condition) when
+    ``outputs`` (node names) says what the graph computes. Returns how many debug ops went."""
+    nodes = list(graph_def.node)
+    gone = {n.name for n in nodes if n.op in ("Assert", "PrintV2")}
+    count = len(gone) + _strip_debug_functions(graph_def)
+    debug_functions = {f.signature.name for f in graph_def.library.function if f.signature.description == _STRIPPED}
+    for node in nodes:
+        # tf.debugging.assert_* in graph mode: an If ("AssertGuard") whose false branch asserts and
+        # whose one output is its condition. With the Assert gone it is the Identity of it.
+        branches = {node.attr[a].func.name for a in ("then_branch", "else_branch") if a in node.attr}
+        if node.op in ("If", "StatelessIf") and branches & debug_functions and len(node.attr["Tout"].list.type) == 1:
+            dtype = node.attr["Tout"].list.type[0]
+            data = [i for i in node.input if not i.startswith("^")][:1]
+            control = [i for i in node.input if i.startswith("^")]
+            node.op = "Identity"
+            node.ClearField("input")
+            node.input.extend(data + control)
+            node.ClearField("attr")
+            node.attr["T"].type = dtype
+    for node in nodes:
+        if node.op in ("CheckNumerics", "Print"):
+            data = [i for i in node.input if not i.startswith("^")][:1]
+            control = [i for i in node.input if i.startswith("^")]
+            dtype = node.attr["T"].type
+            node.op = "Identity"
+            node.ClearField("input")
+            node.input.extend(data + control)
+            node.ClearField("attr")
+            node.attr["T"].type = dtype
+            count += 1
+    kept = [n for n in nodes if n.name not in gone]
+    for node in kept:
+        edges = [i for i in node.input if not (i.startswith("^") and i[1:] in gone)]
+        if len(edges) != len(node.input):
+            node.ClearField("input")
+            node.input.extend(edges)
+    wanted = {o.split(":")[0].lstrip("^") for o in outputs}
+    if wanted:
+        by_name = {n.name: n for n in kept}
+        live: set[str] = set()
+        stack = [w for w in wanted if w in by_name]
+        while stack:
+            name = stack.pop()
+            if name in live:
+                continue
+            live.add(name)
+            stack.extend(i.lstrip("^").split(":")[0] for i in by_name[name].input if i.lstrip("^").split(":")[0] in by_name)
+        kept = [n for n in kept if n.name in live or n.op == "Placeholder"]
+    if count:
+        del graph_def.node[:]
+        graph_def.node.extend(kept)
+    return count
+
+
+def depthwise_grouped_convs(graph_def: Any) -> int:
+    """A ``Conv2D`` with one group per channel (filter ``[kh, kw, 1, C]`` on C channels: Keras'
+    ``Conv2D(groups=C)``, ConvNeXt's depthwise blocks) as the ``DepthwiseConv2dNative`` it is:
+    tfjs's conv2d has no groups ("depth of input (C) must match input depth for filter 1").
+    Only with a constant filter and a known channel count. Returns how many were rewritten."""
+    import tensorflow as tf
+
+    nodes = {n.name: n for n in graph_def.node}
+    candidates = []
+    for conv in graph_def.node:
+        if conv.op != "Conv2D" or conv.attr["data_format"].s not in (b"NHWC", b""):
+            continue
+        source = nodes.get(list(conv.input)[1].split(":")[0])
+        while source is not None and source.op == "Identity":
+            source = nodes.get(source.input[0].split(":")[0])
+        if source is not None and source.op == "Const":
+            kernel = tf.make_ndarray(source.attr["value"].tensor)
+            if kernel.ndim == 4 and kernel.shape[2] == 1 and kernel.shape[3] > 1:
+                candidates.append((conv, source, kernel))
+    if not candidates:
+        return 0
+    graph = tf.Graph()
+    try:
+        with graph.as_default():
+            tf.graph_util.import_graph_def(graph_def, name="")
+    except Exception:  # noqa: BLE001 - shapes unknown: leave the graph as it is
+        return 0
+    count = 0
+    for conv, source, kernel in candidates:
+        x = conv.input[0]
+        try:
+            channels = graph.get_tensor_by_name(x if ":" in x else f"{x}:0").shape.as_list()[-1]
+        except Exception:  # noqa: BLE001
+            continue
+        if channels != kernel.shape[3]:
+            continue
+        filter_node = graph_def.node.add()
+        filter_node.name, filter_node.op = f"{conv.name}/depthwise_filter", "Const"
+        filter_node.attr["dtype"].type = source.attr["dtype"].type
+        filter_node.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(kernel.transpose(0, 1, 3, 2)))
+        conv.op = "DepthwiseConv2dNative"
+        conv.input[1] = filter_node.name
+        if "use_cudnn_on_gpu" in conv.attr:
+            del conv.attr["use_cudnn_on_gpu"]
+        count += 1
+    return count
+
+
+_STRIPPED = "modelparity: debug ops stripped"
+
+
+def _strip_debug_functions(graph_def: Any) -> int:
+    """Remove ``Assert``/``PrintV2`` (and their control outputs) from the library's functions;
+    a function that had some is marked in its description. Returns how many went."""
+    count = 0
+    for function in graph_def.library.function:
+        gone = {n.name for n in function.node_def if n.op in ("Assert", "PrintV2")}
+        if not gone:
+            continue
+        count += len(gone)
+        kept = [n for n in function.node_def if n.name not in gone]
+        for node in kept:
+            edges = [i for i in node.input if not (i.startswith("^") and i[1:].split(":")[0] in gone)]
+            del node.input[:]
+            node.input.extend(edges)
+        del function.node_def[:]
+        function.node_def.extend(kept)
+        for key in [k for k, v in function.control_ret.items() if v.split(":")[0] in gone]:
+            del function.control_ret[key]
+        outputs = [o for o in function.signature.control_output if o in function.control_ret]
+        del function.signature.control_output[:]
+        function.signature.control_output.extend(outputs)
+        function.signature.description = _STRIPPED
+    return count
+
+
 @contextlib.contextmanager
 def patched_converter(converter: Any, stats: dict[str, int]) -> Iterator[None]:
-    """Run the converter with :func:`rewrite_erfc` before and :func:`split_fused_hard_swish`,
+    """Run the converter with :func:`strip_debug_ops` and :func:`rewrite_erfc` before and :func:`split_fused_hard_swish`,
     :func:`unfuse_non_vector_bias` and :func:`rewrite_band_part` after its ``optimize_graph``; ``stats`` receives how many nodes each rewrote."""
     import tensorflow as tf
 
@@ -265,8 +403,26 @@ def patched_converter(converter: Any, stats: dict[str, int]) -> Iterator[None]:
 
     def optimize_graph(graph: Any, signature_def: Any, *args: Any, **kwargs: Any) -> Any:
         graph_def = graph.as_graph_def()
+        debug = any(n.op in DEBUG_OPS for n in graph_def.node) or any(
+            n.op in DEBUG_OPS for f in graph_def.library.function for n in f.node_def)
+        if debug:
+            outputs = [t.name for t in signature_def.outputs.values()] if signature_def is not None else []
+            stats["debug_ops"] = stats.get("debug_ops", 0) + strip_debug_ops(graph_def, outputs)
+        inlined = False
+        if any(n.op in ("StatefulPartitionedCall", "PartitionedCall") for n in graph_def.node) and signature_def is not None:
+            # Functions kept from inlining (Keras' jit_compile grouped convolutions: ConvNeXt) reach
+            # tfjs as calls it has no op for ("unsupported ops: StatefulPartitionedCall").
+            from .graph_twin import inline_kept_functions
+
+            inlined = inline_kept_functions(graph_def, [t.name for t in signature_def.outputs.values()])
+            if inlined:
+                stats["inlined"] = stats.get("inlined", 0) + 1
+        grouped = depthwise_grouped_convs(graph_def)
+        if grouped:
+            stats["grouped"] = stats.get("grouped", 0) + grouped
         if any(n.op == "Erfc" for n in graph_def.node):
             stats["erfc"] = stats.get("erfc", 0) + rewrite_erfc(graph_def)
+        if debug or inlined or grouped or stats.get("erfc"):
             graph = tf.Graph()
             with graph.as_default():
                 tf.graph_util.import_graph_def(graph_def, name="")

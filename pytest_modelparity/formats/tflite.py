@@ -20,12 +20,13 @@ import re
 import warnings
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
 from ..errors import ExportError, ModelLoadError
-from ._common import TF_INSTALL, ConverterLog, finish_export, first_line, read_model_bytes, unique
+from ._common import (TF_INSTALL, ConverterLog, finish_export, first_line, probe_note,
+                      read_model_bytes, run_probe, unique)
 from .serving import begin_export, graph_op_types
 from .base import LoadedModel, TensorSpec
 
@@ -116,6 +117,26 @@ def _new_interpreter(content: bytes, *, preserve_all_tensors: bool = False, num_
         return Interpreter(**kwargs)
 
 
+def _allocate(native: Any, fresh: Callable[[], Any]) -> Any:
+    """``native`` with its tensors allocated; a file with open non-batch dims that cannot be
+    planned at 1 (valid convolutions) is planned at the smallest of ``PROBE_SIZES`` it takes."""
+    specs = [TensorSpec(d["name"], _shape(d), d["dtype"]) for d in native.get_input_details()]
+
+    def plan(batch: dict[str, np.ndarray]) -> Any:
+        interp = native if size_one(batch) else fresh()
+        if not size_one(batch):
+            for det in interp.get_input_details():
+                interp.resize_tensor_input(det["index"], batch[det["name"]].shape, strict=False)
+        interp.allocate_tensors()
+        return interp
+
+    def size_one(batch: dict[str, np.ndarray]) -> bool:
+        return all(v.shape == tuple(int(d) for d in det["shape"])
+                   for v, det in zip(batch.values(), native.get_input_details()))
+
+    return run_probe(plan, specs)[1]
+
+
 def _dtype(detail: dict) -> np.dtype:
     return np.dtype(detail["dtype"])
 
@@ -146,7 +167,8 @@ class TFLiteModel(LoadedModel):
         self.resize_count = 0
         try:
             native = _new_interpreter(content, preserve_all_tensors=preserve_all_tensors, num_threads=num_threads)
-            native.allocate_tensors()
+            native = _allocate(native, lambda: _new_interpreter(content, preserve_all_tensors=preserve_all_tensors,
+                                                                num_threads=num_threads))
         except (ValueError, RuntimeError) as exc:
             raise _interpreter_error(path, content, exc) from exc
         self.native = native
@@ -637,20 +659,33 @@ def validate(path: Path) -> None:
 
 
 def validate_content(content: bytes, path: Path, *, log: ConverterLog | None = None, route: str | None = None) -> None:
-    """Allocate and invoke ``content`` once on zeros: what fails here would fail at load."""
+    """Allocate and invoke ``content`` once on zeros (open non-batch dims at the smallest of
+    ``PROBE_SIZES`` the file takes): what fails here would fail at load."""
     try:
-        interp = _new_interpreter(content)
-        interp.allocate_tensors()
-        for det in interp.get_input_details():
-            interp.set_tensor(det["index"], np.zeros(det["shape"], dtype=det["dtype"]))
-        interp.invoke()
+        probe = _new_interpreter(content)
+        details = probe.get_input_details()
+        specs = [TensorSpec(d["name"], _shape(d), d["dtype"]) for d in details]
+
+        def run(batch: dict[str, np.ndarray]) -> list[np.ndarray]:
+            interp = _new_interpreter(content)
+            for det, spec in zip(details, specs):
+                if any(d is None for d in spec.shape):
+                    interp.resize_tensor_input(det["index"], batch[spec.name].shape, strict=True)
+            interp.allocate_tensors()
+            for det, spec in zip(details, specs):
+                interp.set_tensor(det["index"], batch[spec.name])
+            interp.invoke()
+            return [interp.get_tensor(o["index"]) for o in interp.get_output_details()]
+
+        run_probe(run, specs)
     except Exception as exc:  # noqa: BLE001 - LiteRT raises RuntimeError/ValueError with C++ text
         text = str(exc)
         ops = sorted(set(re.findall(r"\((Flex\w+)\)", text)) | set(re.findall(r"\b(Flex\w+)\b", text)))
         if log is not None:
             log.note(f"modelparity: LiteRT refused the converted file:\n{text}")
         raise ExportError(
-            path, NAME, f"the converted file does not run in LiteRT: {first_line(exc, 200)}",
+            path, NAME, f"the converted file does not run in LiteRT: {first_line(exc, 200)}{probe_note(exc)}",
             "the Python LiteRT interpreter has no Flex (Select TF ops) delegate: convert with builtin ops "
-            "only (drop SELECT_TF_OPS), or compare this model through saved_model or onnx",
+            "only (drop SELECT_TF_OPS), or compare this model through saved_model or onnx" if ops else
+            "compare this model through saved_model or onnx, or deselect tflite for it",
             unsupported_ops=ops, log_path=log.keep() if log is not None else None, route=route) from exc

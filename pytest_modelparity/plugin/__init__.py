@@ -22,7 +22,8 @@ from .fixtures import (STATE_KEY, ParitySession, get_state, modelparity_bind, mo
                        modelparity_input_specs, modelparity_load_options,
                        modelparity_reference_device, modelparity_source, parity_batch, parity_candidate,
                        parity_reference)
-from .matrix import item_matrix, left_out_line, matrix_pairs, nothing_on_gpu_line, select_matrix
+from .matrix import (item_matrix, left_out_line, matrix_pairs, nothing_compared_line, nothing_on_gpu_line,
+                     select_matrix)
 from .options import add_options, parse_options, strict_gpu_problem
 
 MARKER = ("modelparity(formats=None, devices=None, rtol=None, atol=None, quant_budget=None): narrow the format x "
@@ -420,6 +421,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         workeroutput[_ROWS_KEY] = {"rows": state.rows, "artifacts": state.artifacts, "left_out": state.left_out,
                                    "browsers": state.browsers}
         return
+    if nothing_compared_line(state.device_outcomes) and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED  # said in the terminal summary
     if not state.rows and not (state.options.report or state.options.html):
         return
     from ..reports.summary import build_document, write_json
@@ -505,6 +508,9 @@ def _terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     no_gpu = nothing_on_gpu_line(state.device_outcomes)
     if no_gpu:
         terminalreporter.write_line(no_gpu, yellow=True, bold=True)
+    nothing = nothing_compared_line(state.device_outcomes)
+    if nothing:
+        terminalreporter.write_line(nothing, red=True, bold=True)
     # Once per damaged entry, even when several xdist workers found and repaired it.
     notes = {a["cache_note"].split(" was damaged")[0]: a["cache_note"] for a in reversed(state.artifacts)
              if a.get("cache_note")}

@@ -18,7 +18,7 @@ from .options import expand_devices
 if TYPE_CHECKING:
     from .fixtures import ParitySession
 
-__all__ = ["exportable", "select_matrix", "matrix_pairs", "left_out_line", "item_matrix"]
+__all__ = ["exportable", "select_matrix", "matrix_pairs", "left_out_line", "item_matrix", "nothing_compared_line"]
 
 
 def _marker_list(marker: Any, key: str) -> list[str] | None:
@@ -106,6 +106,22 @@ def nothing_on_gpu_line(outcomes: dict[str, tuple[str, str, str | None]]) -> str
     ran = sum(outcome not in ("skipped",) for device, outcome, _ in outcomes.values() if not device.startswith("gpu"))
     tail = f"; {ran} test(s) ran on the CPU" if ran else "; no parity test ran at all"
     return f"modelparity: NOTHING RAN ON A GPU: all {len(gpu)} gpu test(s) were skipped{reason}{tail}"
+
+
+# The skips of a default-matrix format this source cannot become (fixtures.skip_if_unreachable).
+UNREACHABLE = ("cannot be made from this source", "does not apply to this model")
+
+
+def nothing_compared_line(outcomes: dict[str, tuple[str, str, str | None]]) -> str | None:
+    """When every matrix test skipped because the source can become none of the formats in
+    the default matrix, the run compared nothing: a green run of such skips read as a pass
+    (a TF1 checkpoint source ran no export test). The session then fails with this line."""
+    if not outcomes or any(outcome != "skipped" or not any(u in (reason or "") for u in UNREACHABLE)
+                           for _, outcome, reason in outcomes.values()):
+        return None
+    return (f"modelparity: NOTHING WAS COMPARED: all {len(outcomes)} matrix test(s) skipped, because this source "
+            "can become none of the formats in the matrix (see the skip reasons, -rs); name formats it can become "
+            "with --modelparity-formats (a SavedModel or a TF1 graph converts to tflite, onnx, tfjs)")
 
 
 def item_matrix(item: pytest.Item) -> tuple[str | None, str | None]:
