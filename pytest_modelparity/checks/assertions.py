@@ -85,6 +85,9 @@ def assert_outputs_close(actual: Any, expected: Any, *, inputs: Any = None, rtol
             and quantized.sibling_of(actual_model) is not None:
         return _quantized_two_part(actual_model, expected_model, inputs, act, exp_raw, device, meta, msg,
                                    equal_nan, allow_vacuous)
+    if actual_model is not None and inputs is not None and _uses_default(tolerance, rtol, atol) \
+            and quantized.judged_alone(actual_model):
+        return _quantized_alone(actual_model, expected_model, inputs, act, exp, meta, msg, equal_nan)
     calibration = None
     if isinstance(tolerance, str):
         _check_calibrated(tolerance, rtol, atol)
@@ -146,6 +149,25 @@ def _quantized_two_part(cand: Any, ref_model: Any, inputs: Any, act: Any, exp_ra
         quant = diagnose.diagnose_quantization(report, candidate=cand, sibling=sibling, inputs=inputs,
                                                variant=variant, twin=twin)
         return hints + quant if "conversion" in report.meta["quantized"]["failed_parts"] else quant + hints
+
+    return _finish("outputs_close", report, msg, why)
+
+
+def _quantized_alone(cand: Any, ref_model: Any, inputs: Any, act: Any, exp: Any, meta: dict[str, Any],
+                     msg: str | None, equal_nan: bool) -> ComparisonReport:
+    """An int8/dynamic-range TFLite candidate without a float32 sibling: the variant's budget
+    against the reference (``quantized.alone_report``), not the fixed ``tflite:*`` rule."""
+    __tracebackhide__ = True
+    variant = quantized.variant_of(cand)
+    assert variant is not None
+    report = quantized.alone_report(quantized=act, reference=exp, variant=variant, equal_nan=equal_nan,
+                                    calibration=getattr(cand, "calibration", None))
+    report.title = f"{_name(cand)} vs {_name(ref_model) if ref_model is not None else 'expected'}"
+    report.meta.update({k: v for k, v in meta.items() if k != "summary"})
+
+    def why() -> list:
+        return diagnose.diagnose_comparison(report, actual=act, expected=exp, actual_model=cand,
+                                            expected_model=ref_model, inputs=inputs)
 
     return _finish("outputs_close", report, msg, why)
 
