@@ -8,9 +8,11 @@ file of the same source (its *sibling*: same graph, same op names) separates the
 
 - **conversion**: the sibling against the reference, by the float64 floor (the default rule
   ``assert_outputs_close`` uses for float32 forms);
-- **quantisation cost**: the quantised file against its sibling, by a budget per variant
-  (relative RMS, share of elements beyond a share of the output's scale, top-1 agreement
-  over rows that are not near-ties). Defaults measured on trained models
+- **quantisation cost**: the quantised file against its sibling, by a budget per variant and
+  output kind (``judge_cost``): class scores (a softmax, or declared ``class_scores=``) by
+  top-k agreement over rows that are not near-ties, regression outputs by the share of
+  elements beyond a share of the output's scale, each with the binomial margin of the batch's
+  size; relative RMS is reported, it does not decide. Defaults measured on trained models
   (docs/tolerances.md "Quantised forms"); ``--modelparity-quant-budget``, the marker's
   ``quant_budget=`` or the ini key loosen one variant's budget without touching conversion.
 - ``tflite:float16`` adds a third line: the file against its sibling with weights rounded to
@@ -18,7 +20,8 @@ file of the same source (its *sibling*: same graph, same op names) separates the
   cost 0.2-0.9 of the output's scale on some deep nets, more than a kernel x1.01 moves it,
   but the twin rounds exactly what the file rounded, so only a real difference shows.
 
-Nothing here imports TensorFlow.
+An ``int8``/``dynamic_range`` file without a sibling is judged by the same budget against the
+reference (``alone_report``). Nothing here imports TensorFlow.
 """
 
 from __future__ import annotations
@@ -49,18 +52,18 @@ class Budget:
 
     Class scores (a softmax over the last axis, or declared ``class_scores=``) are judged by
     ``top1`` alone: the share of rows, not near-ties, whose decision agrees; regression outputs
-    by ``beyond`` (the share of elements more than ``scale`` x max|float| away) and ``rms``
-    (relative RMS, from ``RMS_MIN_ROWS`` rows on). Each share is judged with the binomial margin
-    of the batch's size (``allowed_misses``)."""
+    by ``beyond``: the share of elements more than ``scale`` x max|float| away. Each share is
+    judged with the binomial margin of the batch's size (``allowed_misses``). ``rms`` (relative
+    RMS) is reported against its value in every verdict; it explains, it does not decide."""
 
-    rms: float        # rms(quantised - float) / rms(float), per regression output
+    rms: float        # rms(quantised - float) / rms(float): reported beside the verdict
     scale: float      # an element is "beyond" when |quantised - float| > scale x max|float|
     beyond: float     # share of a regression output's elements allowed beyond
     top1: float       # class scores: top-1 agreement over rows whose float top-1 is not a near-tie
 
     def describe(self) -> str:
         return (f"class scores: top-1 >= {self.top1:.0%}; regression: <= {self.beyond:.1%} of elements beyond "
-                f"{self.scale:.3g} of scale, relative RMS <= {self.rms:.3g}")
+                f"{self.scale:.3g} of scale")
 
 
 # Measured on models trained on real data (bench/quantized.py, docs/tolerances.md): the
@@ -175,10 +178,10 @@ REGRESSION = "regression"
 # more misses than that rate gives by chance with probability ALPHA (one-sided binomial):
 # a small batch is judged with the margin its size calls for, not by one unlucky row.
 ALPHA = 1e-3
-# Relative RMS decides a regression output only over this many rows: over 2 rows its
-# numerator and denominator are both a few elements (the digits CNN's int8 file read
-# 0.051 on 2 rows, 0.0066..0.0086 on 64); on fewer rows it is reported, not judged.
-RMS_MIN_ROWS = 32
+# Relative RMS explains, it does not decide: over 2 rows its numerator and denominator are a
+# few elements (the digits CNN's int8 file read 0.051 on 2 rows, 0.0066..0.0086 on 64), and on
+# a trained two-head net's small regression head it read 0.033 over 397 rows with no element
+# beyond 5% of scale (bench/quantized.py --budgets): a rule on it fails good files.
 
 # (declared class-score outputs: True for all, a tuple of names, or None; top-k; who said so)
 _CLASSES: ContextVar[tuple[Any, int, str]] = ContextVar("modelparity_class_scores", default=(None, 1, ""))
@@ -327,20 +330,15 @@ def judge_cost(outputs: list[tuple[Any, str]], flat_q: Mapping, flat_f: Mapping,
                            f"{budget.scale:.3g} of scale (they explain, they do not decide)")
         else:
             allowed = allowed_misses(int(o.size), budget.beyond)
-            rms_decides = rows >= RMS_MIN_ROWS
-            beyond_ok = int(o.mismatched) <= allowed
-            rms_ok = rms <= budget.rms or not rms_decides
-            o.passed = beyond_ok and rms_ok
-            info.update(allowed_beyond=allowed, rms_decides=rms_decides)
+            o.passed = int(o.mismatched) <= allowed
+            info.update(allowed_beyond=allowed)
             rule = (f"<= {budget.beyond:.1%} of elements beyond {budget.scale:.3g} of scale (of {o.size} at most "
-                    f"{allowed}), relative RMS <= {budget.rms:.3g}"
-                    + ("" if rms_decides else f" judged from {RMS_MIN_ROWS} rows on"))
+                    f"{allowed})")
             o.tolerance = Tolerance(0.0, 0.0, scale=budget.scale, max_mismatch_fraction=budget.beyond, default=True,
-                                    source=f"tflite:{variant} budget for regression outputs vs {against}: {rule}; {source}")
+                                    source=f"tflite:{variant} budget for regression outputs vs {against}: {rule}; "
+                                           f"relative RMS explains; {source}")
             o.notes.append(f"{o.mismatched} of {o.size} element(s) beyond {budget.scale:.3g} of scale (at most "
-                           f"{allowed} on this batch); relative RMS vs {against} {rms:.3g} (budget {budget.rms:.3g}"
-                           + (")" if rms_decides else f", not judged on {rows} row(s): too noisy under "
-                                                      f"{RMS_MIN_ROWS})"))
+                           f"{allowed} on this batch); relative RMS vs {against} {rms:.3g} (explains, does not decide)")
         info["passed"] = o.passed
         found[inner] = info
     return found
@@ -470,8 +468,7 @@ def _output_line(inner: str, info: dict[str, Any], budget: "Budget") -> str:
         return (f"{name} as class scores ({info['why']}): {word} {agreement} over {info['judged_rows']} row(s){ties}; "
                 f"budget {word} >= {budget.top1:.0%} (at most {info['allowed_misses']} of {info['judged_rows']} "
                 f"may differ), relative RMS {info['relative_rms']:.2g} explains")
-    rms = (f"relative RMS {info['relative_rms']:.2g} (budget {budget.rms:.3g})" if info["rms_decides"] else
-           f"relative RMS {info['relative_rms']:.2g} (not judged under {RMS_MIN_ROWS} rows)")
+    rms = f"relative RMS {info['relative_rms']:.2g} explains"
     return (f"{name} as regression ({info['why']}): {info['beyond']} of {info['elements']} element(s) beyond "
             f"{budget.scale:.3g} of scale, budget <= {budget.beyond:.1%} (at most {info['allowed_beyond']}); {rms}")
 
@@ -503,7 +500,7 @@ def summary_text(variant: str, parts: dict, budget: Budget, calibration: Mapping
     if not cost["passed"]:
         lines.append(f"quantisation alone costs more than the {variant} budget: see the costliest layers below; "
                      f"if this cost is acceptable, loosen only it with --modelparity-quant-budget="
-                     f"{variant}:top1=<x> (class scores) or {variant}:beyond=<x>,rms=<x> (regression), or the "
+                     f"{variant}:top1=<x> (class scores) or {variant}:beyond=<x>,scale=<x> (regression), or the "
                      "marker's quant_budget=, ini modelparity_quant_budget")
     if sibling and not parts[CONVERSION]["passed"]:
         lines.append("the float32 conversion itself differs from the reference: a conversion bug, not quantisation")
