@@ -159,3 +159,24 @@ def test_marker_declares_logits_class_scores(pytester, _heavy_modules_stay_loade
     '''))
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--modelparity-formats=tflite:dynamic_range")
     result.assert_outcomes(passed=1)
+
+
+def test_batch_invariant_on_a_graphless_candidate_uses_the_session_reference_floor(pytester, _heavy_modules_stay_loaded,
+                                                                                    request):
+    """assert_batch_invariant on a TFLite/ONNX candidate was judged at the fixed 4e-4 of scale
+    ("no TensorFlow graph"); from a session with a Keras reference it is judged by 8x the
+    reference's own float32 error on the same rows, and says whose floor it is."""
+    pytester.makeconftest(TWO_HEADS_CONFTEST.format(tests=str(request.path.parent), builder="digits_cnn"))
+    pytester.makepyfile(test_bi=textwrap.dedent('''
+        from pytest_modelparity import assert_batch_invariant
+
+        def test_bi(parity_candidate, parity_batch):
+            report = assert_batch_invariant(parity_candidate, parity_batch, batch_sizes=(1, 7))
+            tol = report.outputs[0].tolerance
+            assert "x the model's own float32 error" in tol.source, tol.source
+            assert "measured on the session's reference (" in tol.source and "has no TensorFlow graph" in tol.source
+            assert tol.scale < 4e-4 / 5, tol.scale  # far tighter than the fixed rule
+            assert "noise_floor_missing" not in report.meta
+    '''))
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--modelparity-formats=tflite,onnx")
+    result.assert_outcomes(passed=2)

@@ -269,6 +269,7 @@ def assert_batch_invariant(model: Callable, inputs: Any, *, batch_sizes: Sequenc
         actual = {f"sub-batches of {s}": splits[s] for s in sizes}
         expected = {f"sub-batches of {s}": batched for s in sizes}
     calibration = None
+    tol_fn: Callable[[Any, str], Any]
     if isinstance(tolerance, str):
         _check_calibrated(tolerance, rtol, atol)
         calibration = _calibrate_reversed(model, inputs, batched, wrap=None if len(sizes) == 1 else
@@ -278,12 +279,16 @@ def assert_batch_invariant(model: Callable, inputs: Any, *, batch_sizes: Sequenc
     else:
         floors = None
         if _uses_default(tolerance, rtol, atol):
-            floors = _shadow_floors(model, inputs, batched, _leaf_paths(batched), None, meta)
+            floors = _shadow_floors(model, inputs, batched, _leaf_paths(batched), None, meta) or floor.from_session(
+                model, inputs, _leaf_paths(batched), meta, run=_run, paths_of=_leaf_paths, name=_name,
+                measure=lambda ref, out, paths, into: _shadow_floors(ref, inputs, out, paths, None, into))
             if floors is not None and len(sizes) > 1:
                 floors = {f"[{f'sub-batches of {s}'!r}]{p}": v for s in sizes for p, v in floors.items()}
         tol_fn = _tolerance_fn(actual, tolerance, rtol=rtol, atol=atol, device=device, fmt=fmt,
                                compute=_compute_dtype(model), floors=floors, allow_vacuous=allow_vacuous,
                                **_floor_of(meta))
+        if "floor_from" in meta:
+            tol_fn = floor.sourced(tol_fn, f"measured on {meta['floor_from']}: {_name(model)} has no TensorFlow graph")
     report = compare(actual, expected, tolerance=tol_fn, full_stats=calibration is not None or recording.listening())
     sizes_text = ", ".join(str(s) for s in sizes)
     report.title = f"{_name(model)}: batch of {n} at once vs sub-batches of {sizes_text}"
