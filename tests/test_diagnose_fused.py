@@ -1,0 +1,52 @@
+"""Causes for a 1% kernel change (issue 27): a subclassed net's TFLite form gets one (its ops
+are traced, their layer scopes pair with the file's tensors), and a fused TFLite op
+(CONV_2D + BN + ReLU) is set against the Keras layer whose output it holds, not the conv."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pytest_modelparity import ParityError, assert_outputs_close, export_model, load_model
+
+
+def _first(info) -> object:
+    hint = next(h for h in info.value.report.hints if h.cause == "first_divergent_layer")
+    return hint
+
+
+def test_subclassed_net_kernel_change_in_its_tflite_form_gets_a_cause(tmp_path):
+    from families import subclassed_cnn
+
+    model, x = subclassed_cnn()
+    bug, _ = subclassed_cnn()
+    bug.set_weights([w * 1.01 if i == 0 else w for i, w in enumerate(model.get_weights())])  # conv kernel x1.01
+    path = export_model(bug, "tflite", tmp_path / "bug.tflite")
+    with pytest.raises(ParityError) as info:
+        assert_outputs_close(load_model(path), model, inputs=x)
+    hint = _first(info)
+    assert "conv2d" in hint.message and "Relu" in hint.message, hint.message
+    rel = float(hint.evidence.split("(rel ")[1].split(")")[0])
+    assert 0.005 < rel < 0.03, hint.evidence  # the 1% change itself, not a fused tensor vs a pre-ReLU one
+
+
+def test_fused_conv_bn_relu_pairs_with_the_relu_layer(tmp_path):
+    import keras
+
+    from digits import digits_cnn
+
+    model, _, x_test = digits_cnn(epochs=1)
+    bug = keras.models.clone_model(model)
+    bug.set_weights(model.get_weights())
+    kernel, bias = bug.get_layer("conv1").get_weights()
+    bug.get_layer("conv1").set_weights([kernel * 1.01, bias])
+    path = export_model(bug, "tflite", tmp_path / "bug.tflite")
+    with pytest.raises(ParityError) as info:
+        assert_outputs_close(load_model(path), model, inputs=x_test[:16])
+    hint = _first(info)
+    assert "layer `relu1` (ReLU)" in hint.message, hint.message
+    rel = float(hint.evidence.split("(rel ")[1].split(")")[0])
+    assert rel < 0.05, hint.evidence  # it read "rel 13.2" against conv1's output before BN
+    table = str(info.value)
+    assert "conv1                    Conv2D                      -          -  fused into `relu1` in the candidate" \
+        in table, table
