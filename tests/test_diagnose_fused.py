@@ -50,3 +50,28 @@ def test_fused_conv_bn_relu_pairs_with_the_relu_layer(tmp_path):
     table = str(info.value)
     assert "conv1                    Conv2D                      -          -  fused into `relu1` in the candidate" \
         in table, table
+
+
+def test_quantisation_cost_never_blames_a_weightless_softmax(tmp_path):
+    """An int8 file whose SOFTMAX output adds the second-largest relative error (it amplifies
+    the logits' error): the blame goes to the FULLY_CONNECTED that feeds it, never the SOFTMAX."""
+    import warnings
+
+    import keras
+
+    from digits import digits_cnn
+    from pytest_modelparity.diagnose.quantization import cost_hint, layer_costs
+
+    model, x_train, x_test = digits_cnn()
+    probs = keras.Model(model.inputs, keras.layers.Softmax(name="probs")(model.outputs[0]))
+    sibling = load_model(export_model(probs, "tflite", tmp_path / "f32.tflite"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        q = load_model(export_model(probs, "tflite", tmp_path / "int8.tflite", quantization="int8",
+                                    representative_data=[x_train[:200]]))
+    costs = layer_costs(q, sibling, x_test[:8])
+    assert costs and all(c.op != "SOFTMAX" for c in costs), costs
+    logits = next(c for c in costs if c.layer == "logits")
+    assert logits.amplified_by == "SOFTMAX" and logits.added > 0
+    cause, message, evidence = cost_hint(q, sibling, x_test[:8], "int8")
+    assert "SOFTMAX" not in message and "with what the SOFTMAX after it amplifies" in evidence, (message, evidence)
