@@ -36,3 +36,25 @@ def test_no_finite_tolerance_is_said_so():
     assert "atol=inf" not in text and "rtol=inf" not in text
     assert "Smallest passing tolerance: none (NaN or infinity mismatches, or a difference beyond the largest " \
            "float: no finite rtol/atol passes)" in text
+
+
+def test_readme_rows_on_numpy_differences_hold():
+    """The README's comparison table, as measured: rtol=1e39 in float32, complex NaN
+    components, masked arrays, signed zeros."""
+    import warnings
+
+    tol = lambda r, a: Tolerance(r, a, source="argument")  # noqa: E731
+    one, zero = np.array([1.0], np.float32), np.array([0.0], np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # numpy's overflow in the cast of rtol=1e39
+        assert not np.isclose(one, zero, rtol=1e39, atol=1).any()  # numpy: False
+    assert compare(one, zero, tolerance=tol(1e39, 1.0)).passed            # here: the arithmetic's verdict
+    assert not compare(one, zero, tolerance=tol(1e39, 0.0)).passed
+    a, e = np.array([complex(np.nan, 1)]), np.array([complex(1, np.nan)])
+    np.testing.assert_allclose(a, e)                                      # numpy: equal
+    assert not compare(a, e, tolerance=tol(1e-7, 0.0)).passed
+    assert compare(a, e, tolerance=tol(1e-7, 0.0), equal_nan=True).passed
+    masked = np.ma.array([1.0, 2.0], mask=[0, 1])
+    np.testing.assert_allclose(masked, np.ma.array([1.0, 5.0], mask=[0, 1]))  # numpy skips the masked one
+    assert not compare(masked, np.array([1.0, 5.0]), tolerance=tol(1e-7, 0.0)).passed
+    assert compare(np.array([0.0]), np.array([-0.0]), tolerance=tol(0.0, 0.0)).passed
