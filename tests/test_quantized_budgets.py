@@ -180,3 +180,34 @@ def test_batch_invariant_on_a_graphless_candidate_uses_the_session_reference_flo
     '''))
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--modelparity-formats=tflite,onnx")
     result.assert_outcomes(passed=2)
+
+
+def test_plugin_row_of_a_sibling_less_quantised_source_names_its_budget(pytester, _heavy_modules_stay_loaded, tmp_path):
+    """A shipped int8 .tflite (no float sibling) checked against its Keras model in a suite:
+    its rows are the quantisation part, judged against the reference by the int8 budget."""
+    import warnings
+
+    from digits import digits_cnn
+    from pytest_modelparity import export_model
+
+    model, x_train, x_test = digits_cnn(epochs=1)
+    model.save(tmp_path / "ref.keras")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        path = export_model(model, "tflite", tmp_path / "shipped_int8.tflite", quantization="int8",
+                            representative_data=[x_train[:100]])
+    np.save(tmp_path / "rows.npy", x_test[:32])
+    pytester.makepyfile(test_shipped=textwrap.dedent(f'''
+        import numpy as np
+        from pytest_modelparity import assert_outputs_close, load_model
+
+        def test_shipped():
+            shipped, reference = load_model({str(path)!r}), load_model({str(tmp_path / "ref.keras")!r})
+            report = assert_outputs_close(shipped, reference, inputs=np.load({str(tmp_path / "rows.npy")!r}))
+            assert "judged by the tflite:int8 budget against the reference" in report.meta["summary"]
+    '''))
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--modelparity-report=r.json")
+    result.assert_outcomes(passed=1)
+    rows = _rows(pytester)
+    assert rows and all(r["quantized"]["part"] == "quantisation" for r in rows), rows
+    assert rows[0]["quantized"]["against"] == "the reference (no float32 sibling)"

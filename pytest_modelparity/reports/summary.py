@@ -107,6 +107,9 @@ def rows_from_report(report: Any, *, nodeid: str, format: str | None, device: st
     return rows
 
 
+_PARTS = ("conversion", "quantisation", "float16 weights")  # checks/quantized.py's parts
+
+
 def _quantized_row(meta: dict, path: str) -> dict | None:
     """For a quantised candidate judged in two parts (checks/quantized.py): which part this output
     row is, the verdict's summary and how the int8 file was calibrated; else None."""
@@ -114,7 +117,9 @@ def _quantized_row(meta: dict, path: str) -> dict | None:
     if not isinstance(info, dict):
         return None
     part = path[2:].split("'", 1)[0] if path.startswith("['") else ""
-    return {"part": part, "variant": info.get("variant"), "failed_parts": info.get("failed_parts"),
+    if part not in _PARTS:  # a file without its float sibling: one part, the budget against the reference
+        part = "quantisation"
+    return {"part": part, "against": info.get("against"), "variant": info.get("variant"), "failed_parts": info.get("failed_parts"),
             "summary": meta.get("summary"), "calibration": info.get("calibration")}
 
 
