@@ -161,7 +161,7 @@ def test_loaded_model_format_variant_and_device_choose_the_default():
     tol = report.outputs[0].tolerance
     # a quantised file without a float sibling: the int8 budget against the reference (issue 27);
     # "y" is not a softmax, so it is judged as regression (no top-1)
-    assert "tflite:int8 budget for regression outputs vs the reference" in tol.source and tol.min_top1 is None
+    assert "tflite:int8 quantisation budget for regression outputs vs the reference" in tol.source and tol.min_top1 is None
     assert report.title.startswith("tflite:int8 vs")
     with pytest.raises(ParityError):   # 1% is far beyond float32 TFLite's default
         assert_outputs_close(NumpyModel(noise=0.01), reference, inputs=X)

@@ -321,7 +321,8 @@ def judge_cost(outputs: list[tuple[Any, str]], flat_q: Mapping, flat_f: Mapping,
             rule = (f"{word} agreement >= {budget.top1:.0%} over rows that are not near-ties (on {judged} row(s) "
                     f"at most {allowed} may differ)")
             o.tolerance = Tolerance(0.0, 0.0, scale=budget.scale, min_top1=budget.top1, default=True,
-                                    source=f"tflite:{variant} budget for class scores vs {against}: {rule}; "
+                                    source=f"tflite:{variant} quantisation budget for class scores vs {against}: "
+                                           f"{rule}; "
                                            f"elements and relative RMS explain, they do not decide; {source}")
             o.notes.append(f"{word} agreement {agree} of {judged} row(s)"
                            + (f" ({ties} near-tie row(s) left out)" if ties else "")
@@ -335,10 +336,12 @@ def judge_cost(outputs: list[tuple[Any, str]], flat_q: Mapping, flat_f: Mapping,
             rule = (f"<= {budget.beyond:.1%} of elements beyond {budget.scale:.3g} of scale (of {o.size} at most "
                     f"{allowed})")
             o.tolerance = Tolerance(0.0, 0.0, scale=budget.scale, max_mismatch_fraction=budget.beyond, default=True,
-                                    source=f"tflite:{variant} budget for regression outputs vs {against}: {rule}; "
+                                    source=f"tflite:{variant} quantisation budget for regression outputs vs "
+                                           f"{against}: {rule}; "
                                            f"relative RMS explains; {source}")
             o.notes.append(f"{o.mismatched} of {o.size} element(s) beyond {budget.scale:.3g} of scale (at most "
                            f"{allowed} on this batch); relative RMS vs {against} {rms:.3g} (explains, does not decide)")
+        o.passed = o.passed and not o.vacuous  # a budget whose scale reaches the output's own cannot fail
         info["passed"] = o.passed
         found[inner] = info
     return found
