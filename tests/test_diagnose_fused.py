@@ -10,6 +10,13 @@ import pytest
 from pytest_modelparity import ParityError, assert_outputs_close, export_model, load_model
 
 
+@pytest.fixture(scope="module")
+def digits():
+    from digits import digits_cnn
+
+    return digits_cnn()
+
+
 def _first(info) -> object:
     hint = next(h for h in info.value.report.hints if h.cause == "first_divergent_layer")
     return hint
@@ -30,12 +37,10 @@ def test_subclassed_net_kernel_change_in_its_tflite_form_gets_a_cause(tmp_path):
     assert 0.005 < rel < 0.03, hint.evidence  # the 1% change itself, not a fused tensor vs a pre-ReLU one
 
 
-def test_fused_conv_bn_relu_pairs_with_the_relu_layer(tmp_path):
+def test_fused_conv_bn_relu_pairs_with_the_relu_layer(tmp_path, digits):
     import keras
 
-    from digits import digits_cnn
-
-    model, _, x_test = digits_cnn(epochs=1)
+    model, _, x_test = digits
     bug = keras.models.clone_model(model)
     bug.set_weights(model.get_weights())
     kernel, bias = bug.get_layer("conv1").get_weights()
@@ -52,17 +57,16 @@ def test_fused_conv_bn_relu_pairs_with_the_relu_layer(tmp_path):
         in table, table
 
 
-def test_quantisation_cost_never_blames_a_weightless_softmax(tmp_path):
+def test_quantisation_cost_never_blames_a_weightless_softmax(tmp_path, digits):
     """An int8 file whose SOFTMAX output adds the second-largest relative error (it amplifies
     the logits' error): the blame goes to the FULLY_CONNECTED that feeds it, never the SOFTMAX."""
     import warnings
 
     import keras
 
-    from digits import digits_cnn
     from pytest_modelparity.diagnose.quantization import cost_hint, layer_costs
 
-    model, x_train, x_test = digits_cnn()
+    model, x_train, x_test = digits
     probs = keras.Model(model.inputs, keras.layers.Softmax(name="probs")(model.outputs[0]))
     sibling = load_model(export_model(probs, "tflite", tmp_path / "f32.tflite"))
     with warnings.catch_warnings():

@@ -114,11 +114,12 @@ def test_plugin_says_which_outputs_top1_judged(pytester, _heavy_modules_stay_loa
     assert "budget for regression outputs" in boxes_tol and "top-1" not in boxes_tol
 
 
-SEEDED_SUITE = textwrap.dedent('''
+DIGITS_SUITE = textwrap.dedent('''
     import pytest
     from hypothesis import given, seed, settings, strategies as st
-    from pytest_modelparity import assert_outputs_close, strategies
+    from pytest_modelparity import assert_batch_invariant, assert_outputs_close, strategies
 
+    @pytest.mark.modelparity(formats=["tflite:int8", "tflite:dynamic_range"])
     @pytest.mark.parametrize("which", range(10))
     def test_seeds(parity_candidate, parity_reference, modelparity_dataset, which):
         @seed(1000 + which)
@@ -130,56 +131,38 @@ SEEDED_SUITE = textwrap.dedent('''
             assert_outputs_close(parity_candidate, parity_reference, inputs=batch)
 
         check()
+
+    @pytest.mark.modelparity(formats=["tflite:dynamic_range"], class_scores="logits", top_k=2)
+    def test_logits_declared(parity_candidate, parity_reference, parity_batch):
+        report = assert_outputs_close(parity_candidate, parity_reference, inputs=parity_batch)
+        assert "as class scores (declared class scores (marker class_scores=)): top-2" in report.meta["summary"]
+
+    @pytest.mark.modelparity(formats=["tflite"])
+    def test_bi(parity_candidate, parity_batch):
+        report = assert_batch_invariant(parity_candidate, parity_batch, batch_sizes=(1, 7))
+        tol = report.outputs[0].tolerance
+        assert "x the model's own float32 error" in tol.source, tol.source
+        assert "measured on the session's reference (" in tol.source and "has no TensorFlow graph" in tol.source
+        assert tol.scale < 4e-4 / 5, tol.scale  # far tighter than the fixed rule
+        assert "noise_floor_missing" not in report.meta
 ''')
 
 
-def test_digits_quantised_verdicts_hold_over_ten_hypothesis_seeds(pytester, _heavy_modules_stay_loaded, request):
+def test_digits_suite_quantised_verdicts_hold_over_ten_seeds_and_candidate_checks_get_the_floor(
+        pytester, _heavy_modules_stay_loaded, request):
     """The digits CNN's int8 and dynamic-range files pass on batches of 1-16 rows under every
-    one of 10 seeds (the relative-RMS rule failed 2 of 10 such runs on 2-row batches)."""
+    one of 10 Hypothesis seeds (the relative-RMS rule failed 2 of 10 such runs on 2-row
+    batches); the marker declares its logits class scores (top-2); assert_batch_invariant on
+    the TFLite candidate, judged at the fixed 4e-4 of scale before ("no TensorFlow graph"), is
+    judged by 8x the session reference's own float32 error and says whose floor it is."""
     pytester.makeconftest(TWO_HEADS_CONFTEST.format(tests=str(request.path.parent), builder="digits_cnn"))
-    pytester.makepyfile(test_seeded=SEEDED_SUITE)
+    pytester.makepyfile(test_digits=DIGITS_SUITE)
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--modelparity-report=r.json",
-                                          "--modelparity-formats=tflite:int8,tflite:dynamic_range")
-    result.assert_outcomes(passed=20)
+                                          "--modelparity-formats=tflite,tflite:int8,tflite:dynamic_range")
+    result.assert_outcomes(passed=22)
     rows = [r for r in _rows(pytester) if r["output"].startswith("['quantisation']")]
     assert rows and all(r["verdict"] == "pass" for r in rows)
     assert any("relative RMS" in r["quantized"]["summary"] and "explains" in r["quantized"]["summary"] for r in rows)
-
-
-def test_marker_declares_logits_class_scores(pytester, _heavy_modules_stay_loaded, request):
-    pytester.makeconftest(TWO_HEADS_CONFTEST.format(tests=str(request.path.parent), builder="digits_cnn"))
-    pytester.makepyfile(test_logits=textwrap.dedent('''
-        import pytest
-        from pytest_modelparity import assert_outputs_close
-
-        @pytest.mark.modelparity(class_scores="logits", top_k=2)
-        def test_parity(parity_candidate, parity_reference, parity_batch):
-            report = assert_outputs_close(parity_candidate, parity_reference, inputs=parity_batch)
-            assert "as class scores (declared class scores (marker class_scores=)): top-2" in report.meta["summary"]
-    '''))
-    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--modelparity-formats=tflite:dynamic_range")
-    result.assert_outcomes(passed=1)
-
-
-def test_batch_invariant_on_a_graphless_candidate_uses_the_session_reference_floor(pytester, _heavy_modules_stay_loaded,
-                                                                                    request):
-    """assert_batch_invariant on a TFLite/ONNX candidate was judged at the fixed 4e-4 of scale
-    ("no TensorFlow graph"); from a session with a Keras reference it is judged by 8x the
-    reference's own float32 error on the same rows, and says whose floor it is."""
-    pytester.makeconftest(TWO_HEADS_CONFTEST.format(tests=str(request.path.parent), builder="digits_cnn"))
-    pytester.makepyfile(test_bi=textwrap.dedent('''
-        from pytest_modelparity import assert_batch_invariant
-
-        def test_bi(parity_candidate, parity_batch):
-            report = assert_batch_invariant(parity_candidate, parity_batch, batch_sizes=(1, 7))
-            tol = report.outputs[0].tolerance
-            assert "x the model's own float32 error" in tol.source, tol.source
-            assert "measured on the session's reference (" in tol.source and "has no TensorFlow graph" in tol.source
-            assert tol.scale < 4e-4 / 5, tol.scale  # far tighter than the fixed rule
-            assert "noise_floor_missing" not in report.meta
-    '''))
-    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--modelparity-formats=tflite,onnx")
-    result.assert_outcomes(passed=2)
 
 
 def test_plugin_row_of_a_sibling_less_quantised_source_names_its_budget(pytester, _heavy_modules_stay_loaded, tmp_path):
