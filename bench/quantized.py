@@ -22,6 +22,17 @@ where" (notes/quantization.md).
 
 Run:  .venv/bin/python bench/quantized.py [--nets digits,mobilenetv2] [--size 64] [--json out.json]
       (2 cores: digits ~30 s; each 64 px Keras Applications net 1-4 min, int8 export the slowest)
+
+``--budgets`` (issue 27) measures the budgets per output kind on trained models instead:
+``digits`` (logits: regression unless declared), ``digits_heads`` (a softmax head and a
+4-value regression head), ``wine`` (an MLP softmax classifier on scikit-learn's bundled wine
+data) and ``diabetes`` (an MLP regression on the bundled diabetes data). Per variant and output:
+its kind, the statistics on every held-out row, and over 10 seeds x 8 random batches of 1-16
+held-out rows how many batches the budget fails, against the rule before issue 27 (relative RMS
+on any batch, shares without a margin, top-1 on every output), and whether the file loaded
+without its float sibling gets the same verdict on the held-out rows.
+
+      .venv/bin/python bench/quantized.py --budgets [--nets digits,digits_heads,wine,diabetes]
 """
 
 from __future__ import annotations
@@ -44,6 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import numpy as np  # noqa: E402
 
 from pytest_modelparity import ParityError, assert_outputs_close, export_model, load_model  # noqa: E402
+from pytest_modelparity.checks import quantized  # noqa: E402
 
 VARIANTS = ("float16", "dynamic_range", "int8")
 APPS = {"mobilenetv2": "MobileNetV2", "efficientnetv2b0": "EfficientNetV2B0", "xception": "Xception",
@@ -162,12 +174,134 @@ def markdown(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def tabular(name: str):
+    """(model, x_train, x_test) of an MLP trained on a bundled scikit-learn dataset (standardised)."""
+    import keras
+    from sklearn import datasets
+
+    data = {"wine": datasets.load_wine, "diabetes": datasets.load_diabetes}[name]()
+    x = data.data.astype("float32")
+    x = (x - x.mean(0)) / x.std(0)
+    y = data.target
+    order = np.random.default_rng(0).permutation(len(x))
+    x, y = x[order], y[order]
+    cut = int(len(x) * 0.6)
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((x.shape[1],), name="x")
+    h = keras.layers.Dense(32, activation="relu", name="fc1")(inputs)
+    h = keras.layers.Dense(16, activation="relu", name="fc2")(h)
+    if name == "wine":
+        out = keras.layers.Dense(3, activation="softmax", name="probs")(h)
+        loss = "sparse_categorical_crossentropy"
+    else:
+        y = ((y - y.mean()) / y.std()).astype("float32")
+        out = keras.layers.Dense(1, name="target")(h)
+        loss = "mse"
+    model = keras.Model(inputs, out, name=name)
+    model.compile(optimizer=keras.optimizers.Adam(3e-3), loss=loss)
+    model.fit(x[:cut], y[:cut], epochs=150, batch_size=32, verbose=0)
+    return model, x[:cut], x[cut:]
+
+
+def _old_cost_passed(q: dict, f: dict, budget) -> bool:
+    """The quantisation-cost rule before issue 27: relative RMS on any batch, the beyond share
+    without a margin, top-1 on every output (one flipped row allowed)."""
+    for key in q:
+        a, b = np.asarray(q[key], np.float64), np.asarray(f[key], np.float64)
+        scale = float(np.abs(b).max()) or 1.0
+        if quantized.relative_rms(a, b) > budget.rms or np.mean(np.abs(a - b) > budget.scale * scale) > budget.beyond:
+            return False
+        if b.ndim >= 2 and b.shape[-1] >= 2:
+            rows = len(b)
+            ties = np.sort(b, -1)[:, -1] - np.sort(b, -1)[:, -2] <= 2 * budget.scale * scale
+            judged = ~ties
+            if judged.sum() and rows >= 2:
+                agree = np.mean(np.argmax(a, -1)[judged] == np.argmax(b, -1)[judged])
+                if agree < min(budget.top1, (rows - 1) / rows):
+                    return False
+    return True
+
+
+def budgets_net(name: str, folder: Path) -> list[dict]:
+    from pytest_modelparity.verdict.tolerances import Tolerance
+
+    if name == "digits":
+        from digits import digits_cnn
+        model, x_train, x_test = digits_cnn()
+    elif name == "digits_heads":
+        from digits import digits_two_heads
+        model, x_train, x_test = digits_two_heads()
+    else:
+        model, x_train, x_test = tabular(name)
+    sibling_path = export_model(model, "tflite", folder / f"{name}_f32.tflite")
+    sibling = load_model(sibling_path)
+    conv = lambda dtype, path: Tolerance(0.0, 0.0, scale=1e-3)  # noqa: E731 - the cost part is measured here
+    results = []
+    for variant in ("dynamic_range", "int8"):
+        extra = {"representative_data": [x_train[:200]]} if variant == "int8" else {}
+        path = export_model(model, "tflite", folder / f"{name}_{variant}.tflite", quantization=variant, **extra)
+        cand = load_model(path)
+        q, f = cand.predict(x_test), sibling.predict(x_test)
+        report = quantized.two_part_report(quantized=q, sibling=f, reference=f, variant=variant,
+                                           conversion_tolerance=conv)
+        outputs = report.meta["quantized"]["parts"]["quantisation"]["outputs"]
+        budget = quantized.current_budget(variant)[0]
+        new_fail = old_fail = batches = 0
+        for seed in range(10):
+            rng = np.random.default_rng(seed)
+            for _ in range(8):
+                idx = rng.choice(len(x_test), int(rng.integers(1, 17)), replace=False)
+                qs, fs = {k: v[idx] for k, v in q.items()}, {k: v[idx] for k, v in f.items()}
+                part = quantized.two_part_report(quantized=qs, sibling=fs, reference=fs, variant=variant,
+                                                 conversion_tolerance=conv).meta["quantized"]["parts"]["quantisation"]
+                new_fail += not part["passed"]
+                old_fail += not _old_cost_passed(qs, fs, budget)
+                batches += 1
+        with_sibling = judge(load_model(path, float_sibling=sibling_path), model, x_test)["passed"]
+        alone = judge(load_model(path), model, x_test)["passed"]
+        for inner, info in outputs.items():
+            results.append({"net": name, "variant": variant, "output": inner, "rows": len(x_test), **info,
+                            "max_of_scale": report.meta["quantized"]["parts"]["quantisation"]["max_rel_of_scale"],
+                            "small_batches": batches, "new_fail": new_fail, "old_fail": old_fail,
+                            "with_sibling": with_sibling, "alone": alone})
+    return results
+
+
+def budgets_markdown(rows: list[dict]) -> str:
+    lines = ["| net | variant | output | kind | held-out rows: decisive statistic | relative RMS | verdict "
+             "(with sibling / alone) | small batches failed: new / old rule |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if r["kind"] == quantized.CLASS_SCORES:
+            stat = (f"top-1 {r['agreement']:.1%} over {r['judged_rows']} rows ({r['near_ties']} near-ties)"
+                    if r["agreement"] is not None else "all near-ties")
+        else:
+            stat = f"{r['beyond']} of {r['elements']} elements beyond (max {r['max_of_scale']:.2g} of scale)"
+        word = {True: "pass", False: "FAIL"}
+        lines.append(f"| {r['net']} | {r['variant']} | `{r['output']}` | {r['kind']} | {stat} | "
+                     f"{r['relative_rms']:.2g} | {word[r['with_sibling']]} / {word[r['alone']]} | "
+                     f"{r['new_fail']} / {r['old_fail']} of {r['small_batches']} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nets", default="digits,mobilenetv2")
     parser.add_argument("--size", type=int, default=64)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--budgets", action="store_true", help="measure the budgets per output kind (issue 27)")
     args = parser.parse_args()
+    if args.budgets:
+        nets = args.nets if args.nets != parser.get_default("nets") else "digits,digits_heads,wine,diabetes"
+        rows: list[dict] = []
+        with tempfile.TemporaryDirectory() as tmp:
+            for name in nets.split(","):
+                t0 = time.perf_counter()
+                rows += budgets_net(name.strip(), Path(tmp))
+                print(f"{name}: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+        print(budgets_markdown(rows))
+        if args.json:
+            Path(args.json).write_text(json.dumps(rows, indent=1, default=str))
+        return
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.nets.split(","):

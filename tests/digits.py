@@ -47,3 +47,26 @@ def digits_cnn(seed: int = 0, *, epochs: int = 4, name: str = "digits_cnn"):
 
 def accuracy(logits: np.ndarray, x_test_labels: np.ndarray) -> float:
     return float(np.mean(np.argmax(logits, -1) == x_test_labels))
+
+
+def digits_two_heads(seed: int = 0, *, epochs: int = 4):
+    """A trained CNN with two kinds of output: ``probs`` (a softmax over the 10 digits: class
+    scores) and ``boxes`` (the mean ink of the image's four quadrants: a 4-value regression, where
+    top-1 means nothing). Returns (model, x_train, x_test)."""
+    import keras
+
+    x_train, y_train, x_test, _ = digits_data(seed)
+    quads = lambda x: np.stack([x[:, :4, :4].mean((1, 2, 3)), x[:, :4, 4:].mean((1, 2, 3)),  # noqa: E731
+                                x[:, 4:, :4].mean((1, 2, 3)), x[:, 4:, 4:].mean((1, 2, 3))], -1)
+    keras.utils.set_random_seed(seed)
+    inputs = keras.Input((8, 8, 1), name="image")
+    h = keras.layers.Conv2D(16, 3, padding="same", activation="relu", name="conv1")(inputs)
+    h = keras.layers.Conv2D(32, 3, strides=2, padding="same", activation="relu", name="conv2")(h)
+    h = keras.layers.Flatten(name="flatten")(h)
+    probs = keras.layers.Dense(10, activation="softmax", name="probs")(h)
+    boxes = keras.layers.Dense(4, name="boxes")(h)
+    model = keras.Model(inputs, {"probs": probs, "boxes": boxes}, name="digits_two_heads")
+    model.compile(optimizer=keras.optimizers.Adam(3e-3),
+                  loss={"probs": "sparse_categorical_crossentropy", "boxes": "mse"})
+    model.fit(x_train, {"probs": y_train, "boxes": quads(x_train)}, epochs=epochs, batch_size=32, verbose=0)
+    return model, x_train, x_test

@@ -159,7 +159,9 @@ def test_loaded_model_format_variant_and_device_choose_the_default():
     reference = lambda b: {"y": rowwise(b)}  # noqa: E731
     report = assert_outputs_close(NumpyModel(variant="tflite:int8", noise=0.01), reference, inputs=X)
     tol = report.outputs[0].tolerance
-    assert "tflite:int8" in tol.source and tol.min_top1 == 0.9
+    # a quantised file without a float sibling: the int8 budget against the reference (issue 27);
+    # "y" is not a softmax, so it is judged as regression (no top-1)
+    assert "tflite:int8 quantisation budget for regression outputs vs the reference" in tol.source and tol.min_top1 is None
     assert report.title.startswith("tflite:int8 vs")
     with pytest.raises(ParityError):   # 1% is far beyond float32 TFLite's default
         assert_outputs_close(NumpyModel(noise=0.01), reference, inputs=X)

@@ -135,7 +135,8 @@ def test_int8_tflite_passes_its_measured_default_and_fails_the_float32_one(cnn_t
     assert getattr(int8, "format_variant", None) == "tflite:int8"
     report = assert_outputs_close(int8, lambda b: {"probs": model(b, training=False)}, inputs=x)
     tol = report.outputs[0].tolerance
-    assert "tflite:int8" in tol.source and tol.min_top1 == 0.9
+    # no float sibling: the int8 budget against the reference; "probs" is a softmax: class scores
+    assert "tflite:int8 quantisation budget for class scores vs the reference" in tol.source and tol.min_top1 == 0.95
     assert report.outputs[0].top1_agreement >= 0.9
     float32_default = dict(zip(("rtol", "atol", "scale"), (1.3e-6, 1e-5, 1e-5)))
     with pytest.raises(ParityError):

@@ -105,7 +105,8 @@ def test_marker_with_an_unknown_format_names_the_test_and_the_valid_ones(pyteste
 
 def test_marker_is_registered(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--markers")
-    result.stdout.fnmatch_lines(["@pytest.mark.modelparity(formats=None, devices=None, rtol=None, atol=None, quant_budget=None)*"])
+    result.stdout.fnmatch_lines(["@pytest.mark.modelparity(formats=None, devices=None, rtol=None, atol=None, quant_budget=None, "
+                                 "class_scores=None, top_k=1)*"])
 
 
 def test_device_all_expands_to_the_devices_tensorflow_sees(pytester: pytest.Pytester) -> None:

@@ -287,29 +287,58 @@ def test_data_and_budget_options_are_checked_at_start(pytester, _heavy_modules_s
     assert "unknown budget key 'speed'" in result.stderr.str()
 
 
-def test_a_quantised_file_without_sibling_keeps_the_fixed_rule(digits):
-    ref, x_train, x_test, where, _ = digits
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        path = export_model(ref, "tflite", where / "alone.tflite", quantization="dynamic_range")
-    report = assert_outputs_close(load_model(path), ref, inputs=x_test[:64])
-    assert "quantized" not in report.meta
+def test_a_quantised_file_without_sibling_is_judged_by_the_same_budget(digits):
+    """Loaded alone (no float sibling) an int8/dynamic-range file is still recognised as
+    quantised and judged by its budget against the reference: the same verdict either way."""
+    ref, x_train, x_test, where, sibling = digits
+    cases = [("dynamic_range", "alone_dr", {}, True), ("int8", "alone_int8", {"representative_data": [x_train[:200]]}, True),
+             ("int8", "alone_narrow", {"representative_data": [x_train[:200] * 0.25]}, False)]
+    for variant, name, extra, good in cases:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            path = export_model(ref, "tflite", where / f"{name}.tflite", quantization=variant, **extra)
+        verdicts = []
+        for cand in (load_model(path), load_model(path, float_sibling=sibling)):
+            try:
+                report = assert_outputs_close(cand, ref, inputs=x_test[:64])
+            except ParityError as exc:
+                report = exc.report
+            verdicts.append(report.passed)
+            meta = report.meta["quantized"]
+            assert meta["variant"] == variant
+            assert meta["parts"]["quantisation"]["passed"] is good, report.meta["summary"]
+        assert verdicts == [good, good], (name, verdicts)
+        alone = load_model(path)
+        try:
+            report = assert_outputs_close(alone, ref, inputs=x_test[:64])
+        except ParityError as exc:
+            report = exc.report
+        summary = report.meta["summary"]
+        assert f"judged by the tflite:{variant} budget against the reference: no float32 sibling" in summary
+        assert "as regression (not a softmax over the last axis)" in summary  # logits: the share-of-scale budget
+        assert quantized.judged_alone(alone)
 
 
-def test_one_flipped_row_of_a_small_batch_is_not_evidence_two_are():
+def test_one_flipped_row_of_a_small_batch_is_not_evidence_three_of_four_are():
     from pytest_modelparity.verdict.tolerances import Tolerance
 
     sibling = np.tile(np.array([[4.0, 0.0, 0.0]], np.float32), (4, 1))
     conversion = lambda dtype, path: Tolerance(0.0, 0.0, scale=1e-6)  # noqa: E731
     loose = {"int8": {"rms": 10.0, "scale": 0.2, "beyond": 1.0}}  # only top-1 judges here
-    for flipped, passed in ((1, True), (2, False)):
+    assert quantized.allowed_misses(4, 1 - quantized.DEFAULT_BUDGETS["int8"].top1) == 2
+    for flipped, passed in ((1, True), (2, True), (3, False)):
         quant = sibling.copy()
         quant[:flipped] = [0.0, 4.0, 0.0]
-        with quantized.budget_layers([("test", loose)]):
+        with quantized.budget_layers([("test", loose)]), quantized.class_scores(True, source="test"):
             report = quantized.two_part_report(quantized=quant, sibling=sibling, reference=sibling, variant="int8",
                                                conversion_tolerance=conversion)
         assert report.passed is passed, str(report)
         assert report.meta["quantized"]["parts"]["conversion"]["passed"]
+        out = report.outputs[-1]
+        # one threshold, the applied one, in the summary and in the Tolerance line alike
+        assert "top-1 >= 95% (at most 2 of 4 may differ)" in report.meta["summary"]
+        assert "top-1 agreement >= 95% over rows that are not near-ties (on 4 row(s) at most 2 may differ)" \
+            in out.tolerance.describe()
 
 
 def test_tf_data_dataset_feeds_rows():

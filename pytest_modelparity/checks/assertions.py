@@ -107,6 +107,9 @@ def assert_outputs_close(actual: Any, expected: Any, *, inputs: Any = None, rtol
             and float16_textures.sibling_of(actual_model) is not None:
         return _textures_two_part(actual_model, expected_model, inputs, act, exp_raw, device, meta, msg,
                                   equal_nan, allow_vacuous)
+    if actual_model is not None and inputs is not None and _uses_default(tolerance, rtol, atol) \
+            and quantized.judged_alone(actual_model):
+        return _quantized_alone(actual_model, expected_model, inputs, act, exp, meta, msg, equal_nan)
     calibration = None
     if isinstance(tolerance, str):
         _check_calibrated(tolerance, rtol, atol)
@@ -193,6 +196,25 @@ def _textures_two_part(cand: Any, ref_model: Any, inputs: Any, act: Any, exp_raw
     def why() -> list:
         conversion = compare(sib, exp, tolerance=conv_tol, equal_nan=equal_nan)
         return diagnose.diagnose_comparison(conversion, actual=sib, expected=exp, actual_model=sibling,
+                                            expected_model=ref_model, inputs=inputs)
+
+    return _finish("outputs_close", report, msg, why)
+
+
+def _quantized_alone(cand: Any, ref_model: Any, inputs: Any, act: Any, exp: Any, meta: dict[str, Any],
+                     msg: str | None, equal_nan: bool) -> ComparisonReport:
+    """An int8/dynamic-range TFLite candidate without a float32 sibling: the variant's budget
+    against the reference (``quantized.alone_report``), not the fixed ``tflite:*`` rule."""
+    __tracebackhide__ = True
+    variant = quantized.variant_of(cand)
+    assert variant is not None
+    report = quantized.alone_report(quantized=act, reference=exp, variant=variant, equal_nan=equal_nan,
+                                    calibration=getattr(cand, "calibration", None))
+    report.title = f"{_name(cand)} vs {_name(ref_model) if ref_model is not None else 'expected'}"
+    report.meta.update({k: v for k, v in meta.items() if k != "summary"})
+
+    def why() -> list:
+        return diagnose.diagnose_comparison(report, actual=act, expected=exp, actual_model=cand,
                                             expected_model=ref_model, inputs=inputs)
 
     return _finish("outputs_close", report, msg, why)
@@ -295,6 +317,7 @@ def assert_batch_invariant(model: Callable, inputs: Any, *, batch_sizes: Sequenc
         actual = {f"sub-batches of {s}": splits[s] for s in sizes}
         expected = {f"sub-batches of {s}": batched for s in sizes}
     calibration = None
+    tol_fn: Callable[[Any, str], Any]
     if isinstance(tolerance, str):
         _check_calibrated(tolerance, rtol, atol)
         calibration = _calibrate_reversed(model, inputs, batched, wrap=None if len(sizes) == 1 else
@@ -304,12 +327,16 @@ def assert_batch_invariant(model: Callable, inputs: Any, *, batch_sizes: Sequenc
     else:
         floors = None
         if _uses_default(tolerance, rtol, atol):
-            floors = _shadow_floors(model, inputs, batched, _leaf_paths(batched), None, meta)
+            floors = _shadow_floors(model, inputs, batched, _leaf_paths(batched), None, meta) or floor.from_session(
+                model, inputs, _leaf_paths(batched), meta, run=_run, paths_of=_leaf_paths, name=_name,
+                measure=lambda ref, out, paths, into: _shadow_floors(ref, inputs, out, paths, None, into))
             if floors is not None and len(sizes) > 1:
                 floors = {f"[{f'sub-batches of {s}'!r}]{p}": v for s in sizes for p, v in floors.items()}
         tol_fn = _tolerance_fn(actual, tolerance, rtol=rtol, atol=atol, device=device, fmt=fmt,
                                compute=_compute_dtype(model), floors=floors, allow_vacuous=allow_vacuous,
                                **_floor_of(meta))
+        if "floor_from" in meta:
+            tol_fn = floor.sourced(tol_fn, f"measured on {meta['floor_from']}: {_name(model)} has no TensorFlow graph")
     report = compare(actual, expected, tolerance=tol_fn, full_stats=calibration is not None or recording.listening())
     sizes_text = ", ".join(str(s) for s in sizes)
     report.title = f"{_name(model)}: batch of {n} at once vs sub-batches of {sizes_text}"

@@ -231,3 +231,38 @@ def relative_error(ref: np.ndarray, shadow: np.ndarray) -> float | None:
 def _first(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0][:200] if text else type(exc).__name__
+
+
+def from_session(model: Any, inputs: Any, paths: list[str], meta: dict[str, Any], *, run: Callable[[Any, Any], Any],
+                 paths_of: Callable[[Any], list[str]], name: Callable[[Any], str],
+                 measure: Callable[[Any, Any, list[str], dict], dict | None]) -> dict | None:
+    """The floor of a candidate with no TensorFlow graph (ONNX, TFLite, TFJS) from a session
+    that has a reference (the plugin's fixtures attach ``floor_reference``): the reference's
+    own float32 error on the same rows (``measure``), when its outputs have the candidate's
+    ``paths``; what it measured goes into ``meta`` (``floor_from`` names the reference)."""
+    get = getattr(model, "floor_reference", None)
+    if not callable(get):
+        return None
+    try:
+        ref = get()
+        ref_out = run(ref, inputs)
+    except Exception:  # noqa: BLE001 - the floor is extra evidence; without it the fixed rule stands
+        return None
+    if ref is model or paths_of(ref_out) != paths:
+        return None
+    found: dict[str, Any] = {}
+    floors = measure(ref, ref_out, paths, found)
+    if floors is None:
+        return None
+    meta.pop("noise_floor_missing", None)
+    meta.update(found)
+    meta["floor_from"] = f"the session's reference ({name(ref)})"
+    return floors
+
+
+def sourced(tol_fn: Callable[..., Any], note: str) -> Callable[[Any, str], Any]:
+    """``tol_fn`` whose floor-measured tolerances add ``note`` to their source."""
+    def for_output(dtype: Any, path: str) -> Any:
+        tol = tol_fn(dtype, path)
+        return tol.with_source(f"{tol.source}; {note}") if "float64 run" in tol.source else tol
+    return for_output

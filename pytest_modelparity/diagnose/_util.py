@@ -3,6 +3,8 @@ judge whether one array "fits" another. No TensorFlow import at module level."""
 
 from __future__ import annotations
 
+import sys
+
 import contextlib
 from typing import Any, Callable, Iterator, Mapping
 
@@ -18,7 +20,11 @@ FIT_GAIN = 0.1
 
 
 def is_keras_model(obj: Any) -> bool:
-    return type(obj).__module__.startswith("keras") and hasattr(obj, "layers") and callable(obj)
+    """A Keras model, a user's subclass of ``keras.Model`` (defined in any module) included."""
+    if type(obj).__module__.startswith("keras") and hasattr(obj, "layers") and callable(obj):
+        return True
+    model = getattr(sys.modules.get("keras"), "Model", None)  # never imports Keras
+    return isinstance(model, type) and isinstance(obj, model)
 
 
 def native_of(model: Any) -> Any:

@@ -16,7 +16,7 @@ what they received.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -29,6 +29,10 @@ SHOWN = 3
 TWIN_AGREES = 1e-5
 _PASS_THROUGH = {"QUANTIZE", "DEQUANTIZE", "RESHAPE", "SQUEEZE", "EXPAND_DIMS"}
 _REQUANTIZE = {"QUANTIZE", "DEQUANTIZE"}
+# Weightless ops whose output error grows with their input's (a SOFTMAX turns a logit error into
+# a larger probability error): never blamed, what they add is credited to the op feeding them,
+# whose quantised weights or output made the error (issue 27: SOFTMAX named with "keep it in float").
+_AMPLIFIERS = {"SOFTMAX", "LOG_SOFTMAX", "LOGISTIC", "TANH"}
 
 
 @dataclass(frozen=True)
@@ -38,6 +42,7 @@ class LayerCost:
     error: float        # relative RMS error of the output vs the float32 sibling
     added: float        # error minus the largest error among its inputs
     position: int = 0   # the op's place in execution order
+    amplified_by: str = ""  # a weightless op after it whose added error is credited here
 
     @property
     def layer(self) -> str:
@@ -82,6 +87,7 @@ def layer_costs(quantized: Any, sibling: Any, inputs: Any) -> list[LayerCost]:
     producer: dict[str, Any] = {}
     recorded: set[int] = set()
     costs: list[LayerCost] = []
+    owners: list[Any] = []
     for op in q_ops:
         incoming = max((error.get(name, 0.0) for name in op.inputs), default=0.0)
         # An int8 file names an op's output "...:01" and its DEQUANTIZE's output as the float
@@ -105,7 +111,27 @@ def layer_costs(quantized: Any, sibling: Any, inputs: Any) -> list[LayerCost]:
             if owner.op not in _PASS_THROUGH and id(owner) not in recorded:
                 recorded.add(id(owner))
                 costs.append(LayerCost(name, owner.op, err, err - owner_incoming, len(costs)))
-    return sorted(costs, key=lambda c: c.added, reverse=True)
+                owners.append(owner)
+    return sorted(_credit_amplified(costs, owners, producer), key=lambda c: c.added, reverse=True)
+
+
+def _credit_amplified(costs: list[LayerCost], owners: list[Any], producer: dict[str, Any]) -> list[LayerCost]:
+    """Drop the weightless amplifiers (``_AMPLIFIERS``), crediting what they add to the op that
+    produced their input (through requantisation and reshapes)."""
+    at = {id(owner): i for i, owner in enumerate(owners)}
+    kept: list[LayerCost | None] = list(costs)
+    for i, (cost, owner) in enumerate(zip(costs, owners)):
+        if cost.op not in _AMPLIFIERS:
+            continue
+        kept[i] = None
+        source = producer.get(owner.inputs[0]) if owner.inputs else None
+        while source is not None and source.op in _PASS_THROUGH and source.inputs:
+            source = producer.get(source.inputs[0])
+        j = at.get(id(source)) if source is not None else None
+        target = kept[j] if j is not None else None
+        if j is not None and target is not None:
+            kept[j] = replace(target, added=target.added + max(cost.added, 0.0), amplified_by=cost.op)
+    return [c for c in kept if c is not None]
 
 
 def _by_position(q_ops: list, f_ops: list) -> dict[str, str]:
@@ -122,8 +148,9 @@ def _by_position(q_ops: list, f_ops: list) -> dict[str, str]:
 
 
 def _rows_text(costs: list[LayerCost]) -> str:
-    return "\n".join(f"      {c.layer:<28} {c.op:<18} error {c.error:.3g} of its RMS (adds {c.added:+.3g})  "
-                     f"[{c.tensor.split(';', 1)[0]}]" for c in costs[:max(SHOWN, 6)])
+    return "\n".join(f"      {c.layer:<28} {c.op:<18} error {c.error:.3g} of its RMS (adds {c.added:+.3g}"
+                     + (f", with what the {c.amplified_by} after it amplifies" if c.amplified_by else "")
+                     + f")  [{c.tensor.split(';', 1)[0]}]" for c in costs[:max(SHOWN, 6)])
 
 
 def _top(costs: list[LayerCost]) -> str:

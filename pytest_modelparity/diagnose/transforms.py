@@ -237,12 +237,72 @@ def _is_image(x: Array) -> bool:
     return x.ndim == 4 and (x.shape[-1] in (1, 3) or x.shape[1] in (1, 3))
 
 
+def _is_tokens(x: Array) -> bool:
+    """Integer ids over a sequence (rank 2, at least 2 steps) that are not a 0/1 mask."""
+    return x.dtype.kind in "iu" and x.ndim == 2 and x.shape[1] >= 2 and x.size > 0 and int(x.max()) > 1
+
+
 def _candidate_inputs(batch: Any) -> list[tuple[Any, Array]]:
-    """The inputs to transform: the only one (rank >= 2), or each image-like input of many."""
+    """The inputs to transform: the only one (rank >= 2), or each image-like or token-id input of many."""
     named = _named_inputs(batch)
     if len(named) == 1:
         return named if named[0][1].ndim >= 2 else []
-    return [(k, x) for k, x in named if _is_image(x)]
+    return [(k, x) for k, x in named if _is_image(x) or _is_tokens(x)]
+
+
+def _reorder_steps(batch: Any, x: Array, order: Array) -> Any:
+    """``batch`` with every input shaped like ``x`` over (rows, steps) (the ids, their mask)
+    reordered along the steps by ``order`` (rows x steps indices)."""
+    def move(v: Array) -> Array:
+        if v.ndim >= 2 and v.shape[:2] == x.shape[:2]:
+            idx = order.reshape(order.shape + (1,) * (v.ndim - 2))
+            return np.take_along_axis(v, np.broadcast_to(idx, v.shape), axis=1)
+        return v
+    named = _named_inputs(batch)
+    if len(named) == 1 and named[0][0] is None:
+        return move(named[0][1])
+    if isinstance(batch, Mapping):
+        return {k: move(np.asarray(v)) for k, v in batch.items()}
+    return [move(np.asarray(v)) for v in batch]
+
+
+def _reordered(batch: Any, x: Array, order: Array) -> Callable[[], Any]:
+    return lambda: _reorder_steps(batch, x, order)
+
+
+def _transformed(batch: Any, key: Any, x: Array, fn: Callable[[Array], Array]) -> Callable[[], Any]:
+    dtype = x.dtype if x.dtype.kind == "f" else np.float32
+    return lambda: _replace(batch, key, np.ascontiguousarray(fn(x.astype(np.float64)).astype(dtype)))
+
+
+def _token_batches(batch: Any, key: Any, x: Array) -> list[tuple[str, str, Callable[[], Any]]]:
+    """(cause, description, make batch) for candidate(x) ≈ reference(T(x)) on integer token
+    ids: a +-1 shift, a vocabulary off by one (padding id 0 kept), the sequence reversed,
+    padding moved to the other side (every input over the same steps, a mask too, moves with it)."""
+    if not _is_tokens(x):
+        return []
+    def value(v: Array) -> Callable[[], Any]:
+        return lambda: _replace(batch, key, v.astype(x.dtype))
+
+    out = [("token_id_shift", "token ids + 1 (the candidate reads id i as the reference reads i + 1)", value(x + 1)),
+           ("token_id_shift", "token ids - 1 (the candidate reads id i as the reference reads i - 1)", value(x - 1))]
+    pad = x == 0
+    if pad.any() and (~pad).any():
+        out += [("vocabulary_off_by_one", "token ids + 1 except padding 0 (a vocabulary off by one: an id "
+                 "reserved or dropped at its start)", value(np.where(pad, 0, x + 1))),
+                ("vocabulary_off_by_one", "token ids - 1 except padding 0 (a vocabulary off by one: an id "
+                 "reserved or dropped at its start)", value(np.where(pad, 0, x - 1)))]
+    steps = np.broadcast_to(np.arange(x.shape[1]), x.shape)
+    out.append(("sequence_reversed", "sequence reversed (the steps in the other order)",
+                _reordered(batch, x, np.ascontiguousarray(steps[:, ::-1]))))
+    if pad.any() and (~pad).any():
+        left = np.argsort(~pad, axis=1, kind="stable")   # padding first: padded on the left
+        right = np.argsort(pad, axis=1, kind="stable")   # tokens first: padded on the right
+        for order, side in ((left, "left"), (right, "right")):
+            if not np.array_equal(np.take_along_axis(x, order, axis=1), x):
+                out.append(("padding_side", f"padding moved to the {side} (the two forms pad sequences on "
+                            "different sides)", _reordered(batch, x, order)))
+    return out
 
 
 def input_transform(reference: Any, inputs: Any, actual: Any, paths: list[str],
@@ -265,12 +325,17 @@ def input_transform(reference: Any, inputs: Any, actual: Any, paths: list[str],
         errors[p] = float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(e, np.float64))))
     many = len(_named_inputs(inputs)) > 1
     best = None
+    def tries(key: Any, x: Array) -> list[tuple[str, str, Callable[[], Any]]]:
+        found = _token_batches(inputs, key, x)
+        for cause, label, fn in ([] if found else _input_transforms(x)):
+            found.append((cause, label, _transformed(inputs, key, x, fn)))
+        return found
+
     for key, x in targets:
-        for cause, label, fn in _input_transforms(x):
-            tx = np.ascontiguousarray(fn(x.astype(np.float64)).astype(x.dtype if x.dtype.kind == "f" else np.float32))
+        for cause, label, make in tries(key, x):
             try:
-                got = flatten(run_model(reference, _replace(inputs, key, tx)))
-            except Exception:  # noqa: BLE001 - a shape the reference refuses: not this transform
+                got = flatten(run_model(reference, make()))
+            except Exception:  # noqa: BLE001 - a shape or id the reference refuses: not this transform
                 continue
             worst = 0.0
             ok_all = True

@@ -26,9 +26,12 @@ from .matrix import (item_matrix, left_out_line, matrix_pairs, nothing_compared_
                      select_matrix)
 from .options import add_options, parse_options, strict_gpu_problem
 
-MARKER = ("modelparity(formats=None, devices=None, rtol=None, atol=None, quant_budget=None): narrow the format x "
-          "device matrix of this test and set its tolerance (above the ini value, below explicit arguments); "
-          "quant_budget={'int8': {'rms': 0.1}} loosens what quantisation may cost (docs/tolerances.md)")
+MARKER = ("modelparity(formats=None, devices=None, rtol=None, atol=None, quant_budget=None, class_scores=None, "
+          "top_k=1): narrow the format x device matrix of this test and set its tolerance (above the ini value, "
+          "below explicit arguments); quant_budget={'int8': {'top1': 0.9}} loosens what quantisation may cost; "
+          "class_scores=True (or output names) judges those quantised outputs by top-k agreement (docs/tolerances.md)")
+# What the marker takes: anything else (a typo such as rtl=) is a usage error, not ignored.
+MARKER_KEYS = ("formats", "devices", "rtol", "atol", "quant_budget", "class_scores", "top_k")
 _ROWS_KEY = "modelparity_rows"
 # Rows the terminal summary shows without -v before it keeps only the failures.
 SUMMARY_ROWS = 40
@@ -107,7 +110,29 @@ def _already_parametrized(metafunc: pytest.Metafunc, name: str) -> bool:
     return False
 
 
+def check_marker(marker: Any, where: str) -> None:
+    """Fail the test (at collection) whose ``modelparity`` marker takes an argument the plugin
+    does not know, or positional ones, naming the known arguments; checks ``class_scores``/``top_k``."""
+    if marker is None:
+        return
+    unknown = [k for k in marker.kwargs if k not in MARKER_KEYS]
+    if unknown or marker.args:
+        what = (f"unknown argument(s) {', '.join(map(repr, unknown))}" if unknown
+                else f"positional argument(s) {marker.args!r}")
+        pytest.fail(f"{where}: @pytest.mark.modelparity got {what}; it takes {', '.join(MARKER_KEYS)} "
+                    "(as keywords, e.g. rtol=1e-4)", pytrace=False)
+    if "class_scores" in marker.kwargs or "top_k" in marker.kwargs:
+        from ..checks.quantized import check_class_scores
+        from ..errors import InvalidArgumentError
+
+        try:
+            check_class_scores(marker.kwargs.get("class_scores"), marker.kwargs.get("top_k", 1), "marker")
+        except InvalidArgumentError as exc:
+            pytest.fail(f"{where}: @pytest.mark.modelparity: {exc}", pytrace=False)
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    check_marker(metafunc.definition.get_closest_marker("modelparity"), metafunc.definition.nodeid)
     names = metafunc.fixturenames
     wants = [n for n in ("modelparity_format", "modelparity_device") if n in names
              and not _already_parametrized(metafunc, n)]
@@ -165,6 +190,14 @@ def _budget_layers(item: pytest.Item, state: ParitySession) -> list[tuple[str, A
     return layers
 
 
+def _class_scores(item: pytest.Item) -> tuple[Any, int]:
+    """The marker's ``class_scores=`` and ``top_k=`` (checked at collection)."""
+    marker = item.get_closest_marker("modelparity")
+    if marker is None:
+        return None, 1
+    return marker.kwargs.get("class_scores"), marker.kwargs.get("top_k", 1)
+
+
 _ACTIVE: list[Any] = []  # listeners of the tests running now, innermost last
 
 
@@ -193,7 +226,8 @@ def collecting(item: pytest.Item) -> Iterator[None]:
     _ACTIVE.append(listener)
     try:
         with tolerances.tolerance_layers(_layers(item, state)), tolerances.gpu_tf32(state.options.tf32), \
-                quantized.budget_layers(_budget_layers(item, state)):
+                quantized.budget_layers(_budget_layers(item, state)), \
+                quantized.class_scores(*_class_scores(item), source="marker"):
             yield
     except BaseException as exc:
         raised.extend(_escaped_reports(exc))

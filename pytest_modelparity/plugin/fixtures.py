@@ -738,12 +738,22 @@ def parity_candidate(request: pytest.FixtureRequest, modelparity_source: Any, mo
     the reference: fed and answering by the reference's tensor names (formats/binding.py)."""
     state = get_state(request.config)
     state.declare_input_specs(modelparity_source, modelparity_input_specs)
-    return state.candidate_or_skip(modelparity_source, modelparity_format, modelparity_device,
-                                   named=_formats_named(request, state), load_options=modelparity_load_options,
-                                   converter_options=converter_options_for(modelparity_export_options,
-                                                                           modelparity_format),
-                                   elements=modelparity_elements, dataset=modelparity_dataset,
-                                   bind=bind_for(modelparity_bind, modelparity_format))
+    candidate = state.candidate_or_skip(modelparity_source, modelparity_format, modelparity_device,
+                                        named=_formats_named(request, state), load_options=modelparity_load_options,
+                                        converter_options=converter_options_for(modelparity_export_options,
+                                                                                modelparity_format),
+                                        elements=modelparity_elements, dataset=modelparity_dataset,
+                                        bind=bind_for(modelparity_bind, modelparity_format))
+    reference_device = state.reference_device(modelparity_device)
+
+    def floor_reference() -> Any:
+        """The session's reference, whose twin measures the floor of a candidate-only check
+        (``assert_batch_invariant``) on a candidate with no TensorFlow graph of its own."""
+        return state.reference(modelparity_source, reference_device, modelparity_load_options)
+
+    with contextlib.suppress(AttributeError):
+        candidate.floor_reference = floor_reference
+    return candidate
 
 
 @pytest.fixture(scope="session")

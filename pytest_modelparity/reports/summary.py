@@ -122,6 +122,9 @@ def _paired_row(paired: dict, path: str) -> dict | None:
     return {"name": pair.get("other"), "basis": pair.get("basis"), "how": pair.get("how") or None}
 
 
+_PARTS = ("conversion", "quantisation", "float16 weights", "float16 textures")  # checks/quantized.py and float16_textures.py
+
+
 def _quantized_row(meta: dict, path: str) -> dict | None:
     """For a quantised candidate judged in two parts (checks/quantized.py): which part this output
     row is, the verdict's summary and how the int8 file was calibrated; else None."""
@@ -129,7 +132,9 @@ def _quantized_row(meta: dict, path: str) -> dict | None:
     if not isinstance(info, dict):
         return None
     part = path[2:].split("'", 1)[0] if path.startswith("['") else ""
-    return {"part": part, "variant": info.get("variant"), "failed_parts": info.get("failed_parts"),
+    if part not in _PARTS:  # a file without its float sibling: one part, the budget against the reference
+        part = "quantisation"
+    return {"part": part, "against": info.get("against"), "variant": info.get("variant"), "failed_parts": info.get("failed_parts"),
             "summary": meta.get("summary"), "calibration": info.get("calibration")}
 
 

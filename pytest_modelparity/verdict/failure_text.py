@@ -121,19 +121,22 @@ def format_output_block(oc: Any, *, worst: int = 3) -> list[str]:
     if tol is not None and oc.mismatched and (oc.min_atol is not None or oc.min_rtol is not None):
         if (oc.min_atol is not None and math.isinf(oc.min_atol)) and \
                 (oc.min_rtol is None or math.isinf(oc.min_rtol)):
-            lines.append("  Smallest passing tolerance: none (NaN or infinity mismatches)")
+            lines.append("  Smallest passing tolerance: none (NaN or infinity mismatches, or a difference beyond "
+                         "the largest float: no finite rtol/atol passes)")
         else:
             opts = []
-            if oc.min_atol is not None and math.isfinite(oc.min_atol):
-                atol = ceil_float(oc.min_atol)
+            atol, rtol = _advised(oc.min_atol), _advised(oc.min_rtol)
+            if atol is not None:
                 opts.append(f"atol={atol} (with rtol={exact_float(tol.rtol)}"
                             f"{_vacuous_mark(oc, tol.rtol, float(atol))})")
-            if oc.min_rtol is not None and math.isfinite(oc.min_rtol):
-                rtol = ceil_float(oc.min_rtol)
+            if rtol is not None:
                 opts.append(f"rtol={rtol} (with atol={exact_float(tol.atol)}"
                             f"{_vacuous_mark(oc, float(rtol), tol.atol)})")
             if opts:
                 lines.append("  Smallest passing tolerance: " + " or ".join(opts))
+            else:
+                lines.append("  Smallest passing tolerance: none finite (the difference is beyond the largest "
+                             "float; the plugin accepts only finite rtol/atol)")
     if oc.top1_agreement is not None:
         lines.append(f"  Top-1 agreement: {oc.top1_agreement:.1%}")
     lines.append(f"  Tolerance: {_tolerance_text(oc)}")
@@ -144,6 +147,15 @@ def format_output_block(oc: Any, *, worst: int = 3) -> list[str]:
         lines.append("  Worst (index actual vs expected): " + "; ".join(cells))
     lines += [f"  note: {n}" for n in oc.notes]
     return lines
+
+
+def _advised(value: float | None) -> str | None:
+    """A bound the plugin accepts (finite, >= ``value``) as text, or None when there is none:
+    rounding 1.797e308 up gives inf, which rtol=/atol= refuse; the exact value itself reads back."""
+    if value is None or not math.isfinite(value):
+        return None
+    text = ceil_float(value)
+    return text if math.isfinite(float(text)) else exact_float(value)
 
 
 def _vacuous_mark(oc: Any, rtol: float, atol: float) -> str:
