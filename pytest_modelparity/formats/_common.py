@@ -201,7 +201,15 @@ class ConverterLog:
         except OSError:
             return ""
 
-    def keep(self) -> Path:
+    def keep(self) -> Path | None:
+        """Keep the log for the error to name, or None when the converter wrote nothing to it:
+        an error must not send the user to a file of 0 bytes (the log is then deleted)."""
+        try:
+            empty = self.path.stat().st_size == 0
+        except OSError:
+            return None
+        if empty:
+            return None
         self.kept = True
         return self.path
 
