@@ -615,3 +615,13 @@ def test_a_graph_twin_run_failure_names_the_node_and_the_cause() -> None:
                                                r"values") as info:
         twin.run([np.ones((1, 3), "float32")])
     assert "Graph execution error" not in str(info.value)
+
+
+def test_an_error_without_a_message_is_not_written_twice() -> None:
+    """A tflite export said "RuntimeError: RuntimeError" (LiteRT's message is its type name)."""
+    from pytest_modelparity.formats._common import first_line
+
+    assert first_line(RuntimeError("RuntimeError")) == ("RuntimeError (it carries no message; the converter log "
+                                                         "may say more)")
+    assert first_line(RuntimeError()) == first_line(RuntimeError("RuntimeError"))
+    assert first_line(ValueError("bad shape\n  detail")) == "ValueError: bad shape"

@@ -40,7 +40,9 @@ def quiet() -> Iterator[None]:
 
 def first_line(exc: BaseException, limit: int = 300) -> str:
     """The first meaningful line of an exception, for a short error message."""
-    text = str(exc).strip() or type(exc).__name__
+    text = str(exc).strip()
+    if not text or text == type(exc).__name__:  # LiteRT raised RuntimeError("RuntimeError")
+        return f"{type(exc).__name__} (it carries no message; the converter log may say more)"
     line = next((ln.strip() for ln in text.splitlines() if ln.strip()), text)
     line = f"{type(exc).__name__}: {line}"
     return line if len(line) <= limit else line[: limit - 3] + "..."
