@@ -122,3 +122,28 @@ def test_default_formats_a_graph_cannot_become_are_skipped_not_errors(pytester: 
     assert outcomes.get("passed") == 1 and "error" not in outcomes and "errors" not in outcomes
     assert outcomes.get("skipped", 0) >= 3
     result.stdout.fnmatch_lines(["*format 'tflite' cannot be made from this source*cannot convert*"])
+
+
+def test_a_graph_the_converters_cannot_read_says_so_and_its_fix_works(tmp_path) -> None:
+    """The tflite/onnx/tfjs conversion of a frozen .pb finds its tensors automatically: with two
+    sinks it is refused as a conversion, saying the load options do not reach it; the fix it
+    names (extract the output's subgraph) converts."""
+    import tensorflow as tf
+
+    from pytest_modelparity import ModelLoadError, assert_outputs_close, export_model, load_model
+
+    namespace: dict = {}
+    exec(TWO_SINKS, namespace)
+    frozen = namespace["freeze_two_sinks"](tmp_path)
+    with pytest.raises(ModelLoadError, match="load options do not reach them") as info:
+        export_model(frozen, "tflite", tmp_path / "m.tflite")
+    assert info.value.action == "convert" and "extract_sub_graph" in info.value.fix
+    graph_def = tf.compat.v1.GraphDef()
+    graph_def.ParseFromString(frozen.read_bytes())
+    single = tmp_path / "single.pb"
+    single.write_bytes(tf.compat.v1.graph_util.extract_sub_graph(graph_def, ["predictions"]).SerializeToString())
+    converted = load_model(export_model(single, "tflite", tmp_path / "single.tflite"))
+    reference = load_model(frozen, inputs=["x:0"], outputs=["predictions:0"])
+    import numpy as np
+
+    assert_outputs_close(converted, reference, inputs=np.random.default_rng(0).normal(size=(4, 12)).astype("float32"))

@@ -40,7 +40,9 @@ def quiet() -> Iterator[None]:
 
 def first_line(exc: BaseException, limit: int = 300) -> str:
     """The first meaningful line of an exception, for a short error message."""
-    text = str(exc).strip() or type(exc).__name__
+    text = str(exc).strip()
+    if not text or text == type(exc).__name__:  # LiteRT raised RuntimeError("RuntimeError")
+        return f"{type(exc).__name__} (it carries no message; the converter log may say more)"
     line = next((ln.strip() for ln in text.splitlines() if ln.strip()), text)
     line = f"{type(exc).__name__}: {line}"
     return line if len(line) <= limit else line[: limit - 3] + "..."
@@ -201,7 +203,15 @@ class ConverterLog:
         except OSError:
             return ""
 
-    def keep(self) -> Path:
+    def keep(self) -> Path | None:
+        """Keep the log for the error to name, or None when the converter wrote nothing to it:
+        an error must not send the user to a file of 0 bytes (the log is then deleted)."""
+        try:
+            empty = self.path.stat().st_size == 0
+        except OSError:
+            return None
+        if empty:
+            return None
         self.kept = True
         return self.path
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import ModelLoadError
 from ._common import quiet
 from ._tf import GraphUnavailable, import_tf, wrap_frozen
 from .base import LoadedModel
@@ -50,12 +51,22 @@ def graph_function(path: Path, **load_options: Any) -> GraphFunction:
 
     source_kind = kind(path)
     module = {"graphdef": graphdef, "checkpoint": checkpoint}[source_kind or "graphdef"]
-    loaded = module.load(path, device="cpu", **load_options)
+    try:
+        loaded = module.load(path, device="cpu", **load_options)
+    except ModelLoadError as exc:
+        if load_options:
+            raise
+        # The converters get the path alone (modelparity_load_options name the tensors for
+        # loading the source, not for converting it): a graph whose tensors are not found
+        # automatically cannot become another format.
+        raise ModelLoadError(path, source_kind, f"{exc.problem}; the converters read the graph with its tensors "
+                             "found automatically (load options do not reach them)",
+                             "freeze a graph whose only sink is the output (tf.compat.v1.graph_util."
+                             "extract_sub_graph(graph_def, ['output_node'])), or convert a SavedModel of the model",
+                             action="convert") from exc
     try:
         frozen = loaded.frozen_graph()
     except GraphUnavailable as exc:
-        from ..errors import ModelLoadError
-
         raise ModelLoadError(path, source_kind, f"the graph cannot be frozen for conversion ({exc})",
                              "freeze it yourself (tf.compat.v1.graph_util.convert_variables_to_constants) and "
                              "pass the .pb", action="convert") from exc

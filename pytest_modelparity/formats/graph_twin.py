@@ -18,6 +18,7 @@ than one element rounded to float16 (what a ``tflite:float16`` export stores).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -403,6 +404,20 @@ def build(frozen: FrozenGraph, kind: str) -> GraphTwin:
     return GraphTwin(frozen, float16_weights_graph_def(frozen.graph_def), np.float32)
 
 
+_NODE_IN_TEXT = re.compile(r"\{\{node ([^}]+)\}\}|Detected at node '([^']+)'|node ([\w/.-]+) ")
+_NOT_THE_CAUSE = ("Graph execution error", "Detected at node", "Node:", "[[", "File ", "Traceback", "Stack trace",
+                  "defined at")
+
+
 def _first(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:200] if text else type(exc).__name__
+    """The cause of ``exc`` in a line, with the node it happened at when TensorFlow says:
+    "Graph execution error:" alone named neither (the graph twin of an STFT front-end)."""
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    cause = next((ln for ln in lines if not ln.startswith(_NOT_THE_CAUSE)), lines[0] if lines else type(exc).__name__)
+    node_def = getattr(exc, "node_def", None)
+    node, op = getattr(node_def, "name", "") or "", getattr(node_def, "op", "") or ""
+    if not node:
+        found = _NODE_IN_TEXT.search(str(exc))
+        node = next((g for g in found.groups() if g), "") if found else ""
+    where = f"at node {node!r}" + (f" ({op})" if op else "") + ": " if node else ""
+    return (where + cause)[:300]

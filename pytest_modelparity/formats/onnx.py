@@ -206,9 +206,10 @@ def export(model: Any, path: Path, *, opset: int = DEFAULT_OPSET,
     (``frozen-keep-control-flow``), which tf2onnx turns into ONNX Loop/If; a graph with
     functions marked never to be inlined (Keras runs grouped convolutions under XLA) is
     converted from its GraphDef with those marks cleared (``...-inlined``).
-    ``Erfc`` (exact GELU) is converted as ``1 - Erf(x)``.
+    ``Erfc`` (exact GELU) is converted as ``1 - Erf(x)``, ``ComplexAbs`` of an FFT (an STFT's
+    magnitude) as ``sqrt(re^2 + im^2)``.
     ``converter_options``: ``opset``, ``lower_control_flow`` (bool: force a route),
-    ``custom_op_handlers`` (added to the built-in Erfc handler; ``{"Erfc": None}`` removes it) and any other keyword of
+    ``custom_op_handlers`` (added to the built-in Erfc and ComplexAbs handlers; ``{"Erfc": None}`` removes one) and any other keyword of
     ``tf2onnx.convert.from_function`` (``custom_ops``, ``extra_opset``, ``optimizers``, ...).
     """
     import tf2onnx
@@ -216,7 +217,7 @@ def export(model: Any, path: Path, *, opset: int = DEFAULT_OPSET,
     options = dict(converter_options or {})
     opset = int(options.pop("opset", opset))
     lower = options.pop("lower_control_flow", None)
-    handlers: dict[str, Any] = {"Erfc": (_erfc_as_one_minus_erf, [])}
+    handlers: dict[str, Any] = {"Erfc": (_erfc_as_one_minus_erf, []), "ComplexAbs": (_complex_abs, [])}
     handlers.update(options.pop("custom_op_handlers", None) or {})
     handlers = {op: h for op, h in handlers.items() if h is not None}  # {"Erfc": None} turns ours off
     known = set(inspect.signature(tf2onnx.convert.from_function).parameters) - {"function", "input_signature"}
@@ -275,6 +276,33 @@ def _erfc_as_one_minus_erf(ctx: Any, node: Any, name: str, args: Any) -> Any:
     ctx.copy_shape(out, sub.output[0])
     ctx.set_dtype(sub.output[0], dtype)
     return node
+
+
+def _complex_abs(ctx: Any, node: Any, name: str, args: Any) -> Any:
+    """tf2onnx handler: ``ComplexAbs`` of an (R)FFT as ``sqrt(re^2 + im^2)``.
+
+    tf2onnx writes an FFT's complex output as a real tensor whose first axis holds the real
+    and imaginary parts; its own ComplexAbs handler refuses when that axis' size is not known
+    statically ("expected the first dimension to be 2", an STFT's framed signal), at every
+    opset. The arithmetic is the same, without that check.
+    """
+    from tf2onnx import utils
+    from tf2onnx.graph_builder import GraphBuilder
+
+    parts = []
+    for index in (0, 1):
+        at = ctx.make_const(utils.make_name(f"{name}_at{index}"), np.array([index], dtype=np.int64))
+        part = ctx.make_node("Gather", inputs=[node.input[0], at.output[0]], attr={"axis": 0},
+                             name=utils.make_name(f"{name}_part{index}"))
+        parts.append(ctx.make_node("Mul", inputs=[part.output[0], part.output[0]],
+                                   name=utils.make_name(f"{name}_square{index}")).output[0])
+    ctx.remove_node(node.name)
+    total = ctx.make_node("Add", inputs=parts, name=utils.make_name(f"{name}_sum"))
+    squeezed = GraphBuilder(ctx).make_squeeze({"data": total.output[0], "axes": [0]},
+                                              name=utils.make_name(f"{name}_squeeze"), return_node=True)
+    root = ctx.make_node("Sqrt", inputs=squeezed.output[:1], name=utils.make_name(f"{name}_abs"))
+    ctx.replace_all_inputs(node.output[0], root.output[0])
+    return root
 
 
 class _ResourceLeft(Exception):

@@ -109,7 +109,9 @@ def load(source: Any, *, device: str = "cpu", signature: str | None = None,
                              "export the SavedModel again (model.export(path) or tf.saved_model.save)")
     dev = require_tf_device(device, format=NAME)
     tf = import_tf()
-    if has_slot_variables(path):  # TF 2.x would fail on them after seconds: go straight to v1
+    nodes = _object_nodes(path)  # one read of saved_model.pb for both checks
+    check_variables_present(path, nodes)
+    if has_slot_variables(path, nodes):  # TF 2.x would fail on them after seconds: go straight to v1
         return _load_signature_v1(path, tags, signature, device=device, problem=SLOT_PROBLEM)
     try:
         with quiet(), tf.device(dev.tf_name):
@@ -151,12 +153,12 @@ def _revival_problem(exc: BaseException) -> str:
     return f"TF 2.x could not revive its object graph ({first_line(exc)})"
 
 
-def has_slot_variables(path: Path) -> bool:
-    """Whether the SavedModel's object graph records optimizer slot variables (a Keras 2
-    model saved with its legacy optimizer): a protobuf read, no TensorFlow loading."""
+def _object_nodes(path: Path) -> list[Any]:
+    """The object-graph nodes of ``path``'s ``saved_model.pb`` (a protobuf read, no TensorFlow
+    loading), or [] when there is no readable one (the loaders report a broken file)."""
     proto = Path(path) / "saved_model.pb"
     if not proto.is_file():
-        return False
+        return []
     import_tf()
     from tensorflow.core.protobuf import saved_model_pb2
 
@@ -164,8 +166,27 @@ def has_slot_variables(path: Path) -> bool:
     try:
         message.ParseFromString(read_regular(proto, NAME))
     except Exception:  # noqa: BLE001 - a broken file is the loaders' to report
-        return False
-    return any(node.slot_variables for graph in message.meta_graphs for node in graph.object_graph_def.nodes)
+        return []
+    return [node for graph in message.meta_graphs for node in graph.object_graph_def.nodes]
+
+
+def has_slot_variables(path: Path, nodes: list[Any] | None = None) -> bool:
+    """Whether the SavedModel's object graph records optimizer slot variables (a Keras 2
+    model saved with its legacy optimizer). ``nodes``: ``_object_nodes(path)``, if read."""
+    return any(node.slot_variables for node in (_object_nodes(path) if nodes is None else nodes))
+
+
+def check_variables_present(path: Path, nodes: list[Any] | None = None) -> None:
+    """Refuse a SavedModel whose object graph holds variables while ``variables/`` is missing
+    (a copy of ``saved_model.pb`` alone), saying so, before a loader or converter fails on
+    "Unsuccessful TensorSliceReader constructor"."""
+    if (Path(path) / "variables").is_dir():
+        return
+    count = sum(node.WhichOneof("kind") == "variable" for node in (_object_nodes(path) if nodes is None else nodes))
+    if count:
+        raise ModelLoadError(path, NAME, "the directory has no variables/ folder, and the SavedModel's object graph "
+                             "holds variables: saved_model.pb alone is only the graph",
+                             "copy the whole SavedModel directory (saved_model.pb with variables/ beside it)")
 
 
 def frozen_copy(path: Path, dest: Path) -> Path:

@@ -810,7 +810,9 @@ def export(model: Any, path: Path, *, quantization: str | None = None, validate_
                                      "Keras model, a SavedModel directory or a TF1 graph can be converted to tflite, onnx "
                                      "or tfjs", "pass the Keras model, or the "
                                      "directory written by model.export() / tf.saved_model.save()", action="convert")
-            elif saved_model_format.has_slot_variables(saved_model):  # the converter's TF 2.x load fails
+            else:
+                saved_model_format.check_variables_present(saved_model)
+            if saved_model_format.has_slot_variables(saved_model):  # the converter's TF 2.x load fails
                 saved_model = saved_model_format.frozen_copy(saved_model, Path(tmp) / "saved_model")
                 rewrites["signature frozen (Keras 2 optimizer slots in the object graph)"] = 1
         else:
