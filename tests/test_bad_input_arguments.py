@@ -35,15 +35,17 @@ def test_differently_named_arrays_are_never_paired() -> None:
 
 
 def test_models_with_two_real_names_that_differ_are_never_paired() -> None:
-    with pytest.raises(ParityError):
+    from pytest_modelparity.formats.binding import BindingError
+
+    with pytest.raises(BindingError, match="'logits' with 'probs'.*two real names that differ"):
         assert_outputs_close(lambda b: {"probs": b}, lambda b: {"logits": b}, inputs=A)
 
 
 def test_an_alignment_made_on_purpose_is_said_in_the_report_text() -> None:
     report = assert_outputs_close(lambda b: {"probs": b * 2}, lambda b: [b * 2], inputs=A)
     assert report.passed
-    assert "structures aligned: list outputs matched to named outputs by position: 'probs'" in str(report)
-    assert report.to_dict()["meta"]["alignment"].startswith("list outputs matched")
+    assert "structures aligned: outputs paired: '[0]'~'probs' (shape and dtype: the only (3, 4) float32)" in str(report)
+    assert report.to_dict()["meta"]["binding"]["outputs"][0]["basis"] == "shape and dtype"
 
 
 @pytest.mark.parametrize("call", [

@@ -112,7 +112,9 @@ def test_keras_and_h5_forms_of_an_application_built_with_input_shape_pass(pytest
             assert_outputs_close(parity_candidate, parity_reference, inputs=parity_batch)
     ''')
     args = ("-p", "no:cacheprovider", "--modelparity-formats=keras,h5", "--modelparity-report=r.json")
-    # fresh processes, as CI runs them: Keras numbers keras_tensor_<n> the same in each
+    # fresh processes, as CI runs them: Keras numbers keras_tensor_<n> the same in each; an export
+    # cache of this test's own (CI points MODELPARITY_CACHE_DIR at one shared by every test)
+    monkeypatch.setenv("MODELPARITY_CACHE_DIR", str(pytester.path / "cache"))
     monkeypatch.setenv("EXPECTED_BASIS", "shape and dtype")
     pytester.runpytest_subprocess(*args).assert_outcomes(passed=2)
     doc = json.loads((pytester.path / "r.json").read_text())

@@ -247,7 +247,8 @@ class ParitySession:
         from ..checks.strategies import seeded_batch
         from ..formats.binding import bind_model
 
-        ref = self.reference(obj, self.reference_device(device), load_options)
+        # the reference's names, or the one skip/failure that says why the reference cannot be had
+        ref = self.reference_or_skip(obj, self.reference_device(device), load_options)
         cache = self._cache if exported is not None else None
         recorded = cache.pairing(exported) if cache is not None else None
         bound = bind_model(loaded, ref, explicit=bind, recorded=recorded,
