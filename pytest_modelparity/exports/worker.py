@@ -166,6 +166,11 @@ class ExportProcess:
         self._reply_fd = read_fd
         return self._proc
 
+    def prestart(self) -> None:
+        """Start the worker now (it imports TensorFlow as it starts), so that its import runs
+        while this process still loads the model and computes its cache key; idempotent."""
+        self._start()
+
     def close(self, wait_s: float = 2.0) -> None:
         """Stop the worker (it exits when its stdin closes; killed after ``wait_s``: its
         temporaries are in a folder of ours anyway) and remove the handed-over files.
@@ -430,6 +435,14 @@ def _main(reply_fd: int, log_path: str = "") -> None:
         import faulthandler
 
         faulthandler.enable(file=open(log_path, "a"))  # noqa: SIM115 - kept open for the process's life
+    try:  # TensorFlow and Keras now, while the parent still loads the model (ExportProcess.prestart)
+        import keras  # noqa: F401
+
+        from ..runtime.tf_import import import_tf
+
+        import_tf()
+    except Exception:  # noqa: BLE001 - the first request reports it, as an export error
+        pass
     stdin = sys.stdin.buffer.fileno()
     models: dict[str, Any] = {}
     while True:
