@@ -331,9 +331,15 @@ class ParitySession:
             return
         wanted = {split_format(f)[0] for f in (self.options.formats if formats is None else formats)}
         if self.options.cache:
-            cached = {entry.parent.name for entry in self._export_cache().entries()}
+            root = Path(self.options.cache_dir)  # read only: the cache dir is not created here
+            cached = {p.parent.parent.name for p in root.glob("*/*/meta.json")} if root.is_dir() else set()
             if wanted & cached:  # a warm (or partly warm) cache: most exports will be hits
                 return
+        if self.logs is not None and getattr(self.logs, "root", None) is not None:
+            from ..runtime.quiet import make_ignored_dir
+
+            with contextlib.suppress(OSError):  # the worker's log lives there: created ignored, as always
+                make_ignored_dir(self.logs.root)
         self.exporter()
         if self._exporter is not None:
             self._exporter.prestart()
