@@ -50,7 +50,3 @@ def test_a_cold_session_starts_its_export_worker_at_collection_and_a_warm_one_no
     warm = pytester.runpytest_subprocess(*args, timeout=600)
     warm.assert_outcomes(passed=2)
     warm.stdout.fnmatch_lines(["*export workers before any export: 0*"])
-    inline = pytester.runpytest_subprocess(*args, "--modelparity-export-process=inline",
-                                           "--modelparity-cache-dir=cache3", timeout=600)
-    inline.assert_outcomes(passed=2)
-    inline.stdout.fnmatch_lines(["*export workers before any export: 0*"])
