@@ -52,7 +52,7 @@ def test_a_built_wheel_registers_the_plugin_and_carries_the_tfjs_runner(tmp_path
     assert build.returncode == 0, build.stderr[-2000:]
     (wheel,) = tmp_path.glob("pytest_modelparity-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    for needed in ("package.json", "package-lock.json", "runner.js", "__init__.py", "__main__.py"):
+    for needed in ("package.json", "package-lock.json", "runner.js", "protocol.js", "__init__.py", "__main__.py"):
         assert f"pytest_modelparity/runtime/tfjs_runner/{needed}" in names, needed
     assert "pytest_modelparity/tfjs_runner/__main__.py" in names  # python -m pytest_modelparity.tfjs_runner
     for folder in ("plugin", "checks", "verdict", "reports", "exports", "runtime", "formats", "diagnose"):

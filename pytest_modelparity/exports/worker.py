@@ -17,6 +17,7 @@ here in the parent.
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import os
 import pickle
@@ -165,6 +166,11 @@ class ExportProcess:
                 log_target.close()
         self._reply_fd = read_fd
         return self._proc
+
+    def prestart(self) -> None:
+        """Start the worker now (it imports TensorFlow as it starts), so that its import runs
+        while this process still loads the model and computes its cache key; idempotent."""
+        self._start()
 
     def close(self, wait_s: float = 2.0) -> None:
         """Stop the worker (it exits when its stdin closes; killed after ``wait_s``: its
@@ -377,9 +383,21 @@ def _rebuild(info: dict, format: str, path: Path) -> Exception:
     first = info["message"].strip().splitlines()[0][:300] if info["message"].strip() else ""
     # A MemoryError (often with no message at all) or a library that could not be mapped under
     # an address-space limit: say it is memory, with the fix, not "the converter failed (MemoryError: )".
-    stand_in: BaseException = MemoryError(info["message"]) if kind == "MemoryError" else RuntimeError(info["message"])
+    builtin = getattr(builtins, str(kind), None)
+    exc_type: type[Exception] = (builtin if isinstance(builtin, type) and issubclass(builtin, Exception)
+                                 else RuntimeError)
+    try:
+        stand_in: BaseException = exc_type(info["message"])
+    except Exception:  # noqa: BLE001 - a builtin whose constructor wants other arguments
+        stand_in = RuntimeError(info["message"])
     limit = resource_failure(stand_in, str(path.parent))
     if limit is not None:
+        extra = info.get("memory_limit")
+        if isinstance(extra, int):  # the worker's own limit around this export
+            return ExportError(path, format, f"the converter ran {limit[0]} in the export worker, whose "
+                               f"address space was limited to {human_bytes(extra)} more for this export "
+                               f"(--modelparity-export-memory)",
+                               "raise --modelparity-export-memory; docs/model-size.md lists what each format needs")
         return ExportError(path, format, f"the converter ran {limit[0]} in the export worker", limit[1])
     return ExportError(path, format, f"the converter failed ({kind}: {first})", None)
 
@@ -430,6 +448,14 @@ def _main(reply_fd: int, log_path: str = "") -> None:
         import faulthandler
 
         faulthandler.enable(file=open(log_path, "a"))  # noqa: SIM115 - kept open for the process's life
+    try:  # TensorFlow and Keras now, while the parent still loads the model (ExportProcess.prestart)
+        import keras  # noqa: F401
+
+        from ..runtime.tf_import import import_tf
+
+        import_tf()
+    except Exception:  # noqa: BLE001 - the first request reports it, as an export error
+        pass
     stdin = sys.stdin.buffer.fileno()
     models: dict[str, Any] = {}
     while True:
@@ -445,7 +471,7 @@ def _main(reply_fd: int, log_path: str = "") -> None:
         except BaseException as exc:  # noqa: BLE001 - every failure goes back to the parent
             if isinstance(exc, KeyboardInterrupt):
                 raise
-            result = {"error": _describe(exc)}
+            result = {"error": dict(_describe(exc), memory_limit=request.get("memory_limit"))}
         outcome = f"failed ({result['error'].get('type')})" if "error" in result else "done"
         print(f"== export to {request['format']} {outcome} (pid {os.getpid()})", flush=True)
         _send(reply, result)

@@ -299,6 +299,7 @@ class ParitySession:
         missing = missing_runtime(base, export=True)
         if missing is not None:
             raise missing
+        self.prestart_worker([base])
         model = src.keras_model if src.keras_model is not None else _keras_from_path(src, load_options)
         options, calibration = _variant_options(model, variant, elements, dataset,
                                                 specs=lambda: _load_reference(src, "cpu", load_options))
@@ -355,6 +356,28 @@ class ParitySession:
             self._cache = cache_mod.ExportCache(self.options.cache_dir, enabled=self.options.cache,
                                                 exporter=self.exporter(), lock_timeout_s=self.options.timeout)
         return self._cache
+
+    def prestart_worker(self, formats: Any = None) -> None:
+        """Start the export worker before the model is loaded and keyed, so its own TensorFlow
+        import overlaps that work (docs/performance.md), unless the cache already holds entries
+        of any of ``formats`` (default: the session's): a warm run then hits the cache and
+        needs no worker at all."""
+        if self.options.export_process != "child" or self._exporter is not None:
+            return
+        wanted = {split_format(f)[0] for f in (self.options.formats if formats is None else formats)}
+        if self.options.cache:
+            root = Path(self.options.cache_dir)  # read only: the cache dir is not created here
+            cached = {p.parent.parent.name for p in root.glob("*/*/meta.json")} if root.is_dir() else set()
+            if wanted & cached:  # a warm (or partly warm) cache: most exports will be hits
+                return
+        if self.logs is not None and getattr(self.logs, "root", None) is not None:
+            from ..runtime.quiet import make_ignored_dir
+
+            with contextlib.suppress(OSError):  # the worker's log lives there: created ignored, as always
+                make_ignored_dir(self.logs.root)
+        self.exporter()
+        if self._exporter is not None:
+            self._exporter.prestart()
 
     def exporter(self) -> Any:
         """What converts: ``export_model`` here, or the persistent child process (the default)

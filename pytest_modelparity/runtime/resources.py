@@ -115,7 +115,10 @@ _WORDS = (("File too large", "file_too_large"), ("No space left", "disk_full"),
           ("pthread_create", "threads"), ("std::bad_alloc", "memory"), ("Unable to allocate", "memory"),
           ("out of memory", "memory"), ("OOM when allocating", "memory"),
           # the dynamic loader could not map a library: an address-space limit (ulimit -v) hit
-          ("failed to map segment", "memory"), ("cannot allocate memory", "memory"))
+          ("failed to map segment", "memory"), ("cannot allocate memory", "memory"),
+          # CPython's C code that failed an allocation without saying so (seen under RLIMIT_AS)
+          ("error return without exception set", "memory"),
+          ("returned NULL without setting an exception", "memory"))
 _ERRNOS = {errno.EFBIG: "file_too_large", errno.ENOSPC: "disk_full", errno.EDQUOT: "disk_full",
            errno.ENOMEM: "memory", errno.EAGAIN: "threads"}
 

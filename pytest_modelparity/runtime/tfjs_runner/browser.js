@@ -16,7 +16,7 @@
 //   env MODELPARITY_BROWSER_START_S: how long Chromium may take to start (default 60)
 //   env MODELPARITY_CHROMIUM_FLAGS: extra command-line flags (space-separated)
 //
-// Protocol: runner.js's frames ([u32 LE length][type][body]) and tensor encoding.
+// Protocol: protocol.js's frames ([u32 LE length][type][body]) and tensor encoding.
 //   Node -> Python  'S' + node version          before Chromium starts (the handshake)
 //                   'H' + JSON                  once Chromium answers: {chromium, user_agent}
 //                   'H' + JSON                  answer to 'L': the page's model metadata
@@ -37,30 +37,10 @@ const http = require('http');
 const crypto = require('crypto');
 const { spawn } = require('child_process');
 
-const stdoutWrite = process.stdout.write.bind(process.stdout);
-process.stdout.write = (...args) => process.stderr.write(...args);
-const log = (...args) => process.stderr.write(args.map(String).join(' ') + '\n');
-console.log = log;
-console.info = log;
-console.warn = log;
-console.debug = log;
+// First: it diverts stdout to stderr, so that only frames reach Python.
+const { log, send, sendJSON, fail, decodeTensors, encodeTensor, sendAnswer, decodeFetch, serve } = require('./protocol');
 
-const DTYPES = ['float32', 'int32', 'bool'];
-const ITEMSIZE = { float32: 4, int32: 4, bool: 1 };
 const START_MS = 1000 * (Number(process.env.MODELPARITY_BROWSER_START_S) || 60);
-
-function send(type, body) {
-  const payload = Buffer.concat([Buffer.from(type, 'latin1'), body || Buffer.alloc(0)]);
-  const head = Buffer.alloc(4);
-  head.writeUInt32LE(payload.length, 0);
-  stdoutWrite(Buffer.concat([head, payload]));
-}
-const sendError = (message) => send('E', Buffer.from(String(message), 'utf8'));
-const sendJSON = (type, obj) => send(type, Buffer.from(JSON.stringify(obj), 'utf8'));
-function fail(message) {
-  sendError(message);
-  stdoutWrite('', () => process.exit(1));
-}
 
 // -- the browser bundles and the static server ------------------------------------------------
 const BUNDLES = {
@@ -219,48 +199,13 @@ async function launch(executable) {
 }
 
 // -- the frames ----------------------------------------------------------------------------
-function readTensors(buf, offset) {
-  const count = buf.readUInt16LE(offset);
-  offset += 2;
-  const out = [];
-  for (let i = 0; i < count; i++) {
-    const nameLen = buf.readUInt16LE(offset);
-    offset += 2;
-    const name = buf.toString('utf8', offset, offset + nameLen);
-    offset += nameLen;
-    const dtype = DTYPES[buf.readUInt8(offset)];
-    if (dtype === undefined) throw new Error(`malformed frame: input ${name} has dtype code ${buf.readUInt8(offset)}`);
-    const rank = buf.readUInt8(offset + 1);
-    offset += 2;
-    const shape = [];
-    for (let d = 0; d < rank; d++) { shape.push(buf.readUInt32LE(offset)); offset += 4; }
-    const nbytes = shape.reduce((a, b) => a * b, 1) * ITEMSIZE[dtype];
-    if (offset + nbytes > buf.length) throw new Error(`malformed frame: input ${name} needs ${nbytes} bytes`);
-    out.push({ name, dtype, shape, b64: buf.toString('base64', offset, offset + nbytes) });
-    offset += nbytes;
-  }
-  if (offset !== buf.length) throw new Error(`malformed frame: ${buf.length - offset} bytes after the last tensor`);
-  return out;
-}
+// Inputs go to the page as base64 in JSON; its answer comes back the same way.
+const readTensors = (buf, offset) => decodeTensors(buf, offset,
+  (name, dtype, shape, bytes) => ({ name, dtype, shape, b64: bytes.toString('base64') }));
 
 function writeAnswer(answer) {
-  const parts = [Buffer.alloc(11)];
-  parts[0].writeDoubleLE(answer.ms, 0);
-  parts[0].writeUInt8(answer.mode, 8);
-  parts[0].writeUInt16LE(answer.outs.length, 9);
-  for (const t of answer.outs) {
-    const code = DTYPES.indexOf(t.dtype);
-    if (code < 0) throw new Error(`output ${t.name} has dtype ${t.dtype}, which the runner cannot send`);
-    const nameBytes = Buffer.from(t.name, 'utf8');
-    const head = Buffer.alloc(2 + nameBytes.length + 2 + 4 * t.shape.length);
-    let o = head.writeUInt16LE(nameBytes.length, 0);
-    o += nameBytes.copy(head, o);
-    o = head.writeUInt8(code, o);
-    o = head.writeUInt8(t.shape.length, o);
-    for (const d of t.shape) o = head.writeUInt32LE(d, o);
-    parts.push(head, Buffer.from(t.b64, 'base64'));
-  }
-  send('R', Buffer.concat(parts));
+  sendAnswer(answer.ms, answer.mode,
+    answer.outs.map((t) => encodeTensor(t.name, t.dtype, t.shape, Buffer.from(t.b64, 'base64'))));
 }
 
 async function main() {
@@ -325,19 +270,7 @@ async function main() {
     let offset = 3;
     let names = null;
     let budget = null;
-    if (frame[0] === 'I'.charCodeAt(0)) {
-      budget = frame.readUInt32LE(offset);
-      offset += 4;
-      const count = frame.readUInt16LE(offset);
-      offset += 2;
-      names = [];
-      for (let i = 0; i < count; i++) {
-        const len = frame.readUInt16LE(offset);
-        offset += 2;
-        names.push(frame.toString('utf8', offset, offset + len));
-        offset += len;
-      }
-    }
+    if (frame[0] === 'I'.charCodeAt(0)) ({ budget, names, offset } = decodeFetch(frame, offset));
     const inputs = readTensors(frame, offset);
     writeAnswer(await cdp.evaluate(page.sessionId, `mpRun(${JSON.stringify({ inputs, names, budget })})`));
   }
@@ -350,33 +283,7 @@ async function main() {
     send('K');
   }
 
-  let chunks = [];
-  let buffered = 0;
-  let queue = Promise.resolve();
-  process.stdin.on('data', (chunk) => {
-    chunks.push(chunk);
-    buffered += chunk.length;
-    while (buffered >= 4) {
-      if (chunks[0].length < 4) chunks = [Buffer.concat(chunks, buffered)];
-      const len = chunks[0].readUInt32LE(0);
-      if (buffered < 4 + len) break;
-      const all = chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, buffered);
-      const frame = all.subarray(4, 4 + len);
-      const rest = all.subarray(4 + len);
-      chunks = rest.length ? [rest] : [];
-      buffered = rest.length;
-      const type = String.fromCharCode(frame[0]);
-      const handler = { L: openPage, P: run, I: run, C: closePage }[type];
-      const what = { L: 'load', P: 'predict', I: 'intermediates', C: 'close' }[type];
-      if (type === 'Q') queue = queue.then(() => process.exit(0));
-      else if (!handler) queue = queue.then(() => sendError(`unknown message type ${JSON.stringify(type)}`));
-      else queue = queue.then(() => handler(frame)).catch((err) => sendError(`${what} failed: ${err.message}`));
-    }
-  });
-  const quit = () => queue.then(() => process.exit(0));
-  process.stdin.on('end', quit);
-  process.stdin.on('error', () => process.exit(0));
-  process.stdout.on('error', () => process.exit(0));
+  serve({ L: ['load', openPage], P: ['predict', run], I: ['intermediates', run], C: ['close', closePage] });
 }
 
 main().catch((err) => fail(`browser driver crashed: ${err && err.stack ? err.stack : err}`));

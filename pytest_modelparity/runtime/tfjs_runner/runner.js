@@ -11,10 +11,7 @@
 //   env MODELPARITY_TFJS_MODULES: the node_modules directory holding @tensorflow/* (installed
 //   by pytest_modelparity.runtime.tfjs_runner with `npm ci`).
 //
-// Protocol (both directions): frames of [u32 LE payload length][payload]; payload[0] is the
-// message type. Tensors travel as raw little-endian bytes, never JSON:
-//   tensor := u16 name length, name (UTF-8), u8 dtype (0 float32, 1 int32, 2 bool as u8),
-//             u8 rank, rank x u32 dims, data bytes (product(dims) x itemsize)
+// Protocol: protocol.js's frames ([u32 LE length][type][body]) and tensor encoding.
 //   Node -> Python  'S' + UTF-8 node version    first, before tfjs is required: the start-up
 //                                               handshake (Python gives it a short limit of its own)
 //                   'H' + UTF-8 JSON metadata   once, after the model loaded
@@ -36,37 +33,9 @@ const path = require('path');
 const { createRequire } = require('module');
 const { performance } = require('perf_hooks');
 
-// stdout carries only protocol frames: everything tfjs prints (its "install tfjs-node" banner,
-// warnings) goes to stderr, which Python keeps as a tail for error messages. A library writing
-// to process.stdout directly would corrupt the framing, so that goes to stderr too; frames are
-// written with the original function.
-const stdoutWrite = process.stdout.write.bind(process.stdout);
-process.stdout.write = (...args) => process.stderr.write(...args);
-const log = (...args) => process.stderr.write(args.map(String).join(' ') + '\n');
-console.log = log;
-console.info = log;
-console.warn = log;
-console.debug = log;
-
-const DTYPES = ['float32', 'int32', 'bool'];
-const ITEMSIZE = { float32: 4, int32: 4, bool: 1 };
-
-function send(type, body) {
-  const payload = Buffer.concat([Buffer.from(type, 'latin1'), body]);
-  const head = Buffer.alloc(4);
-  head.writeUInt32LE(payload.length, 0);
-  stdoutWrite(Buffer.concat([head, payload]));
-}
-
-function sendError(message) {
-  send('E', Buffer.from(String(message), 'utf8'));
-}
-
-function fail(message) {
-  sendError(message);
-  // Let stdout drain before exiting so Python reads the whole message.
-  stdoutWrite('', () => process.exit(1));
-}
+// First: it diverts stdout to stderr, so that only frames reach Python.
+const { ITEMSIZE, log, send, sendJSON, fail, decodeTensors, encodeTensor, sendAnswer, decodeFetch, serve } =
+  require('./protocol');
 
 // Only what a graph model needs (about 100 MB installed, where the @tensorflow/tfjs bundle with
 // layers, data and webgl took 308 MB): tfjs-core, the converter's graph executor and the two
@@ -117,57 +86,24 @@ function fileHandler(tf, modelPath) {
 }
 
 // Fills `tensors` as it goes, so the caller can dispose what was made if a later tensor is bad.
-// Buffer.read* throw on reads past the end; data and trailing bytes are checked here.
-function decodeTensors(tf, buf, offset, tensors) {
-  const count = buf.readUInt16LE(offset);
-  offset += 2;
-  for (let i = 0; i < count; i++) {
-    const nameLen = buf.readUInt16LE(offset);
-    offset += 2;
-    const name = buf.toString('utf8', offset, offset + nameLen);
-    offset += nameLen;
-    const dtype = DTYPES[buf.readUInt8(offset)];
-    if (dtype === undefined) throw new Error(`malformed frame: input ${name} has dtype code ${buf.readUInt8(offset)}`);
-    const rank = buf.readUInt8(offset + 1);
-    offset += 2;
-    const shape = [];
-    for (let d = 0; d < rank; d++) {
-      shape.push(buf.readUInt32LE(offset));
-      offset += 4;
-    }
-    const size = shape.reduce((a, b) => a * b, 1);
-    const nbytes = size * ITEMSIZE[dtype];
-    if (offset + nbytes > buf.length) {
-      throw new Error(`malformed frame: input ${name} [${shape}] needs ${nbytes} bytes, ${buf.length - offset} left`);
-    }
+function decodeInputs(tf, buf, offset, tensors) {
+  decodeTensors(buf, offset, (name, dtype, shape, bytes) => {
     // Copy into a fresh, aligned ArrayBuffer (the frame's offset may not be 4-byte aligned).
-    const raw = new Uint8Array(nbytes);
-    raw.set(buf.subarray(offset, offset + nbytes));
-    offset += nbytes;
+    const raw = new Uint8Array(bytes.length);
+    raw.set(bytes);
     let values;
     if (dtype === 'float32') values = new Float32Array(raw.buffer);
     else if (dtype === 'int32') values = new Int32Array(raw.buffer);
     else values = raw;
     tensors[name] = tf.tensor(values, shape, dtype);
-  }
-  if (offset !== buf.length) throw new Error(`malformed frame: ${buf.length - offset} bytes after the last tensor`);
+  });
   return tensors;
 }
 
-function encodeTensor(name, dtype, shape, values) {
-  const code = DTYPES.indexOf(dtype);
-  if (code < 0) throw new Error(`output ${name} has dtype ${dtype}, which the runner cannot send`);
-  const nameBytes = Buffer.from(name, 'utf8');
-  const head = Buffer.alloc(2 + nameBytes.length + 2 + 4 * shape.length);
-  let o = head.writeUInt16LE(nameBytes.length, 0);
-  o += nameBytes.copy(head, o);
-  o = head.writeUInt8(code, o);
-  o = head.writeUInt8(shape.length, o);
-  for (const d of shape) o = head.writeUInt32LE(d, o);
-  let data;
-  if (dtype === 'bool') data = Buffer.from(Uint8Array.from(values));
-  else data = Buffer.from(values.buffer, values.byteOffset, values.byteLength);
-  return Buffer.concat([head, data]);
+// The raw bytes of what tensor.data() returned; bool goes as one byte (0 or 1) per value.
+function dataBytes(dtype, values) {
+  if (dtype === 'bool') return Buffer.from(Uint8Array.from(values));
+  return Buffer.from(values.buffer, values.byteOffset, values.byteLength);
 }
 
 async function main() {
@@ -206,7 +142,7 @@ async function main() {
       name, shape: (model.outputs[i] || {}).shape || null, dtype: (model.outputs[i] || {}).dtype || null,
     })),
   };
-  send('H', Buffer.from(JSON.stringify(meta), 'utf8'));
+  sendJSON('H', meta);
 
   const outputNames = model.outputNodes;
   // Graphs with control flow (While/If -> Enter/Merge/Switch...) or dynamic-shape ops refuse
@@ -221,7 +157,7 @@ async function main() {
     const inputs = {};
     let outs;
     try {
-      decodeTensors(tf, buf, offset, inputs);
+      decodeInputs(tf, buf, offset, inputs);
       if (!useAsync) {
         try {
           // tidy: an execute that throws half-way leaves no intermediate tensor behind.
@@ -248,12 +184,8 @@ async function main() {
       }
       const values = await Promise.all(keep.map((i) => outs[i].data()));
       const computeMs = performance.now() - start;
-      const parts = [Buffer.alloc(11)];
-      parts[0].writeDoubleLE(computeMs, 0);
-      parts[0].writeUInt8(useAsync ? 1 : 0, 8);
-      parts[0].writeUInt16LE(keep.length, 9);
-      keep.forEach((i, k) => parts.push(encodeTensor(names[i], outs[i].dtype, outs[i].shape, values[k])));
-      send('R', Buffer.concat(parts));
+      sendAnswer(computeMs, useAsync ? 1 : 0,
+        keep.map((i, k) => encodeTensor(names[i], outs[i].dtype, outs[i].shape, dataBytes(outs[i].dtype, values[k]))));
     } finally {
       tf.dispose(inputs);
       if (outs) tf.dispose(outs);
@@ -264,56 +196,12 @@ async function main() {
 
   // 'I' frame: the byte budget, the node names to fetch, then the inputs.
   function intermediates(buf) {
-    let offset = 1;
-    const budget = buf.readUInt32LE(offset);
-    offset += 4;
-    const count = buf.readUInt16LE(offset);
-    offset += 2;
-    const names = [];
-    for (let i = 0; i < count; i++) {
-      const len = buf.readUInt16LE(offset);
-      offset += 2;
-      if (offset + len > buf.length) throw new Error('malformed frame: node name past the end');
-      names.push(buf.toString('utf8', offset, offset + len));
-      offset += len;
-    }
+    const { budget, names, offset } = decodeFetch(buf, 1);
     if (!names.length) throw new Error('no node names to fetch');
     return run(buf, offset, names, budget);
   }
 
-  // Frames arrive in pipe-sized chunks (64 KB): keep them in a list and join once per complete
-  // frame (joining on every chunk costs O(size^2): 250 ms of copying for a 12 MB batch).
-  let chunks = [];
-  let buffered = 0;
-  let queue = Promise.resolve();
-  process.stdin.on('data', (chunk) => {
-    chunks.push(chunk);
-    buffered += chunk.length;
-    while (buffered >= 4) {
-      if (chunks[0].length < 4) chunks = [Buffer.concat(chunks, buffered)];
-      const len = chunks[0].readUInt32LE(0);
-      if (buffered < 4 + len) break;
-      const all = chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, buffered);
-      const frame = all.subarray(4, 4 + len);
-      const rest = all.subarray(4 + len);
-      chunks = rest.length ? [rest] : [];
-      buffered = rest.length;
-      const type = String.fromCharCode(frame[0]);
-      if (type === 'Q') {
-        queue = queue.then(() => process.exit(0));
-      } else if (type === 'P') {
-        queue = queue.then(() => predict(frame)).catch((err) => sendError(`predict failed: ${err.message}`));
-      } else if (type === 'I') {
-        queue = queue.then(() => intermediates(frame)).catch((err) => sendError(`intermediates failed: ${err.message}`));
-      } else {
-        queue = queue.then(() => sendError(`unknown message type ${JSON.stringify(type)}`));
-      }
-    }
-  });
-  // Python gone (exit, crash, kill): stdin reaches EOF, and the runner must not outlive it.
-  process.stdin.on('end', () => queue.then(() => process.exit(0)));
-  process.stdin.on('error', () => process.exit(0));
-  process.stdout.on('error', () => process.exit(0));
+  serve({ P: ['predict', predict], I: ['intermediates', intermediates] });
 }
 
 main().catch((err) => fail(`runner crashed: ${err && err.stack ? err.stack : err}`));
