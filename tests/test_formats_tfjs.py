@@ -678,7 +678,7 @@ def test_gpu_device_and_unknown_backend_are_refused(cnn_tfjs):
     with pytest.raises(errors.DeviceUnavailable, match="tfjs.* runs on the CPU only.*Node.js"):
         load_model(cnn_tfjs, "tfjs", device="gpu")
     with pytest.raises(ValueError, match="cpu, wasm"):
-        load_model(cnn_tfjs, "tfjs", backend="webgl")
+        load_model(cnn_tfjs, "tfjs", backend="opengl")   # webgl is a backend now (in Chromium)
 
 
 # -- diagnosis hooks ----------------------------------------------------------------------

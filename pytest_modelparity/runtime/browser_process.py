@@ -147,6 +147,11 @@ class BrowserPage:
     def alive(self) -> bool:
         return self.host.alive and not self._closed
 
+    def reap_if_died_idle(self) -> str | None:
+        """The browser's driver died while nothing was asked of it (the Node runner's rule,
+        ``NodeProcess.reap_if_died_idle``): the model opens a new page before the next call."""
+        return None if self._closed else self.host.process.reap_if_died_idle()
+
     def _call(self, message: bytes, what: str) -> dict[str, np.ndarray]:
         if self._closed:
             raise NodeProcessDied(f"{self.description}: the model was closed; load it again to predict")

@@ -118,6 +118,8 @@ _WORDS = (("File too large", "file_too_large"), ("No space left", "disk_full"),
           ("failed to map segment", "memory"), ("cannot allocate memory", "memory"),
           # CPython's C code that failed an allocation without saying so (seen under RLIMIT_AS)
           ("error return without exception set", "memory"),
+          # CPython could not allocate a lock (RuntimeError: can't allocate read lock / lock)
+          ("can't allocate read lock", "memory"), ("can't allocate lock", "memory"),
           ("returned NULL without setting an exception", "memory"))
 _ERRNOS = {errno.EFBIG: "file_too_large", errno.ENOSPC: "disk_full", errno.EDQUOT: "disk_full",
            errno.ENOMEM: "memory", errno.EAGAIN: "threads"}
