@@ -346,7 +346,8 @@ class NodeProcess:
         """What happened, when the process exited while nothing was asked of it (killed between
         tests, out of memory while idle), else None. Such a death fails no call: the model
         starts a new process before the next one. A death during a call still fails that call."""
-        if self._dead is not None or self.proc.poll() is None or not self._lock.acquire(blocking=False):
+        if self._dead is not None or (self.proc.poll() is None and not _exiting(self.pid)) \
+                or not self._lock.acquire(blocking=False):
             return None
         try:
             if self._dead is not None:
@@ -448,3 +449,14 @@ class NodeProcess:
                 self._lock.release()
         elif self.proc.poll() is None:
             self.proc.kill()
+
+
+def _exiting(pid: int) -> bool:
+    """True while a killed process's thread group is still going down: its leader shows as a
+    zombie in /proc before waitpid can report it (node has many threads), so a call made then
+    would fail as if the death happened during it. Linux only; elsewhere False."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return False
