@@ -7,6 +7,8 @@ seconds on two CPU cores. Inputs are pixels scaled to [0, 1]; outputs are 10 log
 
 from __future__ import annotations
 
+import textwrap
+
 import numpy as np
 
 
@@ -70,3 +72,31 @@ def digits_two_heads(seed: int = 0, *, epochs: int = 4):
                   loss={"probs": "sparse_categorical_crossentropy", "boxes": "mse"})
     model.fit(x_train, {"probs": y_train, "boxes": quads(x_train)}, epochs=epochs, batch_size=32, verbose=0)
     return model, x_train, x_test
+
+
+def digits_conftest(tests_dir: str, builder: str = "digits_cnn") -> str:
+    """A pytester conftest whose source is the trained digits model ``builder`` (a function of
+    this module returning ``(model, x_train, x_test)``), trained once per session, and whose
+    dataset is 100 calibration rows then the held-out rows (a list of arrays is batches)."""
+    return textwrap.dedent(f'''
+        import sys
+        sys.path.insert(0, {tests_dir!r})
+        import pytest
+        from digits import {builder}
+
+        _MODEL = {{}}
+
+        def _trained():
+            if not _MODEL:
+                _MODEL["m"] = {builder}()
+            return _MODEL["m"]
+
+        @pytest.fixture(scope="session")
+        def modelparity_source():
+            return _trained()[0]
+
+        @pytest.fixture(scope="session")
+        def modelparity_dataset():
+            model, x_train, x_test = _trained()
+            return [x_train[:100], x_test]
+    ''')

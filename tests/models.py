@@ -22,6 +22,26 @@ TINY_SOURCE_CONFTEST = textwrap.dedent('''
 ''')
 
 
+# A module for pytester suites (``pytester.makepyfile(export_workers=EXPORT_WORKERS_MODULE)``):
+# the pids of this pytest process's export workers, read from /proc, so a suite can check that
+# one was started, stop it or kill it.
+EXPORT_WORKERS_MODULE = textwrap.dedent('''
+    import os
+    from pathlib import Path
+
+    def export_workers():
+        found = []
+        for pid in os.listdir("/proc"):
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+                ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError):
+                continue
+            if ppid == os.getpid() and b"pytest_modelparity.exports.worker" in cmd:
+                found.append(int(pid))
+        return found
+''')
+
 def tiny_cnn(seed: int = 0, *, input_shape=(8, 8, 3), classes: int = 4, name: str = "tiny_cnn"):
     """conv -> batchnorm -> relu -> dropout -> dense -> softmax, weights from ``seed``."""
     import keras

@@ -13,6 +13,7 @@ import pytest
 pytest.importorskip("sklearn", reason="scikit-learn (a test dependency: pip install -e .[test]) trains the digits model")
 
 from pytest_modelparity import ParityError, assert_outputs_close, export_model, load_model  # noqa: E402
+from digits import digits_conftest  # noqa: E402
 from pytest_modelparity.checks import quantized
 from pytest_modelparity.errors import InvalidArgumentError  # noqa: E402
 
@@ -184,29 +185,6 @@ def test_dataset_batches_draw_real_rows_optionally_perturbed():
     near()
 
 
-DIGITS_CONFTEST = textwrap.dedent('''
-    import sys
-    sys.path.insert(0, {tests!r})
-    import pytest
-    from digits import digits_cnn
-
-    _MODEL = {{}}
-
-    def _trained():
-        if not _MODEL:
-            _MODEL["m"] = digits_cnn()
-        return _MODEL["m"]
-
-    @pytest.fixture(scope="session")
-    def modelparity_source():
-        return _trained()[0]
-
-    @pytest.fixture(scope="session")
-    def modelparity_dataset():
-        model, x_train, x_test = _trained()
-        return [x_train[:100], x_test]  # a list is batches: 100 calibration rows, then held-out rows
-''')
-
 SUITE = textwrap.dedent('''
     from hypothesis import given, settings, strategies as st
     from pytest_modelparity import assert_outputs_close, strategies
@@ -227,7 +205,7 @@ SUITE = textwrap.dedent('''
 
 def test_plugin_digits_suite_with_a_dataset_passes_every_variant(pytester, _heavy_modules_stay_loaded, request):
     tests = str(request.path.parent)
-    pytester.makeconftest(DIGITS_CONFTEST.format(tests=tests))
+    pytester.makeconftest(digits_conftest(tests))
     pytester.makepyfile(test_digits=SUITE)
     result = pytester.runpytest_inprocess(
         "-p", "no:cacheprovider", "--modelparity-formats=tflite:int8,tflite:float16,tflite:dynamic_range",

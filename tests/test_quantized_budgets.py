@@ -12,31 +12,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from digits import digits_conftest
 from pytest_modelparity.checks import quantized
-
-TWO_HEADS_CONFTEST = textwrap.dedent('''
-    import sys
-    sys.path.insert(0, {tests!r})
-    import pytest
-    from digits import {builder}
-
-    _MODEL = {{}}
-
-    def _trained():
-        if not _MODEL:
-            _MODEL["m"] = {builder}()
-        return _MODEL["m"]
-
-    @pytest.fixture(scope="session")
-    def modelparity_source():
-        return _trained()[0]
-
-    @pytest.fixture(scope="session")
-    def modelparity_dataset():
-        model, x_train, x_test = _trained()
-        return [x_train[:100], x_test]
-''')
-
 
 def _rows(pytester):
     return json.loads((pytester.path / "r.json").read_text())["rows"]
@@ -92,7 +69,7 @@ def test_softmax_rows_are_class_scores_other_outputs_are_not():
 def test_plugin_says_which_outputs_top1_judged(pytester, _heavy_modules_stay_loaded, request):
     """A softmax head and a 4-value regression head: top-1 applies to the softmax only, and the
     summary and the Tolerance column name one budget per output."""
-    pytester.makeconftest(TWO_HEADS_CONFTEST.format(tests=str(request.path.parent), builder="digits_two_heads"))
+    pytester.makeconftest(digits_conftest(str(request.path.parent), "digits_two_heads"))
     pytester.makepyfile(test_heads=textwrap.dedent('''
         from pytest_modelparity import assert_outputs_close
 
@@ -155,7 +132,7 @@ def test_digits_suite_quantised_verdicts_hold_over_ten_seeds_and_candidate_check
     batches); the marker declares its logits class scores (top-2); assert_batch_invariant on
     the TFLite candidate, judged at the fixed 4e-4 of scale before ("no TensorFlow graph"), is
     judged by 8x the session reference's own float32 error and says whose floor it is."""
-    pytester.makeconftest(TWO_HEADS_CONFTEST.format(tests=str(request.path.parent), builder="digits_cnn"))
+    pytester.makeconftest(digits_conftest(str(request.path.parent)))
     pytester.makepyfile(test_digits=DIGITS_SUITE)
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--modelparity-report=r.json",
                                           "--modelparity-formats=tflite,tflite:int8,tflite:dynamic_range")

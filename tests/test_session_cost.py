@@ -8,27 +8,14 @@ import textwrap
 
 import pytest
 
-from models import TINY_SOURCE_CONFTEST
+from models import EXPORT_WORKERS_MODULE, TINY_SOURCE_CONFTEST
 
 SUITE = {
     "test_a_first.py": '''
-        import os
-        from pathlib import Path
-
-        def _workers():
-            found = []
-            for pid in os.listdir("/proc"):
-                try:
-                    cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-                    ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-                except (OSError, ValueError):
-                    continue
-                if ppid == os.getpid() and b"pytest_modelparity.exports.worker" in cmd:
-                    found.append(int(pid))
-            return found
+        from export_workers import export_workers
 
         def test_before_any_export():
-            print(f"export workers before any export: {len(_workers())}")
+            print(f"export workers before any export: {len(export_workers())}")
     ''',
     "test_b_model.py": '''
         from pytest_modelparity import assert_outputs_close
@@ -41,7 +28,8 @@ SUITE = {
 
 def test_a_cold_session_starts_its_export_worker_at_collection_and_a_warm_one_none(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(TINY_SOURCE_CONFTEST)
-    pytester.makepyfile(**{name[:-3]: textwrap.dedent(body) for name, body in SUITE.items()})
+    pytester.makepyfile(export_workers=EXPORT_WORKERS_MODULE,
+                        **{name[:-3]: textwrap.dedent(body) for name, body in SUITE.items()})
     args = ("--modelparity-formats=tflite", "--modelparity-cache-dir=cache", "-p", "no:cacheprovider",
             "-p", "no:randomly", "-s")
     cold = pytester.runpytest_subprocess(*args, timeout=600)

@@ -11,30 +11,20 @@ from pathlib import Path
 
 import pytest
 
-from models import TINY_SOURCE_CONFTEST
+from models import EXPORT_WORKERS_MODULE, TINY_SOURCE_CONFTEST
 
 KILLED_EXPORT_SUITE = {
     "test_a_exports.py": '''
         import os, signal, threading
         from pathlib import Path
         import pytest
+        from export_workers import export_workers
         from pytest_modelparity import assert_outputs_close
-
-        def _worker():
-            for pid in os.listdir("/proc"):
-                try:
-                    cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-                    ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-                except (OSError, ValueError):
-                    continue
-                if ppid == os.getpid() and b"pytest_modelparity.exports.worker" in cmd:
-                    return int(pid)
-            raise AssertionError("no export worker")
 
         @pytest.mark.modelparity(formats=["tflite"])
         def test_exports_then_the_worker_is_stopped(parity_candidate, parity_batch, parity_reference):
             assert_outputs_close(parity_candidate.predict(parity_batch), parity_reference, inputs=parity_batch)
-            pid = _worker()
+            [pid] = export_workers()
             env = Path(f"/proc/{pid}/environ").read_bytes().decode().split("\\0")
             tmp = Path(dict(kv.split("=", 1) for kv in env if "=" in kv)["TMPDIR"])
             assert tmp.name.startswith("modelparity-tmp-") and tmp.parent == Path(os.environ["TMPDIR"])
@@ -60,7 +50,8 @@ def test_an_export_killed_half_way_leaves_nothing_of_tensorflow_in_tmpdir(pytest
     tmpdir.mkdir()
     monkeypatch.setenv("TMPDIR", str(tmpdir))
     pytester.makeconftest(TINY_SOURCE_CONFTEST)
-    pytester.makepyfile(**{name[:-3]: textwrap.dedent(body) for name, body in KILLED_EXPORT_SUITE.items()})
+    pytester.makepyfile(export_workers=EXPORT_WORKERS_MODULE,
+                        **{name[:-3]: textwrap.dedent(body) for name, body in KILLED_EXPORT_SUITE.items()})
     result = pytester.runpytest_subprocess("--modelparity-cache-dir=cache", "-p", "no:cacheprovider",
                                            "-p", "no:randomly", f"--basetemp={pytester.path / 'bt'}", timeout=600)
     result.assert_outcomes(passed=1, errors=1)
@@ -72,23 +63,15 @@ def test_an_export_killed_half_way_leaves_nothing_of_tensorflow_in_tmpdir(pytest
 XDIST_SUITE = {
     "test_model.py": '''
         import os, signal
-        from pathlib import Path
         import pytest
+        from export_workers import export_workers
         from pytest_modelparity import assert_outputs_close
 
         @pytest.mark.modelparity(formats=["tflite"])
         def test_model_then_its_export_worker_stalls(parity_candidate, parity_batch, parity_reference):
             assert_outputs_close(parity_candidate.predict(parity_batch), parity_reference, inputs=parity_batch)
-            for pid in os.listdir("/proc"):  # the export worker of this xdist worker
-                try:
-                    cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-                    ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-                except (OSError, ValueError):
-                    continue
-                if ppid == os.getpid() and b"pytest_modelparity.exports.worker" in cmd:
-                    os.kill(int(pid), signal.SIGSTOP)  # slow to exit, as on a loaded machine
-                    return
-            raise AssertionError("no export worker")
+            [pid] = export_workers()  # the export worker of this xdist worker
+            os.kill(pid, signal.SIGSTOP)  # slow to exit, as on a loaded machine
     ''',
     "test_plain.py": '''
         def test_touches_no_model():
@@ -104,7 +87,8 @@ def test_under_xdist_no_keyboard_interrupt_at_the_end_and_no_line_naming_a_log_f
     that touches no model names no log folder."""
     pytest.importorskip("xdist")
     pytester.makeconftest(TINY_SOURCE_CONFTEST)
-    pytester.makepyfile(**{name[:-3]: textwrap.dedent(body) for name, body in XDIST_SUITE.items()})
+    pytester.makepyfile(export_workers=EXPORT_WORKERS_MODULE,
+                        **{name[:-3]: textwrap.dedent(body) for name, body in XDIST_SUITE.items()})
     monkeypatch.setenv("EXECNET_DEBUG", "2")  # execnet's own trace on stderr says when it SIGINTs a worker
     result = pytester.runpytest_subprocess("-n", "2", "--modelparity-cache-dir=cache", "-p", "no:cacheprovider",
                                            "-p", "no:randomly", timeout=600)
