@@ -10,7 +10,6 @@ and raises ``ParityError``. Nothing here imports TensorFlow or pytest.
 from __future__ import annotations
 
 import hashlib
-import time
 from dataclasses import replace
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
@@ -18,11 +17,14 @@ import numpy as np
 
 from .. import diagnose
 from . import float16_textures, floor, quantized
+from .batches import (batch_length as _batch_length, check_rows as _check_rows, concat as _concat, leaves as _leaves,
+                      max_abs_tree as _max_abs_tree, reverse as _reverse, reverse_tree as _reverse_tree,
+                      slice_rows as _slice, slice_tree as _slice_tree, to_numpy as _to_numpy,
+                      to_numpy_pair as _to_numpy_pair)
 from .alignment import align_structures, bound_to_expected, is_loaded_model
 from ..reports import recording
-from ..verdict import tree, validators
+from ..verdict import validators
 from ..verdict import tolerances as tol_mod
-from ..verdict.arrays import as_numpy
 from ..verdict.compare import ComparisonReport, compare
 from ..errors import BatchMismatchError, InvalidArgumentError, NotApplicable, ParityError
 from ..verdict.tolerances import Tolerance
@@ -757,129 +759,3 @@ def _check_fixed_batch(model: Any, batch: Any) -> None:
                 f"{_name(model)}: input {getattr(tensor, 'name', '?')!r} was built for a fixed batch of {int(want)} "
                 f"(axis 0), but the batch has {rows} rows; feed batches of {int(want)}, or build the model with "
                 "batch_size=None")
-
-
-def _to_numpy(obj: Any) -> Any:
-    """Model outputs as numpy: dicts stay dicts, lists/tuples become lists, tensors arrays."""
-    if tree.is_branch(obj):
-        return {k: _to_numpy(v) for k, v in obj.items()} if isinstance(obj, Mapping) else [_to_numpy(v) for v in obj]
-    return np.asarray(as_numpy(obj))
-
-
-def _to_numpy_pair(actual: Any, expected: Any) -> tuple[Any, Any]:
-    """Both sides as numpy, walked the way ``compare`` walks them: a list of plain numbers
-    met by a list of outputs (``(np.float32(1), np.float32(2))`` against
-    ``[np.array(1.0), np.array(2.0)]``) is read item by item, as compare reads it, instead of
-    becoming one array that no longer matches the other side's structure."""
-    if isinstance(actual, Mapping) and isinstance(expected, Mapping):
-        pairs = {k: _to_numpy_pair(actual[k], expected[k]) for k in actual if k in expected}
-        return ({k: pairs[k][0] if k in pairs else _to_numpy(v) for k, v in actual.items()},
-                {k: pairs[k][1] if k in pairs else _to_numpy(v) for k, v in expected.items()})
-    if (isinstance(actual, (list, tuple)) and isinstance(expected, (list, tuple))
-            and (tree.is_branch(actual) or tree.is_branch(expected))):
-        n = min(len(actual), len(expected))
-        items = [_to_numpy_pair(a, e) for a, e in zip(actual, expected)]
-        return ([a for a, _ in items] + [_to_numpy(v) for v in actual[n:]],
-                [e for _, e in items] + [_to_numpy(v) for v in expected[n:]])
-    return _to_numpy(actual), _to_numpy(expected)
-
-
-def _leaves(outputs: Any) -> Iterator[tuple[str, np.ndarray]]:
-    """``(path, array)`` pairs, paths spelled as ``compare`` spells them (``tree``)."""
-    return iter(tree.flatten(outputs).items())
-
-
-def _max_abs_tree(a: Any, b: Any) -> float:
-    worst = 0.0
-    b_leaves = dict(_leaves(b))
-    for path, x in _leaves(a):
-        y = b_leaves.get(path)
-        if y is None or x.shape != y.shape:
-            return float("inf")
-        if x.size == 0:
-            continue
-        if x.dtype.kind in "fc" or y.dtype.kind in "fc":
-            xf, yf = x.astype(np.float64), y.astype(np.float64)
-            same = (xf == yf) | (np.isnan(xf) & np.isnan(yf))
-            d = np.where(same, 0.0, np.abs(xf - yf))
-            worst = max(worst, float(np.nanmax(np.where(np.isnan(d), np.inf, d))))
-        else:
-            worst = max(worst, float(np.max(x != y)))
-    return worst
-
-
-def _first_array(inputs: Any) -> Any:
-    if isinstance(inputs, Mapping):
-        if not inputs:
-            raise InvalidArgumentError("inputs is an empty dict; pass at least one input array")
-        return next(iter(inputs.values()))
-    if isinstance(inputs, (list, tuple)) and inputs and tree.is_branch(inputs):
-        return inputs[0]
-    return inputs
-
-
-def _batch_length(inputs: Any) -> int:
-    first = _first_array(inputs)
-    shape = getattr(first, "shape", None)
-    if shape is None:
-        shape = np.shape(first)
-    if len(shape) == 0:
-        raise InvalidArgumentError("inputs have no batch axis (a scalar); pass a batch whose axis 0 indexes the rows")
-    n = int(shape[0])
-    for other in _all_arrays(inputs):
-        other_shape = getattr(other, "shape", None) or np.shape(other)
-        if len(other_shape) == 0 or int(other_shape[0]) != n:
-            raise InvalidArgumentError(f"inputs disagree on the batch size (axis 0): {n} vs "
-                                       f"{other_shape[0] if len(other_shape) else 'a scalar'}; every input must have the same rows")
-    return n
-
-
-def _check_rows(inputs: Any, where: str) -> None:
-    """A batch with 0 rows runs nothing worth comparing: refuse it (scalars are left alone)."""
-    first = _first_array(inputs)
-    shape = getattr(first, "shape", None)
-    if shape is None:
-        shape = np.shape(first)
-    if len(shape) > 0 and shape[0] is not None:
-        validators.check_nonempty_batch(int(shape[0]), where)
-
-
-def _all_arrays(inputs: Any):
-    if isinstance(inputs, Mapping):
-        yield from inputs.values()
-    elif tree.is_branch(inputs):
-        yield from inputs
-    else:
-        yield inputs
-
-
-def _slice(inputs: Any, start: int, stop: int) -> Any:
-    """Rows ``start:stop`` of every input (the batch's own containers kept)."""
-    return tree.map_inputs(lambda v: v[start:stop], inputs)
-
-
-def _reverse(inputs: Any, n: int) -> Any:
-    order = np.arange(n - 1, -1, -1)
-    return tree.map_inputs(lambda v: np.asarray(v)[order], inputs)
-
-
-def _reverse_tree(outputs: Any) -> Any:
-    """Outputs with their rows reversed (a scalar output stays as it is)."""
-    return tree.map_leaves(lambda v: np.asarray(v)[::-1] if np.ndim(v) else np.asarray(v), outputs)
-
-
-def _slice_tree(outputs: Any, start: int, stop: int) -> Any:
-    """Rows ``start:stop`` of every output (a scalar output stays as it is)."""
-    return tree.map_leaves(lambda v: np.asarray(v)[start:stop] if np.ndim(v) else np.asarray(v), outputs)
-
-
-def _concat(parts: list[Any], *, where: str) -> Any:
-    """One output tree from the outputs of consecutive sub-batches (joined on axis 0)."""
-    def join(path: str, *leaves: Any) -> np.ndarray:
-        arrays = [np.asarray(p) for p in leaves]
-        if any(a.ndim == 0 for a in arrays):
-            raise ValueError(f"{where}{' ' + path if path else ''} is a scalar per call: batch invariance needs "
-                             "outputs whose axis 0 is the batch")
-        return np.concatenate(arrays, axis=0)
-
-    return tree.map_paths(join, parts[0], *parts[1:])
