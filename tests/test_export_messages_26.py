@@ -1,0 +1,199 @@
+"""Export failures of models teams already have (issue 26, its second round), each built in the
+test with the property that broke it, run through the plugin's fixtures in a pytester session:
+
+- an int8 division by a computed tensor (an L2 normalisation): LiteRT's int8 DIV refuses a
+  divisor at its zero point (``div.cc:262 data[i] != zero_point ... (DIV)``); the export keeps
+  DIV in float and says so in its route, and a user's own file is told the cause and a fix
+  that is shown to work;
+- an STFT front-end whose spectrogram gets a channel axis (``[..., tf.newaxis]``): TFLite has
+  no new-axis StridedSlice for dynamic dims; with a fixed length it converts with a static
+  batch, with an open one the message names the node, the variant and that fix.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from pytest_modelparity.runtime.tfjs_runner import cache_root
+
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+              pytest.mark.usefixtures("_heavy_modules_stay_loaded")]
+
+_NODE_CACHE = str(cache_root())
+CACHE_ARG = "--modelparity-cache-dir=exports"
+
+
+@pytest.fixture(autouse=True)
+def _installed_node_modules(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MODELPARITY_CACHE_DIR", _NODE_CACHE)
+
+
+PARITY_TEST = '''
+    from pytest_modelparity import assert_outputs_close
+
+    def test_export(parity_candidate, parity_reference, parity_batch):
+        assert_outputs_close(parity_candidate, parity_reference, inputs=parity_batch)
+'''
+
+L2NORM_CONFTEST = textwrap.dedent('''
+    import numpy as np
+    import pytest
+
+    def build():
+        import keras
+        init = keras.initializers.GlorotUniform
+        x = keras.Input((8,), name="features")
+        h = keras.layers.Dense(8, activation="relu", name="h", kernel_initializer=init(seed=1))(x)
+        # x / (||x|| + eps): the divisor is 0 + eps where every ReLU is off (the export check's zeros)
+        n = keras.layers.Lambda(lambda t: t / (keras.ops.sqrt(keras.ops.sum(t * t, axis=-1, keepdims=True)) + 1e-3),
+                                name="l2norm")(h)
+        y = keras.layers.Dense(3, name="score", kernel_initializer=keras.initializers.RandomNormal(stddev=2.0, seed=2))(n)
+        return keras.Model(x, y, name="l2norm")
+
+    @pytest.fixture(scope="session")
+    def modelparity_source():
+        return build
+
+    @pytest.fixture(scope="session")
+    def modelparity_dataset():
+        return np.random.default_rng(5).normal(size=(6, 8)).astype("float32")
+''')
+
+USER_FILE_TEST = '''
+    import numpy as np
+    import pytest
+    import tensorflow as tf
+    from conftest import build
+    from pytest_modelparity import ModelLoadError, load_model
+
+    def convert(model, rows, keep_div_in_float):
+        converter = tf.lite.TFLiteConverter.from_keras_model(model)
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        converter.representative_dataset = lambda: ([r[None]] for r in rows)
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        if not keep_div_in_float:
+            return converter.convert()
+        # the fix the error prints, as written there
+        debugger = tf.lite.experimental.QuantizationDebugger(
+            converter=converter, debug_dataset=lambda: ([r[None]] for r in rows[:4]),
+            debug_options=tf.lite.experimental.QuantizationDebugOptions(denylisted_ops=["DIV"]))
+        return debugger.get_nondebug_quantized_model()
+
+    def test_a_users_int8_file_is_told_the_cause_and_the_fix_works(tmp_path):
+        model = build()
+        rows = np.random.default_rng(0).normal(size=(64, 8)).astype("float32")
+        zeros = np.zeros((2, 8), "float32")
+        plain = tmp_path / "plain.tflite"
+        plain.write_bytes(convert(model, rows, keep_div_in_float=False))
+        with pytest.raises(ModelLoadError) as info:
+            load_model(plain).predict(zeros)
+        text = str(info.value)
+        assert "(DIV) divides by an int8 tensor: its quantised divisor's range holds zero" in text, text
+        assert "denylisted_ops=['DIV']" in info.value.fix and "Flex" not in text
+        fixed = tmp_path / "fixed.tflite"
+        fixed.write_bytes(convert(model, rows, keep_div_in_float=True))
+        loaded = load_model(fixed)
+        (at_zero,) = loaded.predict(zeros).values()  # runs (int8 rounds this row's divisor to 0 before the DIV)
+        (out,) = loaded.predict(rows[:6]).values()
+        assert np.isfinite(at_zero).all()
+        np.testing.assert_allclose(out, np.asarray(model(rows[:6])), atol=0.15)
+'''
+
+
+def test_int8_division_by_a_computed_tensor_is_kept_in_float(pytester: pytest.Pytester) -> None:
+    """The export check's zeros made LiteRT's int8 DIV fail ("Node number 6 (DIV)"), with a fix
+    about Flex ops: the export keeps DIV in float, says so in the route, and the int8 file is
+    judged (a verdict, not an export error)."""
+    pytester.makeconftest(L2NORM_CONFTEST)
+    pytester.makepyfile(test_forms=PARITY_TEST, test_user_file=USER_FILE_TEST)
+    result = pytester.runpytest(CACHE_ARG, "-v", "--modelparity-formats=tflite:int8", "--modelparity-report=r.json")
+    result.assert_outcomes(passed=2)
+    doc = json.loads((pytester.path / "r.json").read_text())
+    (artifact,) = [a for a in doc["artifacts"] if a["format"] == "tflite:int8"]
+    assert "DIV kept in float (its int8 divisor's range holds zero" in artifact["route"], artifact
+    assert {r["verdict"] for r in doc["rows"]} == {"pass"}, doc["rows"]
+
+
+def test_int8_division_with_integer_io_says_to_use_float_io_and_that_works(tmp_path) -> None:
+    """Integer inputs/outputs leave no place for a float DIV at the output: refused naming the
+    DIV and the cause; the fix (float I/O) exports a file that runs on the rows that failed."""
+    import numpy as np
+
+    from pytest_modelparity import ExportError, export_model, load_model
+
+    namespace: dict = {}
+    exec(L2NORM_CONFTEST, namespace)
+    model = namespace["build"]()
+    rows = [np.random.default_rng(0).normal(size=(32, 8)).astype("float32")]
+    with pytest.raises(ExportError, match=r"\(DIV\) divides by an int8 tensor: its quantised divisor's range") as info:
+        export_model(model, "tflite", tmp_path / "io8.tflite", quantization="int8", representative_data=rows,
+                     io_dtype="int8")
+    assert "io_dtype='float32'" in info.value.fix
+    fixed = export_model(model, "tflite", tmp_path / "io32.tflite", quantization="int8", representative_data=rows)
+    loaded = load_model(fixed)
+    assert np.isfinite(loaded.predict(np.zeros((2, 8), "float32"))["score"]).all()  # the rows that failed run
+    np.testing.assert_allclose(loaded.predict(rows[0][:6])["score"], np.asarray(model(rows[0][:6])), atol=0.15)
+
+
+STFT_CONFTEST = textwrap.dedent('''
+    import os
+    import pytest
+
+    def build():
+        import keras
+        import tensorflow as tf
+
+        class Spectrogram(keras.layers.Layer):
+            """An audio front-end: STFT magnitude with a channel axis for the convolutions."""
+
+            def call(self, x):
+                magnitude = tf.abs(tf.signal.stft(x, 64, 32, 64))
+                if os.environ.get("ADD_AXIS") == "expand_dims":
+                    return tf.expand_dims(magnitude, -1)
+                return magnitude[..., tf.newaxis]
+
+        length = None if os.environ["LENGTH"] == "open" else int(os.environ["LENGTH"])
+        x = keras.Input((length,), name="audio")
+        h = keras.layers.Conv2D(4, 3, padding="same", activation="relu", name="conv",
+                                kernel_initializer=keras.initializers.GlorotUniform(seed=1))(Spectrogram()(x))
+        h = keras.layers.GlobalAveragePooling2D()(h)
+        y = keras.layers.Dense(3, name="score", kernel_initializer=keras.initializers.GlorotUniform(seed=2))(h)
+        return keras.Model(x, y, name="spectrogram")
+
+    @pytest.fixture(scope="session")
+    def modelparity_source():
+        return build
+
+    @pytest.fixture(scope="session")
+    def modelparity_dataset():
+        import numpy as np
+        return np.random.default_rng(3).normal(size=(3, 512)).astype("float32")
+''')
+
+
+def test_stft_new_axis_slice_names_the_node_and_a_fixed_length_converts(pytester: pytest.Pytester) -> None:
+    """"StridedSlice has no TFLite builtin kernel" was false: it has one; the new_axis variant
+    on dynamic dims is what fails. With an open time axis the message names the node, the
+    variant and the fix (a fixed length); that fix converts (static batch) and passes."""
+    pytester.makeconftest(STFT_CONFTEST)
+    pytester.makepyfile(PARITY_TEST)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("LENGTH", "open")
+        broken = pytester.runpytest(CACHE_ARG, "--modelparity-formats=tflite")
+        broken.assert_outcomes(errors=1)
+        out = broken.stdout.str()
+        assert "StridedSlice 'spectrogram_1/spectrogram_1/strided_slice' is the new_axis variant" in out, out
+        assert "no TFLite builtin kernel" not in out and "new_axis_mask=8" in out
+        broken.stdout.fnmatch_lines(["*fix: give that input a fixed length*route static_batch*tf.expand_dims*"])
+        env.setenv("ADD_AXIS", "expand_dims")  # the second fix: the open length converts
+        pytester.runpytest(CACHE_ARG, "--modelparity-formats=tflite").assert_outcomes(passed=1)
+        env.delenv("ADD_AXIS")
+        env.setenv("LENGTH", "512")  # the first fix
+        fixed = pytester.runpytest(CACHE_ARG, "-v", "--modelparity-formats=tflite", "--modelparity-report=r.json")
+        fixed.assert_outcomes(passed=1)
+    doc = json.loads((pytester.path / "r.json").read_text())
+    (artifact,) = doc["artifacts"]
+    assert artifact["route"].startswith("static_batch 1 (a new-axis StridedSlice converts only with every dim fixed)")
