@@ -197,3 +197,68 @@ def test_stft_new_axis_slice_names_the_node_and_a_fixed_length_converts(pytester
     doc = json.loads((pytester.path / "r.json").read_text())
     (artifact,) = doc["artifacts"]
     assert artifact["route"].startswith("static_batch 1 (a new-axis StridedSlice converts only with every dim fixed)")
+
+
+RNN_ERFINV_CONFTEST = textwrap.dedent('''
+    import pytest
+
+    def build():
+        import keras
+        import tensorflow as tf
+
+        x = keras.Input((6, 3), name="series")
+        h = keras.layers.GRU(4, name="gru", kernel_initializer=keras.initializers.GlorotUniform(seed=1),
+                             recurrent_initializer=keras.initializers.Orthogonal(seed=2))(x)
+        h = keras.layers.Lambda(lambda t: tf.math.erfinv(0.5 * tf.tanh(t)), name="erfinv")(h)  # no TFLite builtin
+        y = keras.layers.Dense(2, name="score", kernel_initializer=keras.initializers.GlorotUniform(seed=3))(h)
+        return keras.Model(x, y, name="gru_erfinv")
+
+    @pytest.fixture(scope="session")
+    def modelparity_source():
+        return build
+''')
+
+
+def test_int8_advice_does_not_send_to_a_variant_that_failed_in_the_session(pytester: pytest.Pytester) -> None:
+    """An RNN's int8 export is refused with "compare tflite:dynamic_range or tflite:float16";
+    when this session's tflite:dynamic_range export already failed (an op no TFLite kernel has),
+    neither is advised: the fix says it failed, with its problem, and names saved_model, which
+    passes in the same session."""
+    pytester.makeconftest(RNN_ERFINV_CONFTEST)
+    pytester.makepyfile(PARITY_TEST)
+    result = pytester.runpytest(CACHE_ARG, "-v", "--modelparity-formats=tflite:dynamic_range,tflite:int8,saved_model")
+    result.assert_outcomes(errors=2, passed=1)
+    result.stdout.fnmatch_lines(["*test_export[[]saved_model-cpu[]] PASSED*"])  # the fix given
+    out = result.stdout.str()
+    int8 = out[out.index("int8 calibration of a graph with loops"):]
+    fix = int8[int8.index("fix: "):].splitlines()[0]
+    assert fix.startswith("fix: compare this model through saved_model (tflite:dynamic_range failed in this session "
+                          "too: the TFLite converter failed (dynamic_range, route static_batch)"), fix
+    assert fix.endswith("; no tflite variant has Erfinv)"), fix
+    assert "tflite:float16" not in fix and "both convert and run" not in fix
+
+
+def test_advice_of_a_variant_that_failed_the_same_way_is_dropped() -> None:
+    """The wording of each case on the exporter's own errors: the same problem (variant names
+    aside) says "failed the same way"; advice naming no failed variant is left as it was."""
+    from pytest_modelparity.errors import ExportError
+    from pytest_modelparity.plugin.advice import without_failed_advice
+
+    def error(variant: str, fix: str) -> ExportError:
+        return ExportError(f"/x/{variant}/model.tflite", "tflite", f"the TFLite converter failed ({variant}, route "
+                           "dynamic): ValueError: bad dims 3 vs 4", fix)
+
+    dynamic = error("dynamic_range", "compare this model through saved_model or onnx")
+    int8 = error("int8", "check the representative data matches the model's inputs (fed by input name), or compare "
+                         "tflite:dynamic_range instead")
+    untouched = str(int8)
+    assert str(without_failed_advice(int8, "tflite:int8", {"tflite:float16": dynamic})) == untouched
+    without_failed_advice(int8, "tflite:int8", {"tflite:dynamic_range": dynamic, "tflite:int8": int8})
+    assert int8.fix == ("check the representative data matches the model's inputs (fed by input name) "
+                        "(tflite:dynamic_range failed the same way in this session)")
+    assert str(int8).endswith(f"fix: {int8.fix}") and "compare tflite:dynamic_range" not in str(int8)
+    loops = ExportError("/x/int8/model.tflite", "tflite", "int8 calibration of a graph with loops (While) crashes",
+                        "compare tflite:dynamic_range or tflite:float16 for this model (both convert and run)")
+    without_failed_advice(loops, "tflite:int8", {"tflite:dynamic_range": dynamic})
+    assert loops.fix == ("compare tflite:float16 instead (tflite:dynamic_range failed in this session too: the TFLite "
+                         "converter failed (dynamic_range, route dynamic): ValueError: bad dims 3 vs 4)")

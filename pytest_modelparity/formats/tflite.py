@@ -735,7 +735,8 @@ def _converter_error(path: Path, exc: BaseException, log: ConverterLog, variant:
     if any(op.startswith("TensorList") for op in ops) and route != "static_batch":
         fix = ("a loop over tensor lists (a Keras RNN) converts with a static batch: leave converter_options' "
                "route at 'auto' (the default) or pass {'route': 'static_batch'}")
-    elif variant == "int8" and ("dims" in text or "representative" in text.lower()):
+    elif variant == "int8" and not ops and ("dims" in text or "representative" in text.lower()):
+        # calibration data that does not fit; a missing kernel (ops) fails every variant alike
         fix = ("check the representative data matches the model's inputs (fed by input name), or compare "
                "tflite:dynamic_range instead")
     elif ops:
