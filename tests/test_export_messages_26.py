@@ -13,6 +13,7 @@ test with the property that broke it, run through the plugin's fixtures in a pyt
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 
 import pytest
@@ -174,29 +175,43 @@ STFT_CONFTEST = textwrap.dedent('''
 ''')
 
 
-def test_stft_new_axis_slice_names_the_node_and_a_fixed_length_converts(pytester: pytest.Pytester) -> None:
-    """"StridedSlice has no TFLite builtin kernel" was false: it has one; the new_axis variant
-    on dynamic dims is what fails. With an open time axis the message names the node, the
-    variant and the fix (a fixed length); that fix converts (static batch) and passes."""
+def test_stft_new_axis_slice_with_a_fixed_length_converts_with_a_static_batch(pytester: pytest.Pytester) -> None:
+    """A new-axis StridedSlice converts only with every dim fixed: a fixed-length STFT
+    front-end is retried with a static batch (the route says why) and passes."""
     pytester.makeconftest(STFT_CONFTEST)
     pytester.makepyfile(PARITY_TEST)
     with pytest.MonkeyPatch.context() as env:
-        env.setenv("LENGTH", "open")
-        broken = pytester.runpytest(CACHE_ARG, "--modelparity-formats=tflite")
-        broken.assert_outcomes(errors=1)
-        out = broken.stdout.str()
-        assert "StridedSlice 'spectrogram_1/spectrogram_1/strided_slice' is the new_axis variant" in out, out
-        assert "no TFLite builtin kernel" not in out and "new_axis_mask=8" in out
-        broken.stdout.fnmatch_lines(["*fix: give that input a fixed length*route static_batch*tf.expand_dims*"])
-        env.setenv("ADD_AXIS", "expand_dims")  # the second fix: the open length converts
-        pytester.runpytest(CACHE_ARG, "--modelparity-formats=tflite").assert_outcomes(passed=1)
-        env.delenv("ADD_AXIS")
-        env.setenv("LENGTH", "512")  # the first fix
+        env.setenv("LENGTH", "512")
         fixed = pytester.runpytest(CACHE_ARG, "-v", "--modelparity-formats=tflite", "--modelparity-report=r.json")
-        fixed.assert_outcomes(passed=1)
+    fixed.assert_outcomes(passed=1)
     doc = json.loads((pytester.path / "r.json").read_text())
     (artifact,) = doc["artifacts"]
     assert artifact["route"].startswith("static_batch 1 (a new-axis StridedSlice converts only with every dim fixed)")
+
+
+def test_stft_new_axis_slice_on_an_open_length_names_the_node_and_its_fixes_work(tmp_path, monkeypatch) -> None:
+    """"StridedSlice has no TFLite builtin kernel" was false: it has one; the new_axis variant
+    on dynamic dims is what fails. The message names the node and the variant; both fixes it
+    gives convert and agree with the model: a fixed length (the suite above) and tf.expand_dims."""
+    import numpy as np
+
+    from pytest_modelparity import ExportError, assert_outputs_close, export_model, load_model
+
+    namespace: dict = {}
+    exec(STFT_CONFTEST, namespace)
+    monkeypatch.setenv("LENGTH", "open")
+    with pytest.raises(ExportError) as info:
+        export_model(namespace["build"](), "tflite", tmp_path / "open.tflite")
+    text = str(info.value)
+    assert re.search(r"StridedSlice 'spectrogram[_\d]*/spectrogram[_\d]*/strided_slice' is the new_axis variant "
+                     r"\(new_axis_mask=8", text), text
+    assert "no TFLite builtin kernel" not in text and "route static_batch" in text
+    assert info.value.fix.startswith("give that input a fixed length") and "tf.expand_dims" in info.value.fix
+    monkeypatch.setenv("ADD_AXIS", "expand_dims")  # the second fix: the open length converts
+    model = namespace["build"]()
+    written = export_model(model, "tflite", tmp_path / "expand.tflite")
+    rows = np.random.default_rng(3).normal(size=(2, 700)).astype("float32")
+    assert_outputs_close(load_model(written), load_model(model), inputs=rows)
 
 
 RNN_ERFINV_CONFTEST = textwrap.dedent('''
@@ -262,3 +277,64 @@ def test_advice_of_a_variant_that_failed_the_same_way_is_dropped() -> None:
     without_failed_advice(loops, "tflite:int8", {"tflite:dynamic_range": dynamic})
     assert loops.fix == ("compare tflite:float16 instead (tflite:dynamic_range failed in this session too: the TFLite "
                          "converter failed (dynamic_range, route dynamic): ValueError: bad dims 3 vs 4)")
+
+
+SEQ2SEQ_CONFTEST = textwrap.dedent('''
+    import os
+    import numpy as np
+    import pytest
+
+    def build():
+        import keras
+        init = keras.initializers.GlorotUniform
+        unroll = os.environ.get("UNROLL") == "1"
+        source = keras.Input((6,), dtype="int32", name="source")
+        target_in = keras.Input((6,), dtype="int32", name="target_in")  # teacher-forced decoder input
+        e = keras.layers.Embedding(12, 8, name="src_emb", embeddings_initializer=init(seed=1))(source)
+        _, state = keras.layers.GRU(16, return_state=True, name="encoder", unroll=unroll,
+                                    kernel_initializer=init(seed=2))(e)
+        d = keras.layers.Embedding(12, 8, name="tgt_emb", embeddings_initializer=init(seed=3))(target_in)
+        seq = keras.layers.GRU(16, return_sequences=True, name="decoder", unroll=unroll,
+                               kernel_initializer=init(seed=4))(d, initial_state=state)
+        y = keras.layers.Dense(12, name="logits", kernel_initializer=keras.initializers.RandomNormal(stddev=1.5, seed=5))(seq)
+        return keras.Model([source, target_in], y, name="seq2seq")
+
+    @pytest.fixture(scope="session")
+    def modelparity_source():
+        return build
+
+    @pytest.fixture(scope="session")
+    def modelparity_dataset():
+        rng = np.random.default_rng(4)
+        return {"source": rng.integers(1, 12, (4, 6)).astype("int32"),
+                "target_in": rng.integers(1, 12, (4, 6)).astype("int32")}
+''')
+
+
+def test_seq2seq_gru_tfjs_failure_names_the_node_and_layer_and_unroll_fixes_it(pytester: pytest.Pytester,
+                                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GRU encoder-decoder to tfjs failed with a bare JavaScript TypeError ("Cannot read
+    properties of undefined (reading 'backend')"). The error now names the node and the layer
+    it came from (found by running tfjs up to single nodes) and the fix; saved_model passes
+    beside it as the fix says, and with unroll=True the same model runs in tfjs."""
+    import numpy as np
+
+    from pytest_modelparity import assert_outputs_close, export_model, load_model
+
+    pytester.makeconftest(SEQ2SEQ_CONFTEST)
+    pytester.makepyfile(PARITY_TEST)
+    broken = pytester.runpytest(CACHE_ARG, "-v", "--modelparity-formats=tfjs,saved_model")
+    broken.assert_outcomes(errors=1, passed=1)
+    broken.stdout.fnmatch_lines([
+        "*tfjs's cpu backend failed at node '*decoder_1/TensorArrayV2Stack/TensorListStack' (TensorListStack, in "
+        "layer 'decoder'): it read a tensor tfjs had already disposed*return_sequences=True*",
+        "*fix: give the sequences a fixed length and build the recurrent layer 'decoder'*unroll=True*"])
+    assert "TypeError" not in broken.stdout.str().replace("TypeError: Cannot", "")
+    namespace: dict = {}
+    exec(SEQ2SEQ_CONFTEST, namespace)
+    monkeypatch.setenv("UNROLL", "1")  # the fix
+    model = namespace["build"]()
+    written = export_model(model, "tfjs", pytester.path / "unrolled")
+    rng = np.random.default_rng(4)
+    rows = {"source": rng.integers(1, 12, (3, 6)).astype("int32"), "target_in": rng.integers(1, 12, (3, 6)).astype("int32")}
+    assert_outputs_close(load_model(written), load_model(model), inputs=rows)
