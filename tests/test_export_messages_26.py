@@ -311,30 +311,51 @@ SEQ2SEQ_CONFTEST = textwrap.dedent('''
 ''')
 
 
-def test_seq2seq_gru_tfjs_failure_names_the_node_and_layer_and_unroll_fixes_it(pytester: pytest.Pytester,
-                                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    """A GRU encoder-decoder to tfjs failed with a bare JavaScript TypeError ("Cannot read
-    properties of undefined (reading 'backend')"). The error now names the node and the layer
-    it came from (found by running tfjs up to single nodes) and the fix; saved_model passes
-    beside it as the fix says, and with unroll=True the same model runs in tfjs."""
-    import numpy as np
-
-    from pytest_modelparity import assert_outputs_close, export_model, load_model
-
+def test_seq2seq_gru_becomes_tfjs(pytester: pytest.Pytester) -> None:
+    """A GRU encoder-decoder (the decoder's initial_state the encoder's final state, teacher
+    forced, return_sequences=True) to tfjs failed with a bare JavaScript TypeError. The export
+    orders each loop body's output Identity after its tensor-list write, and the route says so."""
     pytester.makeconftest(SEQ2SEQ_CONFTEST)
     pytester.makepyfile(PARITY_TEST)
-    broken = pytester.runpytest(CACHE_ARG, "-v", "--modelparity-formats=tfjs,saved_model")
-    broken.assert_outcomes(errors=1, passed=1)
-    broken.stdout.fnmatch_lines([
-        "*tfjs's cpu backend failed at node '*decoder_1/TensorArrayV2Stack/TensorListStack' (TensorListStack, in "
-        "layer 'decoder'): it read a tensor tfjs had already disposed*return_sequences=True*",
-        "*fix: give the sequences a fixed length and build the recurrent layer 'decoder'*unroll=True*"])
-    assert "TypeError" not in broken.stdout.str().replace("TypeError: Cannot", "")
+    result = pytester.runpytest(CACHE_ARG, "-v", "--modelparity-formats=tfjs", "--modelparity-report=r.json")
+    result.assert_outcomes(passed=1)
+    doc = json.loads((pytester.path / "r.json").read_text())
+    (artifact,) = doc["artifacts"]
+    assert "RNN step output ordered after its list write x" in artifact["route"], artifact
+    assert [r["verdict"] for r in doc["rows"]] == ["pass"]
+
+
+def _convert_elsewhere(model, out):
+    """model.json as the tensorflowjs converter writes it on its own (no rewrites)."""
+    from pytest_modelparity import export_model
+    from pytest_modelparity.formats.tfjs import import_converter
+
+    saved = export_model(model, "saved_model", out.parent / f"{out.name}-sm")
+    import_converter().convert_tf_saved_model(str(saved), str(out), control_flow_v2=True)
+    return out / "model.json"
+
+
+def test_a_model_json_converted_elsewhere_names_the_node_and_layer_and_its_fixes_work(tmp_path, monkeypatch) -> None:
+    """The same seq2seq converted by the tensorflowjs converter alone: the run's bare JavaScript
+    error is told with the node and the Keras layer it came from (found by running tfjs up to
+    single nodes) and the fixes; export_model's conversion is the suite above, and the other,
+    unroll=True, converts elsewhere too and agrees with the model."""
+    import numpy as np
+
+    from pytest_modelparity import ModelLoadError, assert_outputs_close, load_model
+
     namespace: dict = {}
     exec(SEQ2SEQ_CONFTEST, namespace)
-    monkeypatch.setenv("UNROLL", "1")  # the fix
-    model = namespace["build"]()
-    written = export_model(model, "tfjs", pytester.path / "unrolled")
     rng = np.random.default_rng(4)
     rows = {"source": rng.integers(1, 12, (3, 6)).astype("int32"), "target_in": rng.integers(1, 12, (3, 6)).astype("int32")}
-    assert_outputs_close(load_model(written), load_model(model), inputs=rows)
+    model_json = _convert_elsewhere(namespace["build"](), tmp_path / "plain")
+    with pytest.raises(ModelLoadError) as info:
+        load_model(model_json).predict(rows)
+    text = str(info.value)
+    assert re.search(r"failed at node '[^']*decoder_1/TensorArrayV2Stack/TensorListStack' \(TensorListStack, in "
+                     r"layer 'decoder'\): it read a tensor tfjs had already disposed \(Cannot read properties", text), text
+    assert "return_sequences=True" in text and "export_model(model, 'tfjs', dir)" in info.value.fix
+    assert "unroll=True" in info.value.fix
+    monkeypatch.setenv("UNROLL", "1")  # the second fix
+    model = namespace["build"]()
+    assert_outputs_close(load_model(_convert_elsewhere(model, tmp_path / "unrolled")), load_model(model), inputs=rows)

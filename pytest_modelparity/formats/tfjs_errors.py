@@ -156,13 +156,19 @@ def located_problem(node: str, op: str, message: str, backend: str) -> tuple[str
     where = f"node {node!r} ({op}" + (f", in layer {layer!r})" if layer else ")")
     if op in LOOP_OPS or "/while" in node or "TensorArray" in node:
         named = f" {layer!r}" if layer else ""
-        what = ("the per-step outputs of a recurrent layer with return_sequences=True, which this node stacks"
-                if op == "TensorListStack" else "a value of a recurrent layer's loop")
+        if op == "TensorListStack":
+            return (f"tfjs's {backend} backend failed at {where}: it read a tensor tfjs had already disposed "
+                    f"({message}), the per-step outputs of a recurrent layer with return_sequences=True, which this "
+                    "node stacks: the loop body returns each step's output through an Identity that runs before the "
+                    "step is written to the list, so tfjs disposes the value the list holds",
+                    "convert the model with pytest_modelparity.export_model(model, 'tfjs', dir), which orders that "
+                    f"Identity after the write; or give the sequences a fixed length and build the layer{named} with "
+                    "unroll=True (no loop)")
         return (f"tfjs's {backend} backend failed at {where}: it read a tensor tfjs had already disposed ({message}), "
-                f"{what}; tfjs's While-loop executor cannot run this loop",
+                "a value of a recurrent layer's loop; tfjs's While-loop executor cannot run this loop",
                 f"give the sequences a fixed length and build the recurrent layer{named} (and the ones feeding its "
-                "state) with unroll=True: the loop is then unrolled into plain ops and runs in tfjs; or compare "
-                "this model through saved_model")
+                "state) with unroll=True: the loop is then unrolled into plain ops; or compare this model through "
+                "saved_model")
     return (f"tfjs's {backend} backend failed at {where} ({message})",
             f"replace the layer computing {op} (tfjs-converter/docs/supported_ops.md lists the ops tfjs runs), or "
             "compare this model through saved_model")
