@@ -162,8 +162,7 @@ def located_problem(node: str, op: str, message: str, backend: str) -> tuple[str
                     "node stacks: the loop body returns each step's output through an Identity that runs before the "
                     "step is written to the list, so tfjs disposes the value the list holds",
                     "convert the model with pytest_modelparity.export_model(model, 'tfjs', dir), which orders that "
-                    f"Identity after the write; or give the sequences a fixed length and build the layer{named} with "
-                    "unroll=True (no loop)")
+                    "Identity after the write (its model.json runs in tfjs anywhere)")
         return (f"tfjs's {backend} backend failed at {where}: it read a tensor tfjs had already disposed ({message}), "
                 "a value of a recurrent layer's loop; tfjs's While-loop executor cannot run this loop",
                 f"give the sequences a fixed length and build the recurrent layer{named} (and the ones feeding its "
