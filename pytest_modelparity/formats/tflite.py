@@ -491,7 +491,10 @@ def export(model: Any, path: Path, *, quantization: str | None = None,
     a graph with loops (Keras LSTM/GRU/RNN) takes ``static_batch``: the function is traced
     with a fixed batch size (1 unless ``static_batch``), frozen without lowering its control
     flow, and converted; ``load`` runs other batch sizes in chunks of it. ``auto`` also
-    retries ``static_batch`` when the dynamic route fails on tensor lists.
+    retries ``static_batch`` when the dynamic route fails on tensor lists or on a new-axis
+    StridedSlice (which converts only with every dim fixed). An int8 file with a DIV by a computed
+    tensor is quantised again with DIV kept in float (LiteRT refuses an int8 divisor at its zero
+    point); the route says so.
     ``converter_options``: ``route`` (above), ``static_batch`` (int), ``supported_ops``
     (names of ``tf.lite.OpsSet`` members, e.g. ``["TFLITE_BUILTINS", "SELECT_TF_OPS"]``),
     ``lower_tensor_list_ops`` (bool), and any other attribute of ``TFLiteConverter``
