@@ -357,3 +357,20 @@ def test_a_model_json_converted_elsewhere_names_the_node_and_layer(tmp_path) -> 
                      r"layer 'decoder'\): it read a tensor tfjs had already disposed \(Cannot read properties", text), text
     assert "return_sequences=True" in text and "export_model(model, 'tfjs', dir)" in info.value.fix
     assert "TypeError" not in info.value.problem.split("(Cannot read")[0]
+
+
+def test_int8_representative_data_given_as_one_array_is_one_batch(tmp_path) -> None:
+    """representative_data=rows (an array, not [rows]) was iterated row by row: the converter
+    calibrated on nothing and wrote a float32 file for quantization="int8", silently. An array
+    of the input's rank (or a dict of them) is one batch of rows."""
+    import numpy as np
+
+    from pytest_modelparity import export_model, load_model
+
+    namespace: dict = {}
+    exec(L2NORM_CONFTEST, namespace)
+    rows = np.random.default_rng(0).normal(size=(32, 8)).astype("float32")
+    for given in (rows, {"features": rows}):
+        written = export_model(namespace["build"](), "tflite", tmp_path / f"{type(given).__name__}.tflite",
+                               quantization="int8", representative_data=given)
+        assert load_model(written).format_variant == "tflite:int8", given

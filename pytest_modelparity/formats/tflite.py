@@ -459,7 +459,11 @@ def _representative(specs: list[Any], data: Iterable[Any] | None, samples: int, 
         if data is None:
             yield from generated()
         else:
-            for given in data:
+            # One array (or dict of arrays) of rows is one batch: iterated, it would give single
+            # rows (or the dict's keys), which calibrated nothing and left a float32 file.
+            one = isinstance(data, dict) or (isinstance(data, np.ndarray) and len(specs) == 1
+                                             and data.ndim == len(specs[0].shape))
+            for given in ([data] if one else data):
                 yield from rows(given)
 
     return dataset
