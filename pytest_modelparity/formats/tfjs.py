@@ -17,6 +17,7 @@ format loads graph models only and says so.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import math
@@ -38,6 +39,8 @@ from ._common import TF_INSTALL, ConverterLog, probe_note, quiet, record_route, 
 from ._files import check_not_special, read_regular
 from .base import LoadedModel, TensorSpec
 from . import tfjs_rewrite
+from .tfjs_errors import classify_runner_error, run_error  # noqa: F401 - public here since before the split
+from .tfjs_errors import runner_message as _runner_message
 
 NAME = "tfjs"
 CONVERTS_SAVED_MODEL = True  # export() also takes a SavedModel directory
@@ -422,13 +425,33 @@ class TFJSModel(LoadedModel):
             result = self._serving().predict(feeds)
         except RunnerError as exc:
             if not self._can_fall_back():
-                raise run_error(Path(str(self.source)), self.backend, str(exc)) from exc
+                raise self._run_failure(feeds, str(exc)) from exc
             self._fall_back(str(exc))
             try:
                 result = self.process.predict(feeds)
             except RunnerError as exc2:
-                raise run_error(Path(str(self.source)), self.backend, str(exc2), wasm_error=str(exc)) from exc2
+                raise self._run_failure(feeds, str(exc2), wasm_error=str(exc)) from exc2
         return {s.name: result[s.name] for s in self.outputs}
+
+    def _run_failure(self, feeds: dict[str, np.ndarray], message: str, wasm_error: str | None = None) -> ModelLoadError:
+        """``run_error``, naming the node (and layer) a bare JavaScript error came from (tfjs_errors)."""
+        from ..runtime.tfjs_process import RunnerError
+        from . import tfjs_errors
+
+        def fetch(names: list[str]) -> None:
+            try:
+                self.process.fetch(feeds, names, max_bytes=0)
+            except RunnerError as exc:
+                raise tfjs_errors.NotComputed(str(exc)) from exc
+
+        error = run_error(Path(str(self.source)), self.backend, message, wasm_error=wasm_error)
+        if tfjs_errors.is_raw_js_error(_runner_message(message)):
+            with contextlib.suppress(Exception):  # a dead process: the error as it was
+                found = tfjs_errors.failing_node(self._spec, fetch)
+                if found is not None:
+                    problem, fix = tfjs_errors.located_problem(*found, _runner_message(message), self.backend)
+                    error = ModelLoadError(Path(str(self.source)), NAME, problem, fix, action="run")
+        return error
 
     def _can_fall_back(self) -> bool:
         return self.requested_backend == "auto" and self.backend == "wasm" and self._start is not None
@@ -511,66 +534,6 @@ def _check_device(device: str) -> str:
     require_cpu_only(device, NAME, "it runs in Node.js on the CPU (backend 'cpu' or 'wasm'; tfjs-node-gpu "
                      "is not used)", "Use device='cpu' and backend='wasm' for the fast path.")
     return "cpu"
-
-
-def _runner_message(text: str) -> str:
-    """The runner's own words, without the "tfjs model '...' (cpu backend): predict failed: " prefix."""
-    text = str(text).strip()
-    for marker in ("predict failed: ", "intermediates failed: ", " backend: "):
-        if marker in text:
-            text = text.split(marker, 1)[1]
-    return text.splitlines()[0] if text else "?"
-
-
-# What the tfjs runner's errors mean, and what to do: (pattern, problem, fix).
-_CONTROL_FLOW_FIX = ("re-export with export_model(model, 'tfjs', dir), which keeps While loops as TF2 "
-                     "control-flow ops tfjs runs with executeAsync (converter option control_flow_v2=True; "
-                     "tensorflowjs_converter --control_flow_v2=true), or give the sequence a fixed length "
-                     "and unroll the RNN (unroll=True)")
-
-
-def classify_runner_error(message: str, backend: str) -> tuple[str, str]:
-    """``(problem, fix)`` for a tfjs runner error: names the op and the backend where it can."""
-    import re
-
-    msg = _runner_message(message)
-    activation = re.search(r"[Aa]ctivation (_?\w+) has not been implemented|(_?\w+) activation not yet supported",
-                           msg)
-    if activation:
-        op = activation.group(1) or activation.group(2)
-        return (f"tfjs's {backend} backend lacks the fused activation {op!r} in a fused conv/matmul op "
-                f"({msg})",
-                "export the Keras model with export_model(model, 'tfjs', dir): it splits fused hard-swish into "
-                "ops tfjs has; for a model.json converted elsewhere, convert it again that way (or with "
-                "TF_ENABLE_ONEDNN_OPTS=0 set before TensorFlow is imported, which stops the fusion)")
-    kernel = re.search(r"[Kk]ernel '(\w+)' not registered for backend '(\w+)'", msg)
-    if kernel:
-        return (f"tfjs's {kernel.group(2)} backend has no kernel for op {kernel.group(1)!r} ({msg})",
-                "load with backend='cpu' (the pure-JS backend has the most kernels), or replace the layer "
-                "using that op")
-    unsupported = re.search(r"(\w+) (?:is not|not) (?:yet )?(?:supported|implemented)|"
-                            r"(\w+) only supports (.*)", msg)
-    if unsupported:
-        op = unsupported.group(1) or unsupported.group(2)
-        return (f"tfjs's {backend} backend cannot run op {op!r} here ({msg})",
-                "load with the other backend (backend='cpu' or 'wasm'; the default 'auto' tries wasm, then "
-                "cpu), or replace the layer using that op")
-    if "Cannot compute the outputs" in msg:
-        return (f"tfjs's graph executor cannot run this graph's lowered control flow (Enter/Merge/Switch "
-                f"loops, e.g. from Keras LSTM/GRU layers or tf.while_loop) on the {backend} backend ({msg})",
-                _CONTROL_FLOW_FIX)
-    return (f"tfjs's {backend} backend failed to run the model ({msg})",
-            "try the other backend (backend='cpu' or 'wasm'), and check the model's ops against "
-            "tfjs-converter/docs/supported_ops.md")
-
-
-def run_error(path: Path, backend: str, message: str, *, wasm_error: str | None = None,
-              action: str = "run") -> ModelLoadError:
-    """The typed error for a model tfjs loads but cannot run: op, backend and workaround named."""
-    problem, fix = classify_runner_error(message, backend)
-    if wasm_error is not None:
-        problem += f"; the wasm backend failed first ({_runner_message(wasm_error)})"
-    return ModelLoadError(path, NAME, problem, fix, action=action)
 
 
 # Integer arithmetic the wasm backend computes through float32 (exact only below 2**24): a
@@ -875,7 +838,8 @@ def _route(converter_options: dict[str, Any], rewrites: dict[str, int]) -> str:
     """How the export went, e.g. ``control_flow_v2, erfc->1-erf x1, hard_swish split x10``."""
     names = {"erfc": "erfc->1-erf", "hard_swish": "hard_swish split", "unfused_bias": "non-vector bias unfused",
              "band_part": "MatrixBandPart written out", "debug_ops": "debug ops stripped (Assert/CheckNumerics/Print)",
-             "inlined": "XLA-only functions inlined", "grouped": "grouped conv as depthwise"}
+             "inlined": "XLA-only functions inlined", "grouped": "grouped conv as depthwise",
+             "list_writes": "RNN step output ordered after its list write"}
     parts = ["control_flow_v2" if converter_options.get("control_flow_v2") else "lowered control flow"]
     parts += [names.get(k, k) + ("" if k.startswith("signature") else f" x{v}") for k, v in rewrites.items() if v]
     return ", ".join(parts)

@@ -393,6 +393,32 @@ def _strip_debug_functions(graph_def: Any) -> int:
     return count
 
 
+def order_list_writes(graph_def: Any) -> int:
+    """In each loop body of the library, make the ``Identity`` that returns a value also written
+    to a tensor list (``TensorListSetItem``: a Keras RNN's per-step output with
+    ``return_sequences=True``) wait for that write; returns how many were ordered.
+
+    Why: tfjs's ``Identity`` returns a kept tensor itself but clones one not yet kept, and a
+    function's end disposes every tensor that is not an output, kept or not. Run before the
+    write, the Identity returns a clone and the step's value, now only in the list, is disposed:
+    the ``TensorListStack`` after the loop then fails with "Cannot read properties of undefined
+    (reading 'backend')". Run after it (the write keeps the value), it returns that value, which
+    stays alive as the body's output and then in the list.
+    """
+    count = 0
+    for function in graph_def.library.function:
+        returned = {v for v in function.ret.values()}
+        writes = [(n.name, n.input[2]) for n in function.node_def if n.op == "TensorListSetItem" and len(n.input) > 2]
+        for node in function.node_def:
+            if node.op != "Identity" or not node.input or f"{node.name}:output:0" not in returned:
+                continue
+            for write, item in writes:
+                if node.input[0] == item and f"^{write}" not in node.input:
+                    node.input.append(f"^{write}")
+                    count += 1
+    return count
+
+
 @contextlib.contextmanager
 def patched_converter(converter: Any, stats: dict[str, int]) -> Iterator[None]:
     """Run the converter with :func:`strip_debug_ops` and :func:`rewrite_erfc` before and :func:`split_fused_hard_swish`,
@@ -430,6 +456,7 @@ def patched_converter(converter: Any, stats: dict[str, int]) -> Iterator[None]:
         stats["hard_swish"] = stats.get("hard_swish", 0) + split_fused_hard_swish(optimized)
         stats["unfused_bias"] = stats.get("unfused_bias", 0) + unfuse_non_vector_bias(optimized)
         stats["band_part"] = stats.get("band_part", 0) + rewrite_band_part(optimized)
+        stats["list_writes"] = stats.get("list_writes", 0) + order_list_writes(optimized)
         return optimized
 
     converter.optimize_graph = optimize_graph

@@ -283,7 +283,14 @@ class TFLiteModel(LoadedModel):
                 info = np.iinfo(dtype)
                 value = np.clip(np.round(value / scale) + zero, info.min, info.max).astype(dtype)
             interp.set_tensor(self._in_index[spec.name], value)
-        interp.invoke()
+        try:
+            interp.invoke()
+        except RuntimeError as exc:
+            cause = div_zero_point_cause(str(exc))
+            if cause is None:
+                raise
+            raise ModelLoadError(self.source, NAME, f"LiteRT could not run the file on these rows: {cause}",
+                                 DIV_FIX) from exc
 
     def _read_output(self, interp, name: str) -> np.ndarray:
         value = np.array(interp.get_tensor(self._out_index[name]))
@@ -452,7 +459,11 @@ def _representative(specs: list[Any], data: Iterable[Any] | None, samples: int, 
         if data is None:
             yield from generated()
         else:
-            for given in data:
+            # One array (or dict of arrays) of rows is one batch: iterated, it would give single
+            # rows (or the dict's keys), which calibrated nothing and left a float32 file.
+            one = isinstance(data, dict) or (isinstance(data, np.ndarray) and len(specs) == 1
+                                             and data.ndim == len(specs[0].shape))
+            for given in ([data] if one else data):
                 yield from rows(given)
 
     return dataset
@@ -484,7 +495,10 @@ def export(model: Any, path: Path, *, quantization: str | None = None,
     a graph with loops (Keras LSTM/GRU/RNN) takes ``static_batch``: the function is traced
     with a fixed batch size (1 unless ``static_batch``), frozen without lowering its control
     flow, and converted; ``load`` runs other batch sizes in chunks of it. ``auto`` also
-    retries ``static_batch`` when the dynamic route fails on tensor lists.
+    retries ``static_batch`` when the dynamic route fails on tensor lists or on a new-axis
+    StridedSlice (which converts only with every dim fixed). An int8 file with a DIV by a computed
+    tensor is quantised again with DIV kept in float (LiteRT refuses an int8 divisor at its zero
+    point); the route says so.
     ``converter_options``: ``route`` (above), ``static_batch`` (int), ``supported_ops``
     (names of ``tf.lite.OpsSet`` members, e.g. ``["TFLITE_BUILTINS", "SELECT_TF_OPS"]``),
     ``lower_tensor_list_ops`` (bool), and any other attribute of ``TFLiteConverter``
@@ -527,25 +541,34 @@ def export(model: Any, path: Path, *, quantization: str | None = None,
                 routes = ["static_batch"] if loops or static_batch else ["dynamic", "static_batch"]
             else:
                 routes = [route]
-            content, taken, failure = None, routes[0], None
+            content, taken, failure, kept = None, routes[0], None, ""
             for taken in routes:
                 try:
-                    content = _convert(serving, concrete, taken, static_batch or 1, variant, io_dtype,
-                                       representative_data, representative_samples, options)
+                    content, kept = _convert(serving, concrete, taken, static_batch or 1, variant, io_dtype,
+                                             representative_data, representative_samples, options)
                     break
+                except FloatDivisionNeeded as exc:
+                    raise ExportError(path, NAME, str(exc), "export with io_dtype='float32' (float inputs and "
+                                      "outputs): the DIV is then kept in float and the rest is int8",
+                                      log_path=log.keep(), route=taken) from None
                 except Exception as exc:  # noqa: BLE001 - converter errors are many and untyped
                     if isinstance(exc, (TypeError, ValueError)) and "converter_options" in str(exc):
                         raise  # the caller's mistake, not the converter's
                     failure = exc
                     log.note(f"modelparity: route {taken!r} failed: {exc}")
-                    # Only tensor-list failures are fixed by a static batch; others fail as they are.
-                    if "TensorList" not in str(exc):
+                    # Only tensor-list and new-axis slice failures are fixed by a static batch;
+                    # others fail as they are.
+                    if "TensorList" not in str(exc) and new_axis_slice(str(exc)) is None:
                         break
             if content is None:
                 assert failure is not None
                 raise _converter_error(path, failure, log, variant, taken, loops, plan.policy)
             why = f" (the graph has {', '.join(loops)})" if loops and taken == "static_batch" else ""
+            if not why and failure is not None and new_axis_slice(str(failure)) is not None:
+                why = " (a new-axis StridedSlice converts only with every dim fixed)"
             route_text = taken + (f" {static_batch or 1}" if taken == "static_batch" else "") + why
+            if kept:
+                route_text += f"; {kept}"
             if plan.route:
                 route_text += f"; {plan.route}"
         finish_export(path, content, NAME, route_text, log, validate_content)
@@ -555,26 +578,102 @@ def export(model: Any, path: Path, *, quantization: str | None = None,
 
 
 def _convert(serving: Any, concrete: Any, route: str, batch: int, variant: str, io_dtype: str,
-             representative_data: Any, representative_samples: int, options: dict[str, Any]) -> bytes:
+             representative_data: Any, representative_samples: int, options: dict[str, Any]) -> tuple[bytes, str]:
+    """The converted file, and what of it was kept in float (``""``: nothing)."""
     import tensorflow as tf
 
     if route == "static_batch":
         concrete, holder = _static_batch_function(serving, concrete, batch)
     else:
         holder, batch = serving.holder, 1
-    converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete], holder)
-    if variant != "float32":
-        converter.optimizations = [tf.lite.Optimize.DEFAULT]
-    if variant == "float16":
-        converter.target_spec.supported_types = [tf.float16]
-    elif variant == "int8":
-        converter.representative_dataset = _representative(serving.specs, representative_data,
-                                                           representative_samples, batch)
-        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-        if io_dtype != "float32":
-            converter.inference_input_type = converter.inference_output_type = tf.as_dtype(io_dtype)
-    _apply_options(converter, options)
-    return converter.convert()
+
+    def converter() -> Any:  # a TFLiteConverter converts once: a second pass needs a new one
+        made = tf.lite.TFLiteConverter.from_concrete_functions([concrete], holder)
+        if variant != "float32":
+            made.optimizations = [tf.lite.Optimize.DEFAULT]
+        if variant == "float16":
+            made.target_spec.supported_types = [tf.float16]
+        elif variant == "int8":
+            made.representative_dataset = _representative(serving.specs, representative_data,
+                                                          representative_samples, batch)
+            made.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+            if io_dtype != "float32":
+                made.inference_input_type = made.inference_output_type = tf.as_dtype(io_dtype)
+        _apply_options(made, options)
+        return made
+
+    content = converter().convert()
+    divisions = int8_divisions(content) if variant == "int8" else []
+    if divisions and io_dtype != "float32":
+        raise FloatDivisionNeeded(
+            f"{_div_cause(divisions[0])}; keeping it in float leaves a float tensor where io_dtype={io_dtype!r} wants "
+            "integer inputs and outputs")
+    if divisions:
+        return _float_divisions(converter()), FLOAT_DIV_ROUTE
+    return content, ""
+
+
+class FloatDivisionNeeded(Exception):
+    """An int8 export with integer I/O whose DIV must stay in float (``export`` says the fix)."""
+
+
+# LiteRT's int8 DIV refuses a divisor element equal to the divisor's zero point (div.cc:
+# ``TF_LITE_ENSURE(context, data[i] != zero_point)``, "Node number N (DIV) failed to invoke"):
+# the quantised value of real 0. An activation's int8 range always holds 0, so any row whose
+# divisor rounds to 0 (a ReLU's zeros, a Dense output crossing 0, the export check's zeros)
+# fails; a float DIV divides such rows as the source model does.
+FLOAT_DIV_ROUTE = ("DIV kept in float (its int8 divisor's range holds zero, and LiteRT's int8 DIV refuses a "
+                   "divisor at its zero point)")
+_DIV_ZERO = re.compile(r"div\.cc:\d+ data\[i\] != zero_point was not true\.?\s*Node number (\d+) \(DIV\)")
+
+
+def int8_divisions(content: bytes) -> list[int]:
+    """The DIV nodes of a file that divide by a computed int8 tensor (not a constant)."""
+    interp = _new_interpreter(content)
+    details = {int(d["index"]): d for d in interp.get_tensor_details()}
+    produced = {int(i) for op in interp._get_ops_details() for i in op["outputs"]}
+    fed = {int(d["index"]) for d in interp.get_input_details()}
+    nodes = []
+    for op in interp._get_ops_details():
+        if op["op_name"] != "DIV" or len(op["inputs"]) < 2:
+            continue
+        divisor = int(op["inputs"][1])
+        if np.dtype(details[divisor]["dtype"]).kind in "iu" and (divisor in produced or divisor in fed):
+            nodes.append(int(op["index"]))
+    return nodes
+
+
+def _float_divisions(converter: Any) -> bytes:
+    """Quantise again with every DIV kept in float: TFLite's selective quantisation
+    (``tf.lite.experimental.QuantizationDebugger`` with ``denylisted_ops``) on a new converter
+    with the same options and calibration data."""
+    import tensorflow as tf
+
+    options = tf.lite.experimental.QuantizationDebugOptions(denylisted_ops=["DIV"])
+    with warnings.catch_warnings():
+        # The debugger opens its own (deprecated) tf.lite.Interpreter on the instrumented file.
+        warnings.filterwarnings("ignore", message=".*tf.lite.Interpreter is deprecated.*")
+        warnings.filterwarnings("ignore", category=DeprecationWarning)
+        debugger = tf.lite.experimental.QuantizationDebugger(
+            converter=converter, debug_dataset=converter.representative_dataset, debug_options=options)
+        return bytes(debugger.get_nondebug_quantized_model())
+
+
+def _div_cause(node: int | str) -> str:
+    return (f"node {node} (DIV) divides by an int8 tensor: its quantised divisor's range holds zero, so int8 "
+            "cannot represent a divisor that must not be 0 (LiteRT's div.cc refuses a divisor at its zero point)")
+
+
+def div_zero_point_cause(text: str) -> str | None:
+    """What LiteRT's int8 DIV refusal means, naming the node; None for another failure."""
+    match = _DIV_ZERO.search(text)
+    return None if match is None else _div_cause(match.group(1))
+
+
+DIV_FIX = ("keep the DIV in float: let the plugin export tflite:int8 from the float model (it does so and says "
+           "'DIV kept in float' in the route), or quantise your converter with "
+           "tf.lite.experimental.QuantizationDebugger(converter=converter, debug_dataset=..., debug_options="
+           "tf.lite.experimental.QuantizationDebugOptions(denylisted_ops=['DIV'])).get_nondebug_quantized_model()")
 
 
 def _apply_options(converter: Any, options: dict[str, Any]) -> None:
@@ -637,10 +736,14 @@ def _converter_error(path: Path, exc: BaseException, log: ConverterLog, variant:
                            "(float32 weights: exported as a float32-policy trace), for tflite; or compare it through "
                            "saved_model, onnx or tfjs, which run float16 graphs", unsupported_ops=ops,
                            log_path=log.keep(), route=route)
+    sliced = new_axis_slice(text)
+    if sliced is not None:
+        return _new_axis_error(path, sliced, log, variant, route)
     if any(op.startswith("TensorList") for op in ops) and route != "static_batch":
         fix = ("a loop over tensor lists (a Keras RNN) converts with a static batch: leave converter_options' "
                "route at 'auto' (the default) or pass {'route': 'static_batch'}")
-    elif variant == "int8" and ("dims" in text or "representative" in text.lower()):
+    elif variant == "int8" and not ops and ("dims" in text or "representative" in text.lower()):
+        # calibration data that does not fit; a missing kernel (ops) fails every variant alike
         fix = ("check the representative data matches the model's inputs (fed by input name), or compare "
                "tflite:dynamic_range instead")
     elif ops:
@@ -651,6 +754,43 @@ def _converter_error(path: Path, exc: BaseException, log: ConverterLog, variant:
         fix = "compare this model through saved_model or onnx, or pass converter_options to the converter"
     return ExportError(path, NAME, f"the TFLite converter failed ({variant}, route {route}): {first_line(exc, 200)}",
                        fix, unsupported_ops=ops, advice=advice, log_path=log.keep(), route=route)
+
+
+# The converter has a builtin STRIDED_SLICE, but not for the new_axis variant (``x[:, None]``,
+# what tf.signal.stft's callers write to add a channel) on a tensor with a dynamic dim: it
+# asks for Flex ("'tf.StridedSlice' op is neither a custom op nor a flex op"). With every dim
+# fixed (a fixed length, traced with a static batch) it converts (measured with TF 2.21).
+_NEW_AXIS = re.compile(r'tf\.StridedSlice\(tensor<([^>]*)>[^\n]*->\s*\(?tensor<([^>]*)>\)?\s*:\s*\{[^}]*'
+                       r'new_axis_mask = ([1-9]\d*)')
+
+
+def new_axis_slice(text: str) -> tuple[str, str, int] | None:
+    """``(input shape, output shape, new_axis_mask)`` of a new-axis StridedSlice the converter
+    refused, from its "Details:" line; None for another failure."""
+    match = _NEW_AXIS.search(text)
+    return None if match is None else (match.group(1), match.group(2), int(match.group(3)))
+
+
+def _new_axis_error(path: Path, sliced: tuple[str, str, int], log: ConverterLog, variant: str,
+                    route: str) -> ExportError:
+    shape_in, shape_out, mask = sliced
+    dims = shape_in.split("x")[:-1]  # the last item is the dtype (f32)
+    open_dims = [i for i, d in enumerate(dims) if d == "?"]
+    nodes = re.findall(r'fused\["StridedSlice:", callsite\("([^"@]+)@', log.text())
+    node = f" {nodes[0]!r}" if nodes else ""
+    problem = (f"the TFLite converter failed ({variant}, route {route}): StridedSlice{node} is the new_axis variant "
+               f"(new_axis_mask={mask}: an axis added by indexing, x[..., tf.newaxis] or x[:, None]; {shape_in} -> "
+               f"{shape_out}) on a tensor with a dynamic "
+               f"dim: TFLite's builtin STRIDED_SLICE has no new-axis form for dynamic dims (StridedSlice itself has a "
+               "builtin kernel), so the converter asked for Flex")
+    if open_dims and open_dims != [0]:
+        fix = ("give that input a fixed length (e.g. keras.Input((512,)) instead of keras.Input((None,))): the "
+               "export then converts it with a static batch (route static_batch); or add the axis with "
+               "tf.expand_dims instead of indexing, which converts with dynamic dims")
+    else:
+        fix = ("leave converter_options' route at 'auto' (it retries with a static batch), or add the axis with "
+               "tf.expand_dims instead of indexing, which converts with dynamic dims")
+    return ExportError(path, NAME, problem, fix, unsupported_ops=["StridedSlice"], log_path=log.keep(), route=route)
 
 
 def validate(path: Path) -> None:
@@ -683,6 +823,10 @@ def validate_content(content: bytes, path: Path, *, log: ConverterLog | None = N
         ops = sorted(set(re.findall(r"\((Flex\w+)\)", text)) | set(re.findall(r"\b(Flex\w+)\b", text)))
         if log is not None:
             log.note(f"modelparity: LiteRT refused the converted file:\n{text}")
+        cause = div_zero_point_cause(text)
+        if cause is not None:
+            raise ExportError(path, NAME, f"the converted file does not run in LiteRT: {cause}{probe_note(exc)}",
+                              DIV_FIX, log_path=log.keep() if log is not None else None, route=route) from exc
         raise ExportError(
             path, NAME, f"the converted file does not run in LiteRT: {first_line(exc, 200)}{probe_note(exc)}",
             "the Python LiteRT interpreter has no Flex (Select TF ops) delegate: convert with builtin ops "

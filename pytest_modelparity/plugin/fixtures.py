@@ -26,6 +26,7 @@ import pytest
 from ..errors import DeviceUnavailable, ModelLoadError, NotSerializable, RuntimeMissing
 from ..runtime.scratch import owned_prefix
 from .options import RUNTIME_VARIANTS, ParityOptions, split_format
+from .advice import without_failed_advice
 
 STATE_KEY = pytest.StashKey["ParitySession"]()
 BATCH_SIZE = 4
@@ -84,6 +85,7 @@ class ParitySession:
     source_errors: dict[tuple[int, str | None], ModelLoadError] = field(default_factory=dict)
     references: dict[tuple, _Entry] = field(default_factory=dict)
     exports: dict[tuple, _Entry] = field(default_factory=dict)
+    export_failures: dict[str, BaseException] = field(default_factory=dict)  # format -> its export error
     candidates: dict[tuple, _Entry] = field(default_factory=dict)
     artifacts: list[dict] = field(default_factory=list)
     rows: list[dict] = field(default_factory=list)
@@ -327,9 +329,13 @@ class ParitySession:
                     self._tmp = Path(tempfile.mkdtemp(prefix=owned_prefix("modelparity-")))
                 target = self._tmp / f"{len(self.artifacts)}-{format.replace(':', '-')}" / _EXPORT_NAMES[base]
                 path = Path(self.exporter()(model, base, target, **options))
-        except (RuntimeMissing, DeviceUnavailable, ModelLoadError):
+        except (RuntimeMissing, DeviceUnavailable):
             raise
+        except ModelLoadError as exc:  # advice this session has already seen fail is not given again
+            self.export_failures[format] = exc
+            raise without_failed_advice(exc, format, self.export_failures)
         except Exception as exc:  # noqa: BLE001 - any converter failure, reported once per format
+            self.export_failures[format] = exc
             failed = _export_failed(src.label, format, exc)
             if self.logs is not None and self.logs.written:
                 failed.args = (f"{failed}\n    converter output: {self.logs.path}",)
