@@ -213,7 +213,7 @@ def session(model_path: Path, cache: Path, workdir: Path) -> dict:
             from pytest_modelparity.checks import assertions, floor
             from pytest_modelparity.exports import worker
             from pytest_modelparity.formats import base
-            from pytest_modelparity.plugin import fixtures
+            from pytest_modelparity.plugin import session as fixtures  # the session state: where the models are loaded
 
             def importing_tf_first(fn):  # TF is imported where the plugin first needs it: timed there
                 def call(*args, **kwargs):

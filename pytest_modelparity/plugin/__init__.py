@@ -17,11 +17,12 @@ import pytest
 
 from ..reports import recording
 from ..errors import NotApplicable, ParityError
-from .fixtures import (STATE_KEY, ParitySession, get_state, modelparity_bind, modelparity_device,  # noqa: F401 - fixtures
+from .fixtures import (modelparity_bind, modelparity_device,  # noqa: F401 - fixtures
                        modelparity_dataset, modelparity_elements, modelparity_export_options, modelparity_format,
                        modelparity_input_specs, modelparity_load_options,
                        modelparity_reference_device, modelparity_source, parity_batch, parity_candidate,
                        parity_reference)
+from .session import STATE_KEY, ParitySession, get_state
 from .matrix import (item_matrix, left_out_line, matrix_pairs, nothing_compared_line, nothing_on_gpu_line,
                      select_matrix)
 from .options import add_options, parse_options, strict_gpu_problem

@@ -16,7 +16,7 @@ import pytest
 from .options import expand_devices
 
 if TYPE_CHECKING:
-    from .fixtures import ParitySession
+    from .session import ParitySession
 
 __all__ = ["exportable", "select_matrix", "matrix_pairs", "left_out_line", "item_matrix", "nothing_compared_line"]
 
@@ -108,7 +108,7 @@ def nothing_on_gpu_line(outcomes: dict[str, tuple[str, str, str | None]]) -> str
     return f"modelparity: NOTHING RAN ON A GPU: all {len(gpu)} gpu test(s) were skipped{reason}{tail}"
 
 
-# The skips of a default-matrix format this source cannot become (fixtures.skip_if_unreachable).
+# The skips of a default-matrix format this source cannot become (session.skip_if_unreachable).
 UNREACHABLE = ("cannot be made from this source", "does not apply to this model")
 
 

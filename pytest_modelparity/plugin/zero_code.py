@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from ..errors import ModelLoadError, ParityError
-from .fixtures import BATCH_SEED, IMPORT_FIX, ExportFailed, NotExportable, ParitySession, get_state
+from .session import BATCH_SEED, IMPORT_FIX, ExportFailed, NotExportable, ParitySession, get_state
 from .matrix import matrix_pairs, select_matrix
 
 CHECKS = ("outputs_close", "deterministic", "batch_invariant")
