@@ -156,12 +156,35 @@ def test_open_height_width_net_exports_to_every_converted_form(pytester: pytest.
                                  "*test_forms[[]tfjs-cpu[]] PASSED*"])
 
 
+@pytest.mark.parametrize("format", ["tflite", "onnx"])
+def test_an_open_length_audio_net_longer_than_64_samples_exports(tmp_path: Path, format: str) -> None:
+    """A valid 100-tap filter over open-length audio runs on no clip of 64 samples or fewer:
+    the export check goes on to longer clips instead of refusing the converter's good file."""
+    import keras
+    import numpy as np
+
+    from pytest_modelparity import assert_outputs_close, export_model, load_model
+    from pytest_modelparity.formats import missing_runtime
+
+    if missing_runtime(format, export=True) is not None:
+        pytest.skip(f"{format} runtime missing: bash scripts/install.sh installs it")
+    x = keras.Input((None, 1), name="audio")
+    h = keras.layers.Conv1D(4, 100, activation="relu", name="taps",
+                            kernel_initializer=keras.initializers.GlorotUniform(seed=3))(x)
+    y = keras.layers.Dense(3, name="score")(keras.layers.GlobalAveragePooling1D()(h))
+    model = keras.Model(x, y, name="long_taps")
+    path = export_model(model, format, tmp_path / ("m.tflite" if format == "tflite" else "m.onnx"))
+    clip = np.random.default_rng(0).normal(0, 1, (2, 300, 1)).astype("float32")
+    assert_outputs_close(load_model(path).predict({"audio": clip})["score"], model.predict(clip, verbose=0),
+                         rtol=1e-4, atol=1e-5)
+
+
 def test_an_export_that_fails_at_every_probe_size_says_so(tmp_path: Path) -> None:
     """The probe does not hide a real failure: a file that runs at no size is refused, and the
     message says which sizes were tried."""
     import numpy as np
 
-    from pytest_modelparity.formats._common import PROBE_SIZES, probe_note, run_probe
+    from pytest_modelparity.formats._common import probe_note, probe_sizes, run_probe
     from pytest_modelparity.formats.base import TensorSpec
 
     specs = [TensorSpec("image", (None, None, None, 3), "float32")]
@@ -173,8 +196,9 @@ def test_an_export_that_fails_at_every_probe_size_says_so(tmp_path: Path) -> Non
 
     with pytest.raises(RuntimeError, match="no kernel") as info:
         run_probe(never, specs)
-    assert seen == [(1, s, s, 3) for s in PROBE_SIZES]
-    assert "every size failed" in probe_note(info.value) and "64" in probe_note(info.value)
+    assert seen == [(1, s, s, 3) for s in (1, 8, 16, 32, 64, 128, 256)]  # 256 x 256: the last image size
+    assert "every size failed" in probe_note(info.value) and "256" in probe_note(info.value)
+    assert probe_sizes([TensorSpec("audio", (None, None), "float32")])[-1] == 4096  # one open axis goes further
     # the smallest size that works is the one used, and a fixed shape is probed once
     assert run_probe(lambda b: b["image"].shape, specs[:0] + [TensorSpec("image", (None, None, None, 3), "float32")])[0] == 1
     sizes = []

@@ -278,8 +278,21 @@ def export_route(path: str | Path) -> str | None:
 # -- the run that checks a fresh export ------------------------------------------------------
 
 # Sizes an open non-batch dim is probed at, smallest first. A net of valid 3x3 convolutions
-# takes no 1x1 image: probing only at 1 blamed the converters for the probe's own failure.
-PROBE_SIZES = (1, 8, 16, 32, 64)
+# takes no 1x1 image, and an audio front-end (an STFT of 64-sample frames, then a valid conv)
+# no 64-sample clip: probing only at 1 blamed the converters for the probe's own failure. A
+# size is tried only while the open dims of one input hold at most PROBE_MAX_OPEN_ELEMENTS
+# (one open axis: up to 4096 samples; height and width: up to 256 x 256), so a file that runs
+# at no size costs a few small runs, not a 4096 x 4096 image.
+PROBE_SIZES = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+PROBE_MAX_OPEN_ELEMENTS = 4096 * 16
+
+
+def probe_sizes(specs: Any) -> tuple[int, ...]:
+    """The ``PROBE_SIZES`` the open dims of ``specs`` are tried at (``(1,)`` when none is open)."""
+    open_dims = max((sum(d is None for d in tuple(s.shape)[1:]) for s in specs), default=0)
+    if not open_dims:
+        return (1,)
+    return tuple(n for n in PROBE_SIZES if n ** open_dims <= PROBE_MAX_OPEN_ELEMENTS)
 
 
 def has_open_dims(specs: Any) -> bool:
@@ -295,9 +308,9 @@ def probe_batch(specs: Any, size: int) -> dict[str, np.ndarray]:
 
 def run_probe(run: Callable[[dict[str, np.ndarray]], Any], specs: Any) -> tuple[int, Any]:
     """Run a fresh export once on zeros: ``(size, result)`` of the first run that works, the open
-    dims at the smallest of ``PROBE_SIZES`` the model takes. Where every size fails, the
+    dims at the smallest of ``probe_sizes`` the model takes. Where every size fails, the
     failure at the largest is raised with ``probe_note`` saying what was tried."""
-    sizes = PROBE_SIZES if has_open_dims(specs) else (1,)
+    sizes = probe_sizes(specs)
     for size in sizes:
         try:
             return size, run(probe_batch(specs, size))

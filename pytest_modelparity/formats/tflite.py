@@ -119,7 +119,7 @@ def _new_interpreter(content: bytes, *, preserve_all_tensors: bool = False, num_
 
 def _allocate(native: Any, fresh: Callable[[], Any]) -> Any:
     """``native`` with its tensors allocated; a file with open non-batch dims that cannot be
-    planned at 1 (valid convolutions) is planned at the smallest of ``PROBE_SIZES`` it takes."""
+    planned at 1 (valid convolutions) is planned at the smallest of ``probe_sizes`` it takes."""
     specs = [TensorSpec(d["name"], _shape(d), d["dtype"]) for d in native.get_input_details()]
 
     def plan(batch: dict[str, np.ndarray]) -> Any:
@@ -800,7 +800,7 @@ def validate(path: Path) -> None:
 
 def validate_content(content: bytes, path: Path, *, log: ConverterLog | None = None, route: str | None = None) -> None:
     """Allocate and invoke ``content`` once on zeros (open non-batch dims at the smallest of
-    ``PROBE_SIZES`` the file takes): what fails here would fail at load."""
+    ``probe_sizes`` the file takes): what fails here would fail at load."""
     try:
         probe = _new_interpreter(content)
         details = probe.get_input_details()
