@@ -504,7 +504,8 @@ def _tolerance_fn(actual: Any, tolerance: Tolerance | None, *, rtol, atol, devic
             # the float64 run measured the mixed-precision model's error itself: judge by it
             tol = tol_mod.shadow_tolerance(dtype, measured[floor.FLOAT64], device=device, format=fmt,
                                            float16_weights=measured.get(floor.FLOAT16_WEIGHTS),
-                                           compute=compute, twin=floor.method_name(twin))
+                                           compute=compute, twin=floor.method_name(twin),
+                                           reordered=measured.get(floor.FLOAT32_REORDERED))
         else:
             if compute is not None and np.dtype(dtype).kind == "f":
                 dtype = tol_mod.less_precise(dtype, compute)
@@ -548,7 +549,9 @@ def _shadow_floors(model: Any, inputs: Any, reference: Any, paths: list[str], fm
     info: dict[str, Any] = {}
     seconds = 0.0
     ref_leaves = dict(_leaves(reference))
-    for kind in kinds:
+    for kind in [*kinds, floor.SHARPENS[floor.FLOAT64]]:  # the sharper floor only beside a float64 one
+        if kind not in kinds and not info.get(floor.FLOAT64, "").startswith("measured"):
+            continue
         measured = floor.measure_floor(model, kind, inputs, ref_leaves, _leaves)
         seconds += measured.seconds
         if measured.errors is None:

@@ -40,8 +40,8 @@ class NotApplicable(TwinUnavailable):
 
 
 def build_runner(reference: Any, kind: str, method: str) -> tuple[Runner, bool]:
-    """``(runner, accumulates)``: a runner of the ``kind`` twin (``"float64"`` or
-    ``"float16 weights"``) built by ``method``, and whether the model sums products (a
+    """``(runner, accumulates)``: a runner of the ``kind`` twin (``"float64"``,
+    ``"float16 weights"`` or ``"float32 reordered"``, graph only) built by ``method``, and whether the model sums products (a
     float64 twin of such a model that equals it bitwise stayed partly float32)."""
     loaded = as_loaded(reference)
     if method == "keras":
@@ -116,6 +116,8 @@ def _keras_runner(loaded: LoadedModel, kind: str) -> tuple[Runner, bool]:
     native: Any = getattr(loaded, "native", None)
     if loaded.format not in ("keras", "h5") or not is_keras_model(native):
         raise NotApplicable("not a Keras model")
+    if kind not in ("float64", "float16 weights"):
+        raise NotApplicable(f"a {kind} twin is built from the graph only")
     try:
         twin = float64_twin(native) if kind == "float64" else float16_weights_twin(native)
     except ShadowUnavailable as exc:
@@ -140,7 +142,7 @@ def _graph_runner(loaded: LoadedModel, kind: str) -> tuple[Runner, bool]:
 
     frozen = frozen_graph(loaded)
     try:
-        twin = graph_twin.build(frozen, "float64" if kind == "float64" else "float16 weights")
+        twin = graph_twin.build(frozen, kind)
     except GraphUnavailable as exc:
         raise TwinUnavailable(str(exc)) from exc
     feed, names = _feeder(loaded), [s.name for s in loaded.outputs]
