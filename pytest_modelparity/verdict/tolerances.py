@@ -59,6 +59,10 @@ class Tolerance:
     # Set when a model reference was judged by a fixed rule because no float64 twin could
     # measure its own error: why, and what the fixed rule likely costs (``without_floor``).
     floor_note: str | None = None
+    # Set when the sharper floor judged (``shadow_tolerance``): the scale the float64 floor
+    # alone gives. Diagnosis runs forms on other kernels (a TFLite file's intermediates run
+    # without XNNPACK), which may round apart by that much: its layer table reads this.
+    float64_scale: float | None = None
 
     @property
     def rule(self) -> str:
@@ -312,7 +316,8 @@ def shadow_tolerance(dtype: Any, measured: float, *, device: str = "cpu", format
     own = "float32" if compute in (None, "float32") else f"{compute} (mixed precision)"
     fmt = (format or "").lower() or None
     sharper = reordered is not None and compute in (None, "float32") and reordered <= REORDERED_AT_MOST * measured
-    if sharper and reorder_applies(fmt) and not _on_gpu(device):
+    judged_by = sharper and reorder_applies(fmt) and not _on_gpu(device)
+    if judged_by:
         judged = max(float(reordered), REORDERED_MIN_SHARE * float(measured))
         floor = max(judged, SHADOW_MIN_FLOOR_EPS * eps)
         raised = ("" if judged >= floor else f", at least {SHADOW_MIN_FLOOR_EPS:g} eps") + (
@@ -329,7 +334,8 @@ def shadow_tolerance(dtype: Any, measured: float, *, device: str = "cpu", format
             where = "a GPU run" if _on_gpu(device) else (fmt or "this form")
             source += (f"; not its reordered float32 run's {reordered:.1e}, which judges only CPU forms "
                        f"summing in float32, not {where}")
-    tol = Tolerance(0.0, 0.0, scale=SHADOW_MULTIPLE * floor, default=True, source=source)
+    tol = Tolerance(0.0, 0.0, scale=SHADOW_MULTIPLE * floor, default=True, source=source,
+                    float64_scale=SHADOW_MULTIPLE * max(float(measured), SHADOW_MIN_FLOOR_EPS * eps) if judged_by else None)
     if fmt == "tflite:float16" and float16_weights is not None:
         f16 = SHADOW_F16_MULTIPLE * max(float(float16_weights), floor)
         tol = replace(tol, scale=max(tol.scale, f16),
