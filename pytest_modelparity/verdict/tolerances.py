@@ -317,7 +317,7 @@ def shadow_tolerance(dtype: Any, measured: float, *, device: str = "cpu", format
     fmt = (format or "").lower() or None
     sharper = reordered is not None and compute in (None, "float32") and reordered <= REORDERED_AT_MOST * measured
     judged_by = sharper and reorder_applies(fmt) and not _on_gpu(device)
-    if judged_by:
+    if judged_by and reordered is not None:
         judged = max(float(reordered), REORDERED_MIN_SHARE * float(measured))
         floor = max(judged, SHADOW_MIN_FLOOR_EPS * eps)
         raised = ("" if judged >= floor else f", at least {SHADOW_MIN_FLOOR_EPS:g} eps") + (
