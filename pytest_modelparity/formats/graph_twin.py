@@ -86,6 +86,11 @@ def float16_weights_graph_def(graph_def: Any) -> Any:
 _TRANSCENDENTAL_OPS = frozenset({"Exp", "Log", "Log1p", "Expm1", "Tanh", "Sigmoid", "Erf", "Erfc", "Softmax",
                                  "LogSoftmax", "Rsqrt", "Sqrt", "Pow", "Softplus", "Elu", "Selu", "Sin", "Cos"})
 _NUDGE = 1.0 + 2.0 ** -23   # one float32 ULP just above 1
+_REORDERED_SUMS = frozenset({"Conv2D", "MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3"})
+# Product sums the reordered twin cannot split: a graph holding one has no reordered twin (the
+# float64 floor judges), so no form's other order of them is missed.
+_UNREORDERED_SUMS = frozenset({"Einsum", "Conv3D", "DepthwiseConv2dNative", "Conv2DBackpropInput",
+                               "Conv3DBackpropInputV2", "_FusedMatMul", "_FusedConv2D"})
 
 
 def reordered_graph_def(graph_def: Any) -> Any:
@@ -99,9 +104,10 @@ def reordered_graph_def(graph_def: Any) -> Any:
     over one input channel (a filter bank over a waveform) accumulates in sequence in every
     GEMM kernel measured (TensorFlow, XNNPACK, onnxruntime, tfjs), so a cancelling sum there
     rounds alike in each, however far from exact it is (bench/noise_floor.py, the log-magnitude
-    net). A split that cannot be planned (shapes unknown) leaves the op as it is; a graph
-    where none can be planned has no reordered twin (``GraphUnavailable``): what it would
-    measure is then only the nudges, and the float64 floor judges."""
+    net). A graph with a product sum the twin cannot vary (one it cannot plan, an
+    ``Einsum``, a depthwise convolution, any inside a function such as an LSTM's loop) or
+    with none to vary has no reordered twin (``GraphUnavailable``): it would miss what a
+    form's other order of that sum costs, and the float64 floor judges."""
     tf = import_tf()
     out = tf.compat.v1.GraphDef()
     out.CopyFrom(graph_def)
@@ -111,13 +117,24 @@ def reordered_graph_def(graph_def: Any) -> Any:
             tf.graph_util.import_graph_def(out, name="")
     except Exception:  # noqa: BLE001 - shapes unknown: nothing can be planned
         return out
+    inside = sorted({n.op for f in out.library.function for n in f.node_def}
+                    & (_REORDERED_SUMS | _UNREORDERED_SUMS | _TRANSCENDENTAL_OPS))
+    if inside:  # a while loop's body (an LSTM): its sums would keep their order, unlike a form's
+        raise GraphUnavailable(f"its {', '.join(inside)} sit inside functions (control flow), which are not "
+                               "reordered")
     new: list[Any] = []
     split = 0
     for node in list(out.node):
         if node.op == "Conv2D" and node.attr["T"].type == DT_FLOAT:
             added = _split_conv(node, graph)
+            if not added and not _one_channel(node, graph):
+                raise GraphUnavailable(f"{node.name} (Conv2D) could not be reordered (grouped, or shapes unknown)")
         elif node.op in ("MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3") and _float_op(node):
             added = _split_matmul(node, graph)
+            if not added and not _contraction_of_one(node, graph):
+                raise GraphUnavailable(f"{node.name} ({node.op}) could not be reordered (shapes unknown)")
+        elif node.op in _UNREORDERED_SUMS and _float_op(node):
+            raise GraphUnavailable(f"{node.name} ({node.op}) sums products in an order the twin does not vary")
         else:
             if node.op in _TRANSCENDENTAL_OPS and _float_op(node):
                 new += _nudge(node)
@@ -129,6 +146,20 @@ def reordered_graph_def(graph_def: Any) -> Any:
                                "rounds alike in every form, others are inside functions or of unknown shape)")
     out.node.extend(new)
     return out
+
+
+def _one_channel(conv: Any, graph: Any) -> bool:
+    """A Conv2D over one input channel: every CPU kernel the plugin runs sums it in order."""
+    fshape = _static_shape(graph, list(conv.input)[1])
+    return fshape is not None and len(fshape) == 4 and fshape[2] == 1
+
+
+def _contraction_of_one(mm: Any, graph: Any) -> bool:
+    ashape = _static_shape(graph, list(mm.input)[0])
+    if ashape is None or len(ashape) < 2:
+        return False
+    transposed = mm.attr["transpose_a"].b if mm.op == "MatMul" else mm.attr["adj_x"].b
+    return ashape[len(ashape) - (2 if transposed else 1)] == 1
 
 
 def _float_op(node: Any) -> bool:
