@@ -108,6 +108,14 @@ def reordered_graph_def(graph_def: Any) -> Any:
     ``Einsum``, a depthwise convolution, any inside a function such as an LSTM's loop) or
     with none to vary has no reordered twin (``GraphUnavailable``): it would miss what a
     form's other order of that sum costs, and the float64 floor judges."""
+    inside = sorted({n.op for f in graph_def.library.function for n in f.node_def}
+                    & (_REORDERED_SUMS | _UNREORDERED_SUMS | _TRANSCENDENTAL_OPS))
+    if inside:  # a while loop's body (an LSTM): its sums would keep their order, unlike a form's
+        raise GraphUnavailable(f"its {', '.join(inside)} sit inside functions (control flow), which are not "
+                               "reordered")
+    fixed = next((n for n in graph_def.node if n.op in _UNREORDERED_SUMS and _float_op(n)), None)
+    if fixed is not None:
+        raise GraphUnavailable(f"{fixed.name} ({fixed.op}) sums products in an order the twin does not vary")
     tf = import_tf()
     out = tf.compat.v1.GraphDef()
     out.CopyFrom(graph_def)
@@ -115,13 +123,8 @@ def reordered_graph_def(graph_def: Any) -> Any:
     try:
         with quiet(), graph.as_default():
             tf.graph_util.import_graph_def(out, name="")
-    except Exception:  # noqa: BLE001 - shapes unknown: nothing can be planned
-        return out
-    inside = sorted({n.op for f in out.library.function for n in f.node_def}
-                    & (_REORDERED_SUMS | _UNREORDERED_SUMS | _TRANSCENDENTAL_OPS))
-    if inside:  # a while loop's body (an LSTM): its sums would keep their order, unlike a form's
-        raise GraphUnavailable(f"its {', '.join(inside)} sit inside functions (control flow), which are not "
-                               "reordered")
+    except Exception as exc:  # noqa: BLE001 - shapes unknown: nothing can be planned
+        raise GraphUnavailable(f"its graph does not import for shapes ({_first(exc)})") from exc
     new: list[Any] = []
     split = 0
     for node in list(out.node):
@@ -133,8 +136,6 @@ def reordered_graph_def(graph_def: Any) -> Any:
             added = _split_matmul(node, graph)
             if not added and not _contraction_of_one(node, graph):
                 raise GraphUnavailable(f"{node.name} ({node.op}) could not be reordered (shapes unknown)")
-        elif node.op in _UNREORDERED_SUMS and _float_op(node):
-            raise GraphUnavailable(f"{node.name} ({node.op}) sums products in an order the twin does not vary")
         else:
             if node.op in _TRANSCENDENTAL_OPS and _float_op(node):
                 new += _nudge(node)
