@@ -81,6 +81,16 @@ def test_the_reordered_twin_rounds_like_another_float32_form_and_is_never_the_mo
     assert "no product sum in its graph could be reordered" in report.meta["shadow"][floor.FLOAT32_REORDERED]
     assert report.outputs[0].tolerance.source.endswith("from a float64 run of its Keras twin)")
 
+    # sums it cannot vary (attention's Einsum, an LSTM's loop body): no reordered twin, rather
+    # than a spread that misses what a form's other order of them costs
+    from families import gelu_encoder, recurrent
+
+    for build, why in ((gelu_encoder, "(Einsum) sums products in an order the twin does not vary"),
+                       (lambda: recurrent("lstm"), "sit inside functions (control flow), which are not reordered")):
+        model, _ = build()
+        twin = floor.twin_of(load_model(model), floor.FLOAT32_REORDERED, method="graph")
+        assert twin.model is None and why in twin.reason, twin.reason
+
 
 # -- through the plugin's fixtures -------------------------------------------------------------
 
