@@ -85,7 +85,7 @@ def test_the_reordered_twin_rounds_like_another_float32_form_and_is_never_the_mo
     # than a spread that misses what a form's other order of them costs
     from families import gelu_encoder, recurrent
 
-    for build, why in ((gelu_encoder, "(Einsum) sums products in an order the twin does not vary"),
+    for build, why in ((gelu_encoder, "Einsum ops sum products in an order the twin does not vary"),
                        (lambda: recurrent("lstm"), "sit inside functions (control flow), which are not reordered")):
         model, _ = build()
         twin = floor.twin_of(load_model(model), floor.FLOAT32_REORDERED, method="graph")

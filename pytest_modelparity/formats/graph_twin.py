@@ -89,7 +89,7 @@ _NUDGE = 1.0 + 2.0 ** -23   # one float32 ULP just above 1
 _REORDERED_SUMS = frozenset({"Conv2D", "MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3"})
 # Product sums the reordered twin cannot split: a graph holding one has no reordered twin (the
 # float64 floor judges), so no form's other order of them is missed.
-_UNREORDERED_SUMS = frozenset({"Einsum", "Conv3D", "DepthwiseConv2dNative", "Conv2DBackpropInput",
+UNREORDERED_SUMS = frozenset({"Einsum", "Conv3D", "DepthwiseConv2dNative", "Conv2DBackpropInput",
                                "Conv3DBackpropInputV2", "_FusedMatMul", "_FusedConv2D"})
 
 
@@ -109,11 +109,11 @@ def reordered_graph_def(graph_def: Any) -> Any:
     with none to vary has no reordered twin (``GraphUnavailable``): it would miss what a
     form's other order of that sum costs, and the float64 floor judges."""
     inside = sorted({n.op for f in graph_def.library.function for n in f.node_def}
-                    & (_REORDERED_SUMS | _UNREORDERED_SUMS | _TRANSCENDENTAL_OPS))
+                    & (_REORDERED_SUMS | UNREORDERED_SUMS | _TRANSCENDENTAL_OPS))
     if inside:  # a while loop's body (an LSTM): its sums would keep their order, unlike a form's
         raise GraphUnavailable(f"its {', '.join(inside)} sit inside functions (control flow), which are not "
                                "reordered")
-    fixed = next((n for n in graph_def.node if n.op in _UNREORDERED_SUMS and _float_op(n)), None)
+    fixed = next((n for n in graph_def.node if n.op in UNREORDERED_SUMS and _float_op(n)), None)
     if fixed is not None:
         raise GraphUnavailable(f"{fixed.name} ({fixed.op}) sums products in an order the twin does not vary")
     tf = import_tf()

@@ -140,6 +140,10 @@ def _keras_runner(loaded: LoadedModel, kind: str) -> tuple[Runner, bool]:
 def _graph_runner(loaded: LoadedModel, kind: str) -> tuple[Runner, bool]:
     from . import graph_twin
 
+    if kind == "float32 reordered":  # refused before the freeze (the costly part) where it can be
+        fixed = sorted((_traced_ops(loaded) or set()) & graph_twin.UNREORDERED_SUMS)
+        if fixed:
+            raise TwinUnavailable(f"its {', '.join(fixed)} ops sum products in an order the twin does not vary")
     frozen = frozen_graph(loaded)
     try:
         twin = graph_twin.build(frozen, kind)
@@ -154,6 +158,18 @@ def _graph_runner(loaded: LoadedModel, kind: str) -> tuple[Runner, bool]:
             raise TwinUnavailable(str(exc)) from exc
 
     return run, bool(frozen.op_types() & graph_twin.ACCUMULATING_OPS)
+
+
+def _traced_ops(loaded: LoadedModel) -> set[str] | None:
+    """The op types of the reference's traced function, functions included, before any freeze
+    (a Keras model's cached trace, a SavedModel signature, a ``tf.function``); None if unknown."""
+    try:
+        traced = getattr(loaded, "traced_function", None)
+        fn: Any = traced() if callable(traced) else getattr(loaded, "native", None)
+        graph_def = fn.graph.as_graph_def()
+    except Exception:  # noqa: BLE001 - no trace to read: the frozen graph's check decides
+        return None
+    return {n.op for n in graph_def.node} | {n.op for f in graph_def.library.function for n in f.node_def}
 
 
 def frozen_graph(loaded: LoadedModel) -> Any:
