@@ -160,9 +160,24 @@ def _graph_runner(loaded: LoadedModel, kind: str) -> tuple[Runner, bool]:
     return run, bool(frozen.op_types() & graph_twin.ACCUMULATING_OPS)
 
 
+# Keras layers whose graph holds a sum the reordered twin cannot vary, as the op it becomes.
+_KERAS_SUMS = {"DepthwiseConv2D": "DepthwiseConv2dNative", "SeparableConv2D": "DepthwiseConv2dNative",
+               "DepthwiseConv1D": "DepthwiseConv2dNative", "SeparableConv1D": "DepthwiseConv2dNative",
+               "MultiHeadAttention": "Einsum", "EinsumDense": "Einsum", "Conv3D": "Conv3D",
+               "Conv2DTranspose": "Conv2DBackpropInput", "Conv1DTranspose": "Conv2DBackpropInput"}
+
+
 def _traced_ops(loaded: LoadedModel) -> set[str] | None:
     """The op types of the reference's traced function, functions included, before any freeze
     (a Keras model's cached trace, a SavedModel signature, a ``tf.function``); None if unknown."""
+    native: Any = getattr(loaded, "native", None)
+    if is_keras_model(native):  # read from its layers: no trace needed (MobileNetV2's: 2 s)
+        layers = list(native._flatten_layers(include_self=False))
+        ops = {_KERAS_SUMS[type(layer).__name__] for layer in layers if type(layer).__name__ in _KERAS_SUMS}
+        if any(getattr(layer, "groups", 1) > 1 for layer in layers):  # grouped: one group per channel
+            ops.add("DepthwiseConv2dNative")
+        if ops:
+            return ops
     try:
         traced = getattr(loaded, "traced_function", None)
         fn: Any = traced() if callable(traced) else getattr(loaded, "native", None)
