@@ -258,7 +258,9 @@ def bug_candidates(form_model, keras_model, x, is_image: bool):
 
     bugs = {}
     if keras_model.name == "log_magnitude":  # the bug: one late conv kernel x1.01
-        bugs["gain_x255/256"] = lambda b: form_model.predict(np.asarray(b) * (255 / 256))
+        # the input's gain x255/256, as the (bias-free, linear) filter bank's kernel: a model, so
+        # its kernels are known (a function of unknown provenance is judged by the float64 floor)
+        bugs["gain_x255/256 (filter_bank)"] = audio.perturb_late_kernel(keras_model, 255 / 256, layer="filter_bank")
         bugs["kernel_x1.01 (late_conv)"] = audio.perturb_late_kernel(keras_model)
         return bugs
     if is_image:

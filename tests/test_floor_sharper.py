@@ -92,6 +92,23 @@ def test_the_reordered_twin_rounds_like_another_float32_form_and_is_never_the_mo
         assert twin.model is None and why in twin.reason, twin.reason
 
 
+def test_arrays_or_a_function_as_the_candidate_keep_the_float64_floor():
+    """Only a loaded form or a Keras model says which kernels computed it; arrays or a plain
+    function could come from tfjs or a GPU, whose sums round apart by the float64 error."""
+    import audio
+
+    model, _ = audio.log_magnitude(1024, kernel=512)
+    ref = load_model(model)
+    x = audio.waveform(4, 1024, seed=1)
+    sharp = assert_outputs_close(ref, ref, inputs=x)
+    assert all("from a reordered float32 run" in o.tolerance.source for o in sharp.outputs)
+    for candidate in (ref.predict(x), lambda batch: ref.predict(batch)):
+        report = assert_outputs_close(candidate, ref, inputs=x)
+        for o in report.outputs:
+            assert "reordered" not in o.tolerance.source and "from a float64 run of its Keras twin" in o.tolerance.source
+            assert o.tolerance.scale > 50 * next(s.tolerance.scale for s in sharp.outputs if s.path == o.path)
+
+
 # -- through the plugin's fixtures -------------------------------------------------------------
 
 CONFTEST = textwrap.dedent('''
