@@ -11,8 +11,9 @@ The float64 error overstates what correct float32 forms differ by where an ill-c
 step (the log of a cancelling filter-bank sum) amplifies rounding that every float32 form
 does alike: a log-magnitude audio net's float64 error was 500x its forms' spread. The
 ``float32 reordered`` twin measures that spread (``measure_floor(model, FLOAT32_REORDERED,
-...)``, after the float64 floor: ``SHARPENS``), and ``tolerances.shadow_tolerance`` judges by it
-when smaller; without it (no graph, nothing to reorder) the float64 floor judges as before.
+...)``, after the float64 floor: ``SHARPENS``), and ``tolerances.shadow_tolerance`` judges a
+CPU float32 form by it where it is at most 1/16 of the float64 error; without it (no graph, a
+sum it cannot reorder, nothing to reorder) the float64 floor judges as before.
 
 Twins come in two builds behind one interface (``formats/twins.py``): a Keras model rebuilt
 from its config, or the reference's frozen TensorFlow graph rewritten to float64 (SavedModel,
@@ -37,7 +38,7 @@ FLOAT64 = "float64"
 FLOAT16_WEIGHTS = "float16 weights"
 # The sharper floor (issue 27): the graph twin kept in float32 with its product sums split in
 # two and its transcendental outputs moved an ULP, i.e. what another correct float32
-# implementation could compute; what it differs by judges when smaller than the float64 error.
+# implementation could compute; what it differs by judges where it is far below the float64 error.
 FLOAT32_REORDERED = "float32 reordered"
 KINDS = (FLOAT64, FLOAT16_WEIGHTS, FLOAT32_REORDERED)
 _OUTPUTS_KEPT = 16   # batches whose shadow outputs are kept per twin
