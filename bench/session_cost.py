@@ -233,7 +233,8 @@ def session(model_path: Path, cache: Path, workdir: Path) -> dict:
             phases.wrap(fixtures, "_keras_from_path", "load reference (.keras)")
             phases.wrap(fixtures, "_load_reference", "load reference")
             phases.wrap(fixtures, "_load_source", lambda src, fmt, *a, **k: f"load {fmt}")
-            phases.wrap(floor, "measure_floor", "twin (build + run)")
+            phases.wrap(floor, "measure_floor", lambda model, kind, *a, **k: (
+                "reordered twin (the sharper floor)" if kind == floor.FLOAT32_REORDERED else "twin (build + run)"))
             phases.wrap(worker.ExportProcess, "_start", "start worker")
             phases.wrap(worker.ExportProcess, "_handover", "hand model over")
             phases.wrap(worker.ExportProcess, "_ask", lambda self, request, fmt, path: f"export {fmt} (+validation)")

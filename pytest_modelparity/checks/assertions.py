@@ -125,7 +125,7 @@ def assert_outputs_close(actual: Any, expected: Any, *, inputs: Any = None, rtol
         floors = None
         if _uses_default(tolerance, rtol, atol) and inputs is not None:
             floors = _shadow_floors(expected_model if expected_model is not None else actual_model,
-                                    inputs, exp_raw, _leaf_paths(exp), fmt, meta)
+                                    inputs, exp_raw, _leaf_paths(exp), fmt, meta, sharper=_known_kernels(actual_model))
         tol_fn = _tolerance_fn(act, tolerance, rtol=rtol, atol=atol, device=device, fmt=fmt,
                                compute=_compute_dtype(actual_model, expected_model), floors=floors,
                                allow_vacuous=allow_vacuous, **_floor_of(meta))
@@ -506,7 +506,8 @@ def _tolerance_fn(actual: Any, tolerance: Tolerance | None, *, rtol, atol, devic
             # the float64 run measured the mixed-precision model's error itself: judge by it
             tol = tol_mod.shadow_tolerance(dtype, measured[floor.FLOAT64], device=device, format=fmt,
                                            float16_weights=measured.get(floor.FLOAT16_WEIGHTS),
-                                           compute=compute, twin=floor.method_name(twin))
+                                           compute=compute, twin=floor.method_name(twin),
+                                           reordered=measured.get(floor.FLOAT32_REORDERED))
         else:
             if compute is not None and np.dtype(dtype).kind == "f":
                 dtype = tol_mod.less_precise(dtype, compute)
@@ -535,8 +536,16 @@ def _leaf_paths(tree: Any) -> list[str]:
     return [path for path, _ in _leaves(tree)]
 
 
+def _known_kernels(candidate: Any) -> bool:
+    """A loaded form or a Keras model, whose kernels the format says: only such a candidate
+    may be judged by the sharper floor (arrays or a function could come from anything)."""
+    from ..formats import is_keras_model
+
+    return is_loaded_model(candidate) or is_keras_model(candidate)
+
+
 def _shadow_floors(model: Any, inputs: Any, reference: Any, paths: list[str], fmt: str | None,
-                   meta: dict[str, Any]) -> dict[str, dict[str, float]] | None:
+                   meta: dict[str, Any], sharper: bool = True) -> dict[str, dict[str, float]] | None:
     """{path: {kind: max|ref - twin| / max|twin|}} of the reference's outputs on ``inputs``,
     or None when no twin could measure them; ``meta["shadow"]`` says which twin measured
     or why none did (``meta["noise_floor_missing"]``, which the tolerance source repeats).
@@ -550,7 +559,9 @@ def _shadow_floors(model: Any, inputs: Any, reference: Any, paths: list[str], fm
     info: dict[str, Any] = {}
     seconds = 0.0
     ref_leaves = dict(_leaves(reference))
-    for kind in kinds:
+    for kind in [*kinds, *([floor.SHARPENS[floor.FLOAT64]] if sharper else [])]:
+        if kind not in kinds and not info.get(floor.FLOAT64, "").startswith("measured"):
+            continue  # the sharper floor only beside a float64 one
         measured = floor.measure_floor(model, kind, inputs, ref_leaves, _leaves)
         seconds += measured.seconds
         if measured.errors is None:

@@ -81,6 +81,187 @@ def float16_weights_graph_def(graph_def: Any) -> Any:
     return out
 
 
+# Ops whose float32 result another implementation rounds differently by an ULP or so
+# (their own approximations of exp, log, tanh...): the reordered twin nudges their outputs.
+_TRANSCENDENTAL_OPS = frozenset({"Exp", "Log", "Log1p", "Expm1", "Tanh", "Sigmoid", "Erf", "Erfc", "Softmax",
+                                 "LogSoftmax", "Rsqrt", "Sqrt", "Pow", "Softplus", "Elu", "Selu", "Sin", "Cos"})
+_NUDGE = 1.0 + 2.0 ** -23   # one float32 ULP just above 1
+_REORDERED_SUMS = frozenset({"Conv2D", "MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3"})
+# Product sums the reordered twin cannot split: a graph holding one has no reordered twin (the
+# float64 floor judges), so no form's other order of them is missed.
+UNREORDERED_SUMS = frozenset({"Einsum", "Conv3D", "DepthwiseConv2dNative", "Conv2DBackpropInput",
+                               "Conv3DBackpropInputV2", "_FusedMatMul", "_FusedConv2D"})
+
+
+def reordered_graph_def(graph_def: Any) -> Any:
+    """A copy of ``graph_def`` still in float32 that rounds the way another correct float32
+    implementation could: every product sum (``Conv2D``, ``MatMul``, ``BatchMatMul*``) whose
+    reduction holds two or more channels / a contraction of 2 or more is split in two halves
+    added after (what a kernel with another blocking of the reduction does), and the output
+    of each transcendental op is moved by one ULP (another library's approximation).
+
+    What it does not reorder is what every float32 form computes the same way: a reduction
+    over one input channel (a filter bank over a waveform) accumulates in sequence in every
+    GEMM kernel measured (TensorFlow, XNNPACK, onnxruntime, tfjs), so a cancelling sum there
+    rounds alike in each, however far from exact it is (bench/noise_floor.py, the log-magnitude
+    net). A graph with a product sum the twin cannot vary (one it cannot plan, an
+    ``Einsum``, a depthwise convolution, any inside a function such as an LSTM's loop) or
+    with none to vary has no reordered twin (``GraphUnavailable``): it would miss what a
+    form's other order of that sum costs, and the float64 floor judges."""
+    inside = sorted({n.op for f in graph_def.library.function for n in f.node_def}
+                    & (_REORDERED_SUMS | UNREORDERED_SUMS | _TRANSCENDENTAL_OPS))
+    if inside:  # a while loop's body (an LSTM): its sums would keep their order, unlike a form's
+        raise GraphUnavailable(f"its {', '.join(inside)} sit inside functions (control flow), which are not "
+                               "reordered")
+    fixed = next((n for n in graph_def.node if n.op in UNREORDERED_SUMS and _float_op(n)), None)
+    if fixed is not None:
+        raise GraphUnavailable(f"{fixed.name} ({fixed.op}) sums products in an order the twin does not vary")
+    tf = import_tf()
+    out = tf.compat.v1.GraphDef()
+    out.CopyFrom(graph_def)
+    graph = tf.Graph()
+    try:
+        with quiet(), graph.as_default():
+            tf.graph_util.import_graph_def(out, name="")
+    except Exception as exc:  # noqa: BLE001 - shapes unknown: nothing can be planned
+        raise GraphUnavailable(f"its graph does not import for shapes ({_first(exc)})") from exc
+    new: list[Any] = []
+    split = 0
+    for node in list(out.node):
+        if node.op == "Conv2D" and node.attr["T"].type == DT_FLOAT:
+            added = _split_conv(node, graph)
+            if not added and not _one_channel(node, graph):
+                raise GraphUnavailable(f"{node.name} (Conv2D) could not be reordered (grouped, or shapes unknown)")
+        elif node.op in ("MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3") and _float_op(node):
+            added = _split_matmul(node, graph)
+            if not added and not _contraction_of_one(node, graph):
+                raise GraphUnavailable(f"{node.name} ({node.op}) could not be reordered (shapes unknown)")
+        else:
+            if node.op in _TRANSCENDENTAL_OPS and _float_op(node):
+                new += _nudge(node)
+            continue
+        split += bool(added)
+        new += added
+    if not split:
+        raise GraphUnavailable("no product sum in its graph could be reordered (a reduction over one channel "
+                               "rounds alike in every form, others are inside functions or of unknown shape)")
+    out.node.extend(new)
+    return out
+
+
+def _one_channel(conv: Any, graph: Any) -> bool:
+    """A Conv2D over one input channel: every CPU kernel the plugin runs sums it in order."""
+    fshape = _static_shape(graph, list(conv.input)[1])
+    return fshape is not None and len(fshape) == 4 and fshape[2] == 1
+
+
+def _contraction_of_one(mm: Any, graph: Any) -> bool:
+    ashape = _static_shape(graph, list(mm.input)[0])
+    if ashape is None or len(ashape) < 2:
+        return False
+    transposed = mm.attr["transpose_a"].b if mm.op == "MatMul" else mm.attr["adj_x"].b
+    return ashape[len(ashape) - (2 if transposed else 1)] == 1
+
+
+def _float_op(node: Any) -> bool:
+    return any(node.attr[k].type == DT_FLOAT for k in ("T", "Ta") if k in node.attr)
+
+
+def _static_shape(graph: Any, name: str) -> list[int | None] | None:
+    try:
+        shape = graph.get_tensor_by_name(name if ":" in name else f"{name}:0").shape
+        return None if shape.rank is None else shape.as_list()
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _halves(x: str, axis: int, size: int, tag: str) -> tuple[list[Any], str, str]:
+    """``SplitV`` of ``x`` into its first ``size // 2`` and the rest along ``axis``."""
+    first = size // 2
+    sizes = _const(f"{tag}/sizes", np.array([first, size - first], np.int32))
+    dim = _const(f"{tag}/axis", np.array(axis, np.int32))
+    split = _node(f"{tag}/split", "SplitV", [x, f"{tag}/sizes", f"{tag}/axis"], {"Tlen": 3})
+    split.attr["num_split"].i = 2
+    return [sizes, dim, split], f"{tag}/split:0", f"{tag}/split:1"
+
+
+def _split_conv(conv: Any, graph: Any) -> list[Any]:
+    x, filt = list(conv.input)[:2]
+    fshape, xshape = _static_shape(graph, filt), _static_shape(graph, x)
+    fmt = conv.attr["data_format"].s or b"NHWC"
+    if fshape is None or xshape is None or len(fshape) != 4 or fmt != b"NHWC":
+        return []
+    channels = fshape[2]
+    if channels is None or channels < 2 or xshape[3] != channels:  # one channel, or grouped
+        return []
+    base = conv.name
+    nx, x1, x2 = _halves(x, 3, channels, f"{base}/r32_x")
+    nw, w1, w2 = _halves(filt, 2, channels, f"{base}/r32_w")
+    parts = []
+    for i, (a, b) in enumerate(((x1, w1), (x2, w2))):
+        part = type(conv)()
+        part.CopyFrom(conv)
+        part.name = f"{base}/r32_part{i}"
+        del part.input[:]
+        part.input.extend([a, b])
+        parts.append(part)
+    controls = [i for i in conv.input if i.startswith("^")]
+    conv.Clear()
+    conv.name, conv.op = base, "AddV2"
+    conv.input.extend([f"{base}/r32_part0", f"{base}/r32_part1", *controls])
+    conv.attr["T"].type = DT_FLOAT
+    return [*nx, *nw, *parts]
+
+
+def _split_matmul(mm: Any, graph: Any) -> list[Any]:
+    a, b = list(mm.input)[:2]
+    ashape, bshape = _static_shape(graph, a), _static_shape(graph, b)
+    if ashape is None or bshape is None or len(ashape) < 2 or len(bshape) < 2:
+        return []
+    if mm.op == "MatMul":
+        ta, tb = mm.attr["transpose_a"].b, mm.attr["transpose_b"].b
+    else:
+        ta, tb = mm.attr["adj_x"].b, mm.attr["adj_y"].b
+    a_axis = len(ashape) - (2 if ta else 1)
+    b_axis = len(bshape) - (1 if tb else 2)
+    k = ashape[a_axis]
+    if k is None or k < 2 or bshape[b_axis] != k:
+        return []
+    base = mm.name
+    na, a1, a2 = _halves(a, a_axis, k, f"{base}/r32_a")
+    nb, b1, b2 = _halves(b, b_axis, k, f"{base}/r32_b")
+    parts = []
+    for i, (x, y) in enumerate(((a1, b1), (a2, b2))):
+        part = type(mm)()
+        part.CopyFrom(mm)
+        part.name = f"{base}/r32_part{i}"
+        del part.input[:]
+        part.input.extend([x, y])
+        parts.append(part)
+    controls = [i for i in mm.input if i.startswith("^")]
+    t = mm.attr["T"].type if "T" in mm.attr else DT_FLOAT
+    mm.Clear()
+    mm.name, mm.op = base, "AddV2"
+    mm.input.extend([f"{base}/r32_part0", f"{base}/r32_part1", *controls])
+    mm.attr["T"].type = t
+    return [*na, *nb, *parts]
+
+
+def _nudge(node: Any) -> list[Any]:
+    """``node``'s output times (1 + 1 ULP): the node is renamed, a ``Mul`` takes its name."""
+    base = node.name
+    inner = type(node)()
+    inner.CopyFrom(node)
+    inner.name = f"{base}/r32_op"
+    controls = [i for i in node.input if i.startswith("^")]
+    t = node.attr["T"].type
+    node.Clear()
+    node.name, node.op = base, "Mul"
+    node.input.extend([f"{base}/r32_op", f"{base}/r32_ulp", *controls])
+    node.attr["T"].type = t
+    return [inner, _node(f"{base}/r32_ulp", "Const", [], value=np.float32(_NUDGE))]
+
+
 def _retype_node(node: Any, tf: Any) -> None:
     for key in node.attr:
         attr = node.attr[key]
@@ -398,10 +579,15 @@ class GraphTwin:
 
 
 def build(frozen: FrozenGraph, kind: str) -> GraphTwin:
-    """The float64 twin (``kind="float64"``) or the float16-weights twin of ``frozen``."""
+    """The float64 twin (``kind="float64"``), the reordered float32 twin (``"float32
+    reordered"``) or the float16-weights twin of ``frozen``."""
+    if kind == "float32 reordered":
+        return GraphTwin(frozen, reordered_graph_def(frozen.graph_def), np.float32)
     if kind == "float64":
         return GraphTwin(frozen, float64_graph_def(frozen.graph_def, frozen.outputs), np.float64)
-    return GraphTwin(frozen, float16_weights_graph_def(frozen.graph_def), np.float32)
+    if kind == "float16 weights":
+        return GraphTwin(frozen, float16_weights_graph_def(frozen.graph_def), np.float32)
+    raise ValueError(f"graph twin kind {kind!r}")
 
 
 _NODE_IN_TEXT = re.compile(r"\{\{node ([^}]+)\}\}|Detected at node '([^']+)'|node ([\w/.-]+) ")

@@ -40,8 +40,8 @@ class NotApplicable(TwinUnavailable):
 
 
 def build_runner(reference: Any, kind: str, method: str) -> tuple[Runner, bool]:
-    """``(runner, accumulates)``: a runner of the ``kind`` twin (``"float64"`` or
-    ``"float16 weights"``) built by ``method``, and whether the model sums products (a
+    """``(runner, accumulates)``: a runner of the ``kind`` twin (``"float64"``,
+    ``"float16 weights"`` or ``"float32 reordered"``, graph only) built by ``method``, and whether the model sums products (a
     float64 twin of such a model that equals it bitwise stayed partly float32)."""
     loaded = as_loaded(reference)
     if method == "keras":
@@ -116,6 +116,8 @@ def _keras_runner(loaded: LoadedModel, kind: str) -> tuple[Runner, bool]:
     native: Any = getattr(loaded, "native", None)
     if loaded.format not in ("keras", "h5") or not is_keras_model(native):
         raise NotApplicable("not a Keras model")
+    if kind not in ("float64", "float16 weights"):
+        raise NotApplicable(f"a {kind} twin is built from the graph only")
     try:
         twin = float64_twin(native) if kind == "float64" else float16_weights_twin(native)
     except ShadowUnavailable as exc:
@@ -138,9 +140,13 @@ def _keras_runner(loaded: LoadedModel, kind: str) -> tuple[Runner, bool]:
 def _graph_runner(loaded: LoadedModel, kind: str) -> tuple[Runner, bool]:
     from . import graph_twin
 
+    if kind == "float32 reordered":  # refused before the freeze (the costly part) where it can be
+        fixed = sorted((_traced_ops(loaded) or set()) & graph_twin.UNREORDERED_SUMS)
+        if fixed:
+            raise TwinUnavailable(f"its {', '.join(fixed)} ops sum products in an order the twin does not vary")
     frozen = frozen_graph(loaded)
     try:
-        twin = graph_twin.build(frozen, "float64" if kind == "float64" else "float16 weights")
+        twin = graph_twin.build(frozen, kind)
     except GraphUnavailable as exc:
         raise TwinUnavailable(str(exc)) from exc
     feed, names = _feeder(loaded), [s.name for s in loaded.outputs]
@@ -152,6 +158,33 @@ def _graph_runner(loaded: LoadedModel, kind: str) -> tuple[Runner, bool]:
             raise TwinUnavailable(str(exc)) from exc
 
     return run, bool(frozen.op_types() & graph_twin.ACCUMULATING_OPS)
+
+
+# Keras layers whose graph holds a sum the reordered twin cannot vary, as the op it becomes.
+_KERAS_SUMS = {"DepthwiseConv2D": "DepthwiseConv2dNative", "SeparableConv2D": "DepthwiseConv2dNative",
+               "DepthwiseConv1D": "DepthwiseConv2dNative", "SeparableConv1D": "DepthwiseConv2dNative",
+               "MultiHeadAttention": "Einsum", "EinsumDense": "Einsum", "Conv3D": "Conv3D",
+               "Conv2DTranspose": "Conv2DBackpropInput", "Conv1DTranspose": "Conv2DBackpropInput"}
+
+
+def _traced_ops(loaded: LoadedModel) -> set[str] | None:
+    """The op types of the reference's traced function, functions included, before any freeze
+    (a Keras model's cached trace, a SavedModel signature, a ``tf.function``); None if unknown."""
+    native: Any = getattr(loaded, "native", None)
+    if is_keras_model(native):  # read from its layers: no trace needed (MobileNetV2's: 2 s)
+        layers = list(native._flatten_layers(include_self=False))
+        ops = {_KERAS_SUMS[type(layer).__name__] for layer in layers if type(layer).__name__ in _KERAS_SUMS}
+        if any(getattr(layer, "groups", 1) > 1 for layer in layers):  # grouped: one group per channel
+            ops.add("DepthwiseConv2dNative")
+        if ops:
+            return ops
+    try:
+        traced = getattr(loaded, "traced_function", None)
+        fn: Any = traced() if callable(traced) else getattr(loaded, "native", None)
+        graph_def = fn.graph.as_graph_def()
+    except Exception:  # noqa: BLE001 - no trace to read: the frozen graph's check decides
+        return None
+    return {n.op for n in graph_def.node} | {n.op for f in graph_def.library.function for n in f.node_def}
 
 
 def frozen_graph(loaded: LoadedModel) -> Any:
