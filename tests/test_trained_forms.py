@@ -678,8 +678,12 @@ STFT_CONFTEST = textwrap.dedent('''
 def test_stft_magnitude_becomes_onnx(pytester: pytest.Pytester) -> None:
     """tf2onnx's own ComplexAbs handler refused an STFT's magnitude at every opset ("expected
     the first dimension to be 2"), and the advice was a newer opset; the exporter's handler
-    writes it as sqrt(re^2 + im^2)."""
+    writes it as sqrt(re^2 + im^2). The spectrum has a float64 floor: the graph twin computes
+    it in complex128 (ComplexAbs's complex64 -> float signature refused a float64 rewrite)."""
     pytester.makeconftest(STFT_CONFTEST)
     pytester.makepyfile(PARITY_TEST)
-    result = pytester.runpytest(CACHE_ARG, "-v", "--modelparity-formats=onnx")
+    result = pytester.runpytest(CACHE_ARG, "-v", "--modelparity-formats=onnx", "--modelparity-report=r.json")
     result.assert_outcomes(passed=1)
+    [row] = json.loads((pytester.path / "r.json").read_text())["rows"]
+    assert row["noise_floor_missing"] is None, row["noise_floor_missing"]
+    assert "from a float64 run of its graph twin" in row["tolerance_source"], row["tolerance_source"]

@@ -29,7 +29,10 @@ from ._tf import FrozenGraph, GraphUnavailable, import_tf
 
 # TensorFlow DataType enum values (types.proto).
 DT_FLOAT, DT_DOUBLE, DT_HALF, DT_BFLOAT16 = 1, 2, 19, 14
-_LOW_FLOATS = (DT_FLOAT, DT_HALF, DT_BFLOAT16)
+DT_COMPLEX64, DT_COMPLEX128 = 8, 18
+# What each low-precision type becomes in the float64 twin: a complex64 (an STFT's spectrum)
+# becomes complex128, or ComplexAbs's complex64 -> float signature would not match.
+_WIDER = {DT_FLOAT: DT_DOUBLE, DT_HALF: DT_DOUBLE, DT_BFLOAT16: DT_DOUBLE, DT_COMPLEX64: DT_COMPLEX128}
 _BATCH_NORMS = ("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3")
 # Ops that sum products: a float64 twin of a graph holding one cannot equal its float32
 # model bitwise on a whole output, unless part of it stayed float32 (not a faithful twin).
@@ -57,8 +60,7 @@ def float64_graph_def(graph_def: Any, outputs: list[str] | None = None) -> Any:
         _retype_node(node, tf)
     for function in out.library.function:
         for arg in list(function.signature.input_arg) + list(function.signature.output_arg):
-            if arg.type in _LOW_FLOATS:
-                arg.type = DT_DOUBLE
+            arg.type = _WIDER.get(arg.type, arg.type)
         if any(n.op in _BATCH_NORMS for n in function.node_def):
             raise GraphUnavailable(f"a fused batch norm inside function {function.signature.name} "
                                        "(control flow) cannot be rewritten to float64")
@@ -266,14 +268,15 @@ def _retype_node(node: Any, tf: Any) -> None:
     for key in node.attr:
         attr = node.attr[key]
         field = attr.WhichOneof("value")
-        if field == "type" and attr.type in _LOW_FLOATS:
-            attr.type = DT_DOUBLE
+        if field == "type" and attr.type in _WIDER:
+            attr.type = _WIDER[attr.type]
         elif field == "list" and attr.list.type:
-            types = [DT_DOUBLE if t in _LOW_FLOATS else t for t in attr.list.type]
+            types = [_WIDER.get(t, t) for t in attr.list.type]
             del attr.list.type[:]
             attr.list.type.extend(types)
-        elif field == "tensor" and attr.tensor.dtype in _LOW_FLOATS:
-            value = tf.make_ndarray(attr.tensor).astype(np.float64)
+        elif field == "tensor" and attr.tensor.dtype in _WIDER:
+            wide = np.complex128 if attr.tensor.dtype == DT_COMPLEX64 else np.float64
+            value = tf.make_ndarray(attr.tensor).astype(wide)
             attr.tensor.CopyFrom(tf.make_tensor_proto(value))
 
 
