@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
+from ..runtime.quiet import make_ignored_dir
 from ..runtime.scratch import owned_prefix
 
 __all__ = ["FLOOR_DIR", "FROM_CACHE", "FloorCache", "measured", "take_notes", "use"]
@@ -100,6 +101,7 @@ class FloorCache:
         body = json.dumps({"payload": payload, "sha256": _digest(payload)}, indent=1, sort_keys=True)
         tmp = self.folder / owned_prefix(f".{key[:16]}.tmp-{os.getpid()}-")
         try:
+            make_ignored_dir(self.root)  # a new cache dir ignores itself for git, as the export cache's does
             self.folder.mkdir(parents=True, exist_ok=True)
             tmp.write_text(body)
             os.replace(tmp, self.path(key))
