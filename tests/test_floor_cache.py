@@ -117,3 +117,25 @@ def test_no_cache_keeps_no_floor(pytester: pytest.Pytester) -> None:
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*twins built: 1*"])
     assert not (pytester.path / "cache" / "floor").exists()
+
+
+def test_the_key_follows_the_weights_the_batch_and_the_reference_outputs(tmp_path) -> None:
+    from models import tiny_cnn
+
+    from pytest_modelparity.exports.floor_cache import FloorCache
+
+    cache = FloorCache(tmp_path)
+    model = tiny_cnn(3)
+    base = cache.key(model, lambda: ("float64", "batch", "outputs"))
+    assert base is not None and base == cache.key(tiny_cnn(3), lambda: ("float64", "batch", "outputs"))
+    others = {cache.key(model, lambda: ("float16 weights", "batch", "outputs")),
+              cache.key(model, lambda: ("float64", "other batch", "outputs")),
+              cache.key(model, lambda: ("float64", "batch", "outputs on a GPU")),
+              cache.key(tiny_cnn(4), lambda: ("float64", "batch", "outputs"))}
+    assert base not in others and len(others) == 4
+    assert cache.key(object(), lambda: ("float64", "batch", "outputs")) is None  # no content key: not kept
+
+    def unhashable() -> tuple:
+        raise TypeError("a batch that cannot be digested")
+
+    assert cache.key(model, unhashable) is None
