@@ -36,10 +36,10 @@ from typing import Any, Callable, TypeVar
 from ..runtime.quiet import make_ignored_dir
 from ..runtime.scratch import owned_prefix
 
-__all__ = ["FLOOR_DIR", "FROM_CACHE", "FloorCache", "measured", "take_notes", "use"]
+__all__ = ["FLOOR_DIR", "FROM_CACHE", "FloorCache", "measured", "restore", "take_notes", "use"]
 
 FLOOR_DIR = "floor"  # the folder under the export cache's root
-FROM_CACHE = "kept in the floor cache by an earlier session"
+FROM_CACHE = "read from the floor cache, where an earlier run on this model and batch kept it"
 _VERSION = 1
 _log = logging.getLogger("pytest_modelparity.floor_cache")
 
@@ -152,10 +152,17 @@ _ACTIVE: FloorCache | None = None
 
 
 def use(root: str | os.PathLike | None) -> FloorCache | None:
-    """Keep floors under ``root`` from now on (None: keep none); returns the cache."""
+    """Keep floors under ``root`` from now on (None: keep none); returns the cache that was in
+    use before, for ``restore`` (a pytester session inside a session gives the outer one back)."""
     global _ACTIVE
-    _ACTIVE = FloorCache(root) if root is not None else None
-    return _ACTIVE
+    before, _ACTIVE = _ACTIVE, (FloorCache(root) if root is not None else None)
+    return before
+
+
+def restore(before: FloorCache | None) -> None:
+    """Put back the cache ``use`` returned."""
+    global _ACTIVE
+    _ACTIVE = before
 
 
 def take_notes() -> list[str]:

@@ -64,7 +64,7 @@ def pytest_configure(config: pytest.Config) -> None:
     from ..exports import floor_cache
 
     # measured noise floors are kept beside the exports (docs/cache.md); --modelparity-no-cache keeps none
-    floor_cache.use(options.cache_dir if options.cache else None)
+    config.stash[_FLOOR_BEFORE] = floor_cache.use(options.cache_dir if options.cache else None)
 
 
 def _shows_logs(config: pytest.Config) -> bool:
@@ -96,13 +96,16 @@ def _log_sink(config: pytest.Config, options: Any) -> Any:
     return LogSink(folder / f"{worker}.log", root=root, show=_shows_logs(config))
 
 
+_FLOOR_BEFORE = pytest.StashKey[Any]()  # the floor cache of a session around this one (pytester)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     state = config.stash.get(STATE_KEY, None)
     if state is not None:
         state.close()
         from ..exports import floor_cache
 
-        floor_cache.use(None)
+        floor_cache.restore(config.stash.get(_FLOOR_BEFORE, None))
 
 
 # -- parametrization --------------------------------------------------------------------
