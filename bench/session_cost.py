@@ -14,7 +14,8 @@ fresh processes, one after another, in the same run:
 
 A session's phases are timed by wrapping the plugin's functions in that process (self time:
 a phase nested in another is taken out of it): importing TF, loading the reference, the
-twin that measures the noise floor (built and run), starting the export worker and handing
+twin that measures the noise floor (built and run; on a warm cache read from the floor cache
+instead), the cache keys, starting the export worker and handing
 the model over, each export (with its validation, in the worker; the first includes the
 worker's own TensorFlow import), each load, the runs, the comparison (and report), the
 diagnosis (failing tests only). Memory: the process's peak RSS and the export worker's
@@ -211,7 +212,7 @@ def session(model_path: Path, cache: Path, workdir: Path) -> dict:
         def pytest_sessionstart(self, session):
             from pytest_modelparity import diagnose
             from pytest_modelparity.checks import assertions, floor
-            from pytest_modelparity.exports import worker
+            from pytest_modelparity.exports import cache, floor_cache, worker
             from pytest_modelparity.formats import base
             from pytest_modelparity.plugin import session as fixtures  # the session state: where the models are loaded
 
@@ -235,6 +236,8 @@ def session(model_path: Path, cache: Path, workdir: Path) -> dict:
             phases.wrap(fixtures, "_load_source", lambda src, fmt, *a, **k: f"load {fmt}")
             phases.wrap(floor, "measure_floor", lambda model, kind, *a, **k: (
                 "reordered twin (the sharper floor)" if kind == floor.FLOAT32_REORDERED else "twin (build + run)"))
+            phases.wrap(floor_cache, "measured", "floor cache (key, read, write)")
+            phases.wrap(cache.ExportCache, "key", "cache keys (hashing the weights)")
             phases.wrap(worker.ExportProcess, "_start", "start worker")
             phases.wrap(worker.ExportProcess, "_handover", "hand model over")
             phases.wrap(worker.ExportProcess, "_ask", lambda self, request, fmt, path: f"export {fmt} (+validation)")

@@ -79,3 +79,29 @@ def test_quantisation_cost_never_blames_a_weightless_softmax(tmp_path, digits):
     assert logits.amplified_by == "SOFTMAX" and logits.added > 0
     cause, message, evidence = cost_hint(q, sibling, x_test[:8], "int8")
     assert "SOFTMAX" not in message and "with what the SOFTMAX after it amplifies" in evidence, (message, evidence)
+
+
+def test_the_per_layer_quantisation_cost_runs_on_fewer_rows_where_a_row_keeps_many_elements(tmp_path, digits,
+                                                                                             monkeypatch):
+    """The runs that keep every tensor cost what they keep (issue 28: 48 s once): at most
+    ``LAYER_ROWS`` rows, fewer where one row keeps more than ``LAYER_ELEMENTS / LAYER_ROWS``
+    elements, one at least; the evidence says how many rows it measured."""
+    import warnings
+
+    from pytest_modelparity.diagnose import quantization
+    from pytest_modelparity.formats.tflite_quant import float_intermediates
+
+    model, x_train, x_test = digits
+    sibling = load_model(export_model(model, "tflite", tmp_path / "f32.tflite"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        q = load_model(export_model(model, "tflite", tmp_path / "int8.tflite", quantization="int8",
+                                    representative_data=[x_train[:100] * 0.25]))
+    per_row = sum(v.size for v in float_intermediates(q, x_test[:1])[0].values())
+    for budget, rows in ((10**9, quantization.LAYER_ROWS), (3 * per_row + 1, 3), (per_row // 2, 1)):
+        monkeypatch.setattr(quantization, "LAYER_ELEMENTS", budget)
+        found = quantization.cost_hint(q, sibling, x_test[:64], "int8")
+        assert found is not None
+        cause, message, evidence = found
+        assert cause == "quantization_cost" and "`" in message
+        assert f"over the batch's first {rows} row{'s' if rows > 1 else ''}:" in evidence, evidence

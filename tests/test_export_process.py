@@ -150,3 +150,55 @@ def test_a_worker_holding_too_much_memory_after_an_export_is_replaced(tmp_path: 
         assert first is not None and kept.pid == first
     finally:
         kept.close()
+
+
+_ORPHAN = """
+import sys, threading
+from pytest_modelparity.exports.worker import ExportProcess
+
+process = ExportProcess(timeout_s=60)
+if sys.argv[1] == "thread":  # started from another thread: the kernel signal would follow that thread
+    starter = threading.Thread(target=process.prestart)
+    starter.start()
+    starter.join()
+else:
+    process.prestart()
+print(process.pid, flush=True)
+import os
+os._exit(1)  # the pytest process dying (an abort, an OOM kill) while its worker still imports
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return "zombie" not in Path(f"/proc/{pid}/status").read_text().split("State:")[1].split("\n")[0]
+    except (OSError, IndexError):
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="PR_SET_PDEATHSIG and /proc are Linux's")
+def test_a_worker_dies_with_the_process_that_started_it(tmp_path: Path) -> None:
+    """Under a 1.1 GB `ulimit -v` the pytest process aborted while its worker, orphaned, spun in
+    `import keras` at 100% CPU until killed: the worker now dies with its parent (Linux), even
+    before its first read of stdin. Started from another thread it does not (the signal would
+    follow the thread): it still ends by itself at the EOF once its imports are done."""
+    import subprocess
+    import sys
+
+    for how in ("main", "thread"):
+        out = subprocess.run([sys.executable, "-c", _ORPHAN, how], capture_output=True, text=True, timeout=120,
+                             cwd=tmp_path)
+        pid = int(out.stdout.split()[0])
+        deadline = time.monotonic() + (1.0 if how == "main" else 0.0)
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if how == "main":
+            assert not _alive(pid), "the worker outlived the process that started it"
+            continue
+        assert _alive(pid), "a worker started from another thread must not be killed with that thread"
+        deadline = time.monotonic() + 90  # its imports done, it reads the EOF and ends
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+            pytest.fail("an orphaned idle worker did not end at the EOF of its stdin")

@@ -50,7 +50,8 @@ def test_default_bound_is_a_multiple_of_the_models_own_error():
     assert tol.source.startswith(f"{SHADOW_MULTIPLE:g} x the model's own float32 error") and tol.default
     measured = report.meta["noise_floor"]["['fc2']"]["float64"]
     assert tol.scale == pytest.approx(SHADOW_MULTIPLE * max(measured, 8 * np.finfo(np.float32).eps))
-    assert report.meta["shadow"]["float64"] == "measured by the Keras twin"
+    # (a run on a warm cache adds that the floor was read from the floor cache: exports/floor_cache.py)
+    assert report.meta["shadow"]["float64"].startswith("measured by the Keras twin")
     # 1e-4 of scale: inside the fixed rule (4e-4, arrays against arrays), a clear failure
     # against this model, whose own float32 error is ~1e-7
     off = _off(ref, x, 1 + 1e-4)

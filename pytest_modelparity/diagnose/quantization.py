@@ -23,6 +23,11 @@ import numpy as np
 
 # Rows of the batch the two files are run on (intermediates of every op are kept in memory).
 LAYER_ROWS = 8
+# The runs that keep every tensor go without XNNPACK, on LiteRT's reference kernels, and what
+# they cost grows with the elements they keep (MobileNetV2 at 224 px: 7.2 M per row, 8 rows
+# 4.3 s for the two files, bench/quant_diagnosis.py): fewer rows where one row keeps many, at
+# least one, so that neither file keeps more than this many elements in all.
+LAYER_ELEMENTS = 16_000_000
 SHOWN = 3
 # The float16 file and its twin round the same weights: they agree bitwise (digits CNN) or
 # within float32 noise; a layer whose weights differ by 1% shows 1e-2.
@@ -75,13 +80,30 @@ def _rel_rms(q: np.ndarray, f: np.ndarray) -> float:
 
 def layer_costs(quantized: Any, sibling: Any, inputs: Any) -> list[LayerCost]:
     """Every op of ``quantized`` whose output pairs with a ``sibling`` tensor, costliest first."""
+    return _measured(quantized, sibling, inputs)[0]
+
+
+def _intermediates(quantized: Any, sibling: Any, inputs: Any) -> tuple[Any, Any, int | None]:
+    """Both files' intermediates on the first rows of ``inputs``: ``LAYER_ROWS`` at most, fewer
+    where a row of the quantised file keeps more than ``LAYER_ELEMENTS / LAYER_ROWS`` elements
+    (it runs one row first, to count them); and how many rows that was (None: a batch whose
+    rows are unknown)."""
     from ..formats.tflite_quant import float_intermediates
     from ._util import batch_size, rows
 
     n = batch_size(inputs)
-    few = rows(inputs, slice(0, LAYER_ROWS)) if n and n > LAYER_ROWS else inputs
-    q_tensors, q_ops = float_intermediates(quantized, few)
-    f_tensors, f_ops = float_intermediates(sibling, few)
+    if not n:
+        return float_intermediates(quantized, inputs), float_intermediates(sibling, inputs), None
+    one = rows(inputs, slice(0, 1)) if n > 1 else inputs
+    q = float_intermediates(quantized, one)  # the sibling has the same graph, less its (de)quantise ops
+    want = max(1, min(n, LAYER_ROWS, LAYER_ELEMENTS // max(sum(int(v.size) for v in q[0].values()), 1)))
+    few = rows(inputs, slice(0, want)) if want < n else inputs
+    return q if want == 1 else float_intermediates(quantized, few), float_intermediates(sibling, few), want
+
+
+def _measured(quantized: Any, sibling: Any, inputs: Any) -> tuple[list[LayerCost], int | None]:
+    """``layer_costs`` and the rows it ran on."""
+    (q_tensors, q_ops), (f_tensors, f_ops), used = _intermediates(quantized, sibling, inputs)
     aligned = _by_position(q_ops, f_ops)
     error: dict[str, float] = {}
     producer: dict[str, Any] = {}
@@ -112,7 +134,7 @@ def layer_costs(quantized: Any, sibling: Any, inputs: Any) -> list[LayerCost]:
                 recorded.add(id(owner))
                 costs.append(LayerCost(name, owner.op, err, err - owner_incoming, len(costs)))
                 owners.append(owner)
-    return sorted(_credit_amplified(costs, owners, producer), key=lambda c: c.added, reverse=True)
+    return sorted(_credit_amplified(costs, owners, producer), key=lambda c: c.added, reverse=True), used
 
 
 def _credit_amplified(costs: list[LayerCost], owners: list[Any], producer: dict[str, Any]) -> list[LayerCost]:
@@ -160,7 +182,7 @@ def _top(costs: list[LayerCost]) -> str:
 
 def cost_hint(quantized: Any, sibling: Any, inputs: Any, variant: str) -> tuple[str, str, str] | None:
     """(cause, message, evidence) naming the costliest layers and how to keep them in float."""
-    costs = layer_costs(quantized, sibling, inputs)
+    costs, used = _measured(quantized, sibling, inputs)
     if not costs:
         return None
     if variant == "float16":
@@ -172,7 +194,14 @@ def cost_hint(quantized: Any, sibling: Any, inputs: Any, variant: str) -> tuple[
                "channel, or calibrate on representative rows (modelparity_dataset)")
     return ("quantization_cost", f"quantisation costs the most at {_top(costs)}: {fix}",
             f"each op's output in the tflite:{variant} file vs the same tensor of its float32 sibling (relative "
-            f"RMS over {LAYER_ROWS} rows at most), costliest first:\n{_rows_text(costs)}")
+            f"RMS over {_rows_said(used)}), costliest first:\n{_rows_text(costs)}")
+
+
+def _rows_said(used: int | None) -> str:
+    if used is None:
+        return "the batch"
+    return (f"the batch's first {used} row{'s' if used > 1 else ''}: {LAYER_ROWS} at most, fewer where one row keeps "
+            f"many tensor elements")
 
 
 def float16_weights_hint(quantized: Any, twin: Any, inputs: Any) -> tuple[str, str, str] | None:

@@ -36,6 +36,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .entry_lock import entry_lock
+from .floor_cache import FLOOR_DIR
 from ..errors import ExportError
 from ..runtime.scratch import CACHE_TEMP, SYSTEM_TEMP, owned_prefix, sweep
 from ..runtime.quiet import make_ignored_dir
@@ -428,12 +429,13 @@ class ExportCache:
         return sorted(p for p in self.root.glob("*/*") if p.is_dir() and (p / _META).exists())
 
     def clear(self) -> int:
-        """Remove every entry (and leftovers of interrupted exports); return how many entries."""
+        """Remove every entry (and leftovers of interrupted exports, and the measured floors kept
+        beside them: exports/floor_cache.py); return how many export entries."""
         count = len(self.entries())
         if self.root.is_dir():
             for child in self.root.iterdir():
                 # Only our own per-format folders: never delete what else lives under root.
-                if child.is_dir() and child.name in ARTIFACT_NAMES:
+                if child.is_dir() and (child.name in ARTIFACT_NAMES or child.name == FLOOR_DIR):
                     shutil.rmtree(child, ignore_errors=True)
         with contextlib.suppress(OSError):
             self.root.rmdir()

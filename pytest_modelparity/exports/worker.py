@@ -28,6 +28,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -40,6 +41,7 @@ from ..runtime.scratch import owned_prefix
 __all__ = ["ExportProcess"]
 
 _LEN = struct.Struct("<Q")
+_PARENT_ENV = "MODELPARITY_EXPORT_PARENT"  # the pid whose death ends the worker (_die_with_parent)
 _POLL_S = 0.25
 _LOG_TAIL = 8
 
@@ -156,6 +158,10 @@ class ExportProcess:
             # not; an owner-tagged name, so a run killed itself is swept by the next one.
             self._tmp = Path(tempfile.mkdtemp(prefix=owned_prefix("modelparity-tmp-")))
             env["TMPDIR"] = str(self._tmp)
+            if threading.current_thread() is threading.main_thread():  # see _die_with_parent
+                env[_PARENT_ENV] = str(os.getpid())
+            else:
+                env.pop(_PARENT_ENV, None)
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "pytest_modelparity.exports.worker", str(write_fd),
                  str(self.log_path) if log_target is not subprocess.DEVNULL else ""],
@@ -440,7 +446,28 @@ def _limit_memory(extra: int) -> Any:
     return lambda: resource.setrlimit(resource.RLIMIT_AS, old)
 
 
+def _die_with_parent() -> None:
+    """Linux: have the kernel kill this worker when the process that started it dies
+    (``PR_SET_PDEATHSIG``). Without it a worker stuck before its first read of stdin never
+    sees the EOF that ends it: under a 1.1 GB ``ulimit -v`` the pytest process aborted (a
+    MemoryError it could not recover from) while its worker spun at 100% CPU inside a C
+    extension's load during ``import keras``, orphaned, until killed. Only for a worker
+    started from the parent's main thread (the signal follows the thread that forked it)."""
+    parent = os.environ.pop(_PARENT_ENV, "")
+    if not parent.isdigit() or not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # 1: PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - no prctl: the EOF on stdin still ends an idle worker
+        return
+    if os.getppid() != int(parent):  # it died before the call: nothing will send the signal
+        os._exit(0)
+
+
 def _main(reply_fd: int, log_path: str = "") -> None:
+    _die_with_parent()
     reply = os.fdopen(reply_fd, "wb")
     if log_path:
         # The converters point fds 1 and 2 at a temporary log of their own while converting: a

@@ -62,6 +62,10 @@ def pytest_configure(config: pytest.Config) -> None:
                                     "failure; without it the tests that need the GPU skip with this reason.")
     state = config.stash[STATE_KEY] = ParitySession(options, logs=_log_sink(config, options))
     config.pluginmanager.register(OutcomeRecorder(state), "modelparity-outcomes")
+    from ..exports import floor_cache
+
+    # measured noise floors are kept beside the exports (docs/cache.md); --modelparity-no-cache keeps none
+    config.stash[_FLOOR_BEFORE] = floor_cache.use(options.cache_dir if options.cache else None)
 
 
 def _shows_logs(config: pytest.Config) -> bool:
@@ -93,10 +97,16 @@ def _log_sink(config: pytest.Config, options: Any) -> Any:
     return LogSink(folder / f"{worker}.log", root=root, show=_shows_logs(config))
 
 
+_FLOOR_BEFORE = pytest.StashKey[Any]()  # the floor cache of a session around this one (pytester)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     state = config.stash.get(STATE_KEY, None)
     if state is not None:
         state.close()
+        from ..exports import floor_cache
+
+        floor_cache.restore(config.stash.get(_FLOOR_BEFORE, None))
 
 
 # -- parametrization --------------------------------------------------------------------
@@ -565,6 +575,10 @@ def _terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     notes = {a["cache_note"].split(" was damaged")[0]: a["cache_note"] for a in reversed(state.artifacts)
              if a.get("cache_note")}
     for note in reversed(notes.values()):
+        terminalreporter.write_line(f"modelparity: {note}", yellow=True)
+    from ..exports import floor_cache
+
+    for note in dict.fromkeys(floor_cache.take_notes()):  # a damaged floor entry, measured again
         terminalreporter.write_line(f"modelparity: {note}", yellow=True)
     for error in state.write_errors:
         terminalreporter.write_line(f"modelparity: ERROR {error}", red=True)

@@ -100,6 +100,9 @@ def rows_from_report(report: Any, *, nodeid: str, format: str | None, device: st
             # Which float64 twin measured the model's own error ("keras", "graph"), or why
             # none could and the output was judged by a fixed rule instead.
             "twin": twin_info.get("twin") if "run of its" in str(tol.get("source")) else None,
+            # that twin's measurement was read from the floor cache (exports/floor_cache.py): none built
+            "floor_cached": ("floor cache" in str(twin_info.get("float64", ""))) if "run of its" in
+                            str(tol.get("source")) else None,
             "noise_floor_missing": tol.get("floor_note"),
             "rtol": tol.get("rtol"),
             "atol": tol.get("atol"),
