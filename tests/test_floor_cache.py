@@ -32,7 +32,7 @@ CONFTEST = textwrap.dedent('''
 
     def pytest_sessionfinish(session):
         twins.build_runner = _build_runner
-        print(f"\\ntwins built: {len(BUILT)}")
+        print(f"\\ntwins built: {len(BUILT)}; float64 twins built: {sum(k == 'float64' for k, _ in BUILT)}")
 
     @pytest.fixture(scope="session")
     def modelparity_source():
@@ -71,28 +71,31 @@ def test_a_warm_session_reads_the_floor_and_a_damaged_entry_is_measured_again(py
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_suite=SUITE)
     cold, first = _run(pytester)
-    cold.stdout.fnmatch_lines(["*twins built: 1*"])
+    cold.stdout.fnmatch_lines(["*float64 twins built: 1*"])
     assert first["floor_cached"] is False
+    # one entry per floor measured: the float64 one (by the Keras twin) and the sharper floor's
+    # reordered float32 one (by the graph twin)
     entries = list((pytester.path / "cache" / "floor").glob("*.json"))
-    assert len(entries) == 1, entries
+    keras = [e for e in entries if json.loads(e.read_text())["payload"]["method"] == "keras"]
+    assert len(keras) == 1 and len(entries) == 2, entries
 
     warm, second = _run(pytester)
-    warm.stdout.fnmatch_lines(["*twins built: 0*"])  # the floor came from the cache: no twin at all
+    warm.stdout.fnmatch_lines(["*twins built: 0;*"])  # the floors came from the cache: no twin at all
     assert second["floor_cached"] is True
     assert _tolerance(second) == _tolerance(first)  # the same Tolerance line, to the digit
 
-    # A planted corruption: the recorded error is edited, its digest left as written.
-    entry = json.loads(entries[0].read_text())
+    # A planted corruption: the recorded float64 error is edited, its digest left as written.
+    entry = json.loads(keras[0].read_text())
     kept = dict(entry["payload"]["errors"])
     path = next(iter(kept))
     entry["payload"]["errors"][path] *= 1000
-    entries[0].write_text(json.dumps(entry))
+    keras[0].write_text(json.dumps(entry))
     repaired, third = _run(pytester)
-    repaired.stdout.fnmatch_lines(["*twins built: 1*", "*floor cache: the entry*damaged (its SHA-256 differs*"
+    repaired.stdout.fnmatch_lines(["*float64 twins built: 1*", "*floor cache: the entry*damaged (its SHA-256 differs*"
                                    "measured again*"])
     assert third["floor_cached"] is False and _tolerance(third) == _tolerance(first)
 
-    assert json.loads(entries[0].read_text())["payload"]["errors"] == kept  # whole again
+    assert json.loads(keras[0].read_text())["payload"]["errors"] == kept  # whole again
 
 
 def test_an_unreadable_or_implausible_entry_is_dropped(tmp_path) -> None:
@@ -115,7 +118,7 @@ def test_no_cache_keeps_no_floor(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_suite=SUITE)
     result = pytester.runpytest(*ARGS, "--modelparity-no-cache")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["*twins built: 1*"])
+    result.stdout.fnmatch_lines(["*float64 twins built: 1*"])
     assert not (pytester.path / "cache" / "floor").exists()
 
 
