@@ -208,3 +208,37 @@ def test_export_cache_keys_a_subclassed_model_by_its_code(tmp_path):
     keys = [cache.key(m, "tflite") for m in models]
     assert keys[0] != keys[1]
     assert keys[0] == keys[2]  # the same class and weights, in a new session, reuse the export
+
+
+@pytest.mark.usefixtures("_heavy_modules_stay_loaded")
+def test_a_one_percent_kernel_change_of_a_subclassed_net_gets_a_cause(pytester: pytest.Pytester) -> None:
+    """A subclassed net has no symbolic layer outputs: its ops are traced to find where the forms
+    start to differ. A 1% change of one of its convolution's filters, exported, got no cause at
+    all (the trace fed {name: array} to a call that takes one tensor); now the convolution is named."""
+    pytester.makeconftest(SUBCLASSED_SOURCE + textwrap.dedent('''
+        @pytest.fixture(scope="session")
+        def modelparity_source():
+            return build()
+    '''))
+    pytester.makepyfile(test_kernel='''
+        import pytest
+        from conftest import build
+        from pytest_modelparity import assert_outputs_close, export_model, load_model
+
+        @pytest.mark.parametrize("form", ["tflite", "onnx"])
+        def test_kernel_changed(form, parity_reference, parity_batch, tmp_path):
+            bad = build()
+            kernel = bad.conv.kernel.numpy()
+            kernel[..., 0] *= 1.01  # one filter: not a plain scale of the output (which is said as such)
+            bad.conv.kernel.assign(kernel)
+            candidate = load_model(export_model(bad, form, tmp_path / f"bad.{form}"))
+            assert_outputs_close(candidate, parity_reference, inputs=parity_batch)
+    ''')
+    result = pytester.runpytest("-p", "no:cacheprovider", "--modelparity-formats=saved_model")
+    result.assert_outcomes(failed=2)
+    out = result.stdout.str()
+    assert out.count("Likely cause:") == 2, out
+    import re
+
+    blamed = re.findall(r"the forms start to differ at layer `classifier_\d+/(\w+)/", out)
+    assert len(blamed) == 2 and all(b.startswith("conv2d") for b in blamed), blamed  # tflite, onnx

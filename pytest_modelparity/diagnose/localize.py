@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -138,9 +138,19 @@ def _traced_intermediates(model: Any, batch: Any) -> list[Entry]:
     import tensorflow as tf
 
     x = fit_inputs(model, batch)
-    specs = tf.nest.map_structure(lambda a: tf.TensorSpec((None,) + tuple(np.shape(a))[1:],
-                                                          tf.as_dtype(np.asarray(a).dtype)), x)
-    fn = tf.function(lambda inp: model(inp, training=False)).get_concrete_function(specs)
+
+    def trace(x: Any) -> Any:
+        specs = tf.nest.map_structure(lambda a: tf.TensorSpec((None,) + tuple(np.shape(a))[1:],
+                                                              tf.as_dtype(np.asarray(a).dtype)), x)
+        return tf.function(lambda inp: model(inp, training=False)).get_concrete_function(specs)
+
+    try:
+        fn = trace(x)
+    except Exception:  # noqa: BLE001 - a call that takes one tensor, fed {name: array}: feed the array
+        if not (isinstance(x, Mapping) and len(x) == 1):
+            raise
+        x = next(iter(x.values()))
+        fn = trace(x)
     feeds = {f"input_{i}": np.asarray(a) for i, a in enumerate(tf.nest.flatten(x))}
     return _function_intermediates(fn, feeds)
 
