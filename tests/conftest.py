@@ -29,3 +29,16 @@ def _heavy_modules_stay_loaded() -> None:
     for runtime in ("ai_edge_litert.interpreter", "onnxruntime", "onnx", "tf2onnx"):
         if importlib.util.find_spec(runtime.split(".")[0]):
             importlib.import_module(runtime)
+
+
+# The tfjs runner's npm modules, found when the suite starts, before pytester gives each run a
+# temporary HOME (which would run `npm ci` again in every suite).
+from pytest_modelparity.runtime.tfjs_runner import cache_root  # noqa: E402
+
+_NODE_MODULES_ROOT = str(cache_root())
+
+
+@pytest.fixture
+def installed_node_modules(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pytester runs find the installed npm modules (their own export cache is CACHE_ARG's)."""
+    monkeypatch.setenv("MODELPARITY_CACHE_DIR", _NODE_MODULES_ROOT)

@@ -23,18 +23,11 @@ import textwrap
 
 import pytest
 
-from pytest_modelparity.runtime.tfjs_runner import cache_root
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
-              pytest.mark.usefixtures("_heavy_modules_stay_loaded")]
+              pytest.mark.usefixtures("_heavy_modules_stay_loaded", "installed_node_modules")]
 
-_NODE_CACHE = str(cache_root())
 CACHE_ARG = "--modelparity-cache-dir=exports"
-
-
-@pytest.fixture(autouse=True)
-def _installed_node_modules(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MODELPARITY_CACHE_DIR", _NODE_CACHE)
 
 
 PARITY_TEST = '''

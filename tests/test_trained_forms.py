@@ -16,20 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from pytest_modelparity.runtime.tfjs_runner import cache_root
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
-              pytest.mark.usefixtures("_heavy_modules_stay_loaded")]
+              pytest.mark.usefixtures("_heavy_modules_stay_loaded", "installed_node_modules")]
 
-# The tfjs runner's npm modules, found before pytester gives each run a temporary HOME (which
-# would run `npm ci` again in every suite); each run keeps its own export cache (CACHE_ARG).
-_NODE_CACHE = str(cache_root())
+# Each pytester run keeps its own export cache (CACHE_ARG); the npm modules are the installed ones.
 CACHE_ARG = "--modelparity-cache-dir=exports"
-
-
-@pytest.fixture(autouse=True)
-def _installed_node_modules(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MODELPARITY_CACHE_DIR", _NODE_CACHE)
 
 WRITE_KERAS2 = textwrap.dedent('''
     import os, sys

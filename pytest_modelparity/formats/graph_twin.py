@@ -19,7 +19,6 @@ than one element rounded to float16 (what a ``tflite:float16`` export stores).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
@@ -199,20 +198,7 @@ def _split_conv(conv: Any, graph: Any) -> list[Any]:
     base = conv.name
     nx, x1, x2 = _halves(x, 3, channels, f"{base}/r32_x")
     nw, w1, w2 = _halves(filt, 2, channels, f"{base}/r32_w")
-    parts = []
-    for i, (a, b) in enumerate(((x1, w1), (x2, w2))):
-        part = type(conv)()
-        part.CopyFrom(conv)
-        part.name = f"{base}/r32_part{i}"
-        del part.input[:]
-        part.input.extend([a, b])
-        parts.append(part)
-    controls = [i for i in conv.input if i.startswith("^")]
-    conv.Clear()
-    conv.name, conv.op = base, "AddV2"
-    conv.input.extend([f"{base}/r32_part0", f"{base}/r32_part1", *controls])
-    conv.attr["T"].type = DT_FLOAT
-    return [*nx, *nw, *parts]
+    return [*nx, *nw, *_sum_of_two_parts(conv, ((x1, w1), (x2, w2)), DT_FLOAT)]
 
 
 def _split_matmul(mm: Any, graph: Any) -> list[Any]:
@@ -232,21 +218,29 @@ def _split_matmul(mm: Any, graph: Any) -> list[Any]:
     base = mm.name
     na, a1, a2 = _halves(a, a_axis, k, f"{base}/r32_a")
     nb, b1, b2 = _halves(b, b_axis, k, f"{base}/r32_b")
+    t = mm.attr["T"].type if "T" in mm.attr else DT_FLOAT
+    return [*na, *nb, *_sum_of_two_parts(mm, ((a1, b1), (a2, b2)), t)]
+
+
+def _sum_of_two_parts(node: Any, halves: tuple[tuple[str, str], tuple[str, str]], dtype: int) -> list[Any]:
+    """``node`` (a product sum) computed on each pair of ``halves`` of its reduction as two
+    copies of itself, ``<name>/r32_part0`` and ``1``; ``node`` becomes their ``AddV2`` (keeping
+    its name and control inputs). Returns the two copies, to be added to the graph."""
+    base = node.name
     parts = []
-    for i, (x, y) in enumerate(((a1, b1), (a2, b2))):
-        part = type(mm)()
-        part.CopyFrom(mm)
+    for i, (a, b) in enumerate(halves):
+        part = type(node)()
+        part.CopyFrom(node)
         part.name = f"{base}/r32_part{i}"
         del part.input[:]
-        part.input.extend([x, y])
+        part.input.extend([a, b])
         parts.append(part)
-    controls = [i for i in mm.input if i.startswith("^")]
-    t = mm.attr["T"].type if "T" in mm.attr else DT_FLOAT
-    mm.Clear()
-    mm.name, mm.op = base, "AddV2"
-    mm.input.extend([f"{base}/r32_part0", f"{base}/r32_part1", *controls])
-    mm.attr["T"].type = t
-    return [*na, *nb, *parts]
+    controls = [i for i in node.input if i.startswith("^")]
+    node.Clear()
+    node.name, node.op = base, "AddV2"
+    node.input.extend([f"{base}/r32_part0", f"{base}/r32_part1", *controls])
+    node.attr["T"].type = dtype
+    return parts
 
 
 def _nudge(node: Any) -> list[Any]:
