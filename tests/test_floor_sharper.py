@@ -157,7 +157,7 @@ def test_log_magnitude_forms_pass_and_a_one_percent_late_kernel_change_fails_eve
     for row in passed:
         assert "as two float32 orders differ" in row["tolerance_source"], row
         assert "from a reordered float32 run of its graph twin" in row["tolerance_source"], row
-    out = result.stdout.str()
+    out = result.stdout.str().split("short test summary info")[0]  # CI=true repeats each failure there
     assert out.count("3 of 3 outputs differ") == 2, out
     lines = [ln for ln in out.splitlines() if ln.lstrip("E ").startswith("Tolerance: ")]
     assert len(lines) == 6, lines
