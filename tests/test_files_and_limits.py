@@ -164,6 +164,11 @@ def test_resource_errors_are_told_apart() -> None:
         problem, fix = resource_failure(exc, "/tmp")  # type: ignore[misc]
     assert "no new thread" in problem and "ulimit -u" in fix
     assert resource_kind(ValueError("bad shape")) is None
+    # protobuf's arena under an address-space limit, as CI saw it in the export worker
+    from google.protobuf.message import DecodeError
+
+    assert resource_kind(DecodeError("Error parsing message with type 'tensorflow.FunctionDef': Arena alloc failed")) \
+        == "memory"
 
 
 def test_a_model_past_its_formats_2_gib_container_is_refused_before_converting(tmp_path: Path, monkeypatch) -> None:

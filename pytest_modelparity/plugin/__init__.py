@@ -26,6 +26,10 @@ from .session import STATE_KEY, ParitySession, get_state
 from .matrix import (item_matrix, left_out_line, matrix_pairs, nothing_compared_line, nothing_on_gpu_line,
                      select_matrix)
 from .options import add_options, parse_options, strict_gpu_problem
+# Imported here, not when a failure is reported: a report made short of memory must not need
+# an import (CI saw `from .scope_hint import ...` raise MemoryError under `ulimit -v`).
+from .scope_hint import scope_mismatch_message
+from ..runtime.resources import memory_hint
 
 MARKER = ("modelparity(formats=None, devices=None, rtol=None, atol=None, quant_budget=None, class_scores=None, "
           "top_k=1): narrow the format x device matrix of this test and set its tolerance (above the ini value, "
@@ -306,8 +310,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Any:
     except MemoryError:
         report = _short_report(item, call)
     if call.excinfo is not None and report.failed:
-        from ..runtime.resources import memory_hint
-
         try:
             hint = memory_hint(call.excinfo.value)
         except MemoryError:
@@ -315,9 +317,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Any:
         if hint:
             report.sections.append(("modelparity: out of memory", hint))
     if report.when == "setup" and report.failed:
-        from .scope_hint import scope_mismatch_message
-
-        explained = scope_mismatch_message(report.longreprtext)
+        try:
+            explained = scope_mismatch_message(report.longreprtext)
+        except MemoryError:  # formatting the setup error needed memory there was not
+            explained = None
         if explained:  # pytest's bare ScopeMismatch names neither the cause nor the fix
             report.longrepr = explained
     device = item_matrix(item)[1]

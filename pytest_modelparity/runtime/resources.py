@@ -120,7 +120,9 @@ _WORDS = (("File too large", "file_too_large"), ("No space left", "disk_full"),
           ("error return without exception set", "memory"),
           # CPython could not allocate a lock (RuntimeError: can't allocate read lock / lock)
           ("can't allocate read lock", "memory"), ("can't allocate lock", "memory"),
-          ("returned NULL without setting an exception", "memory"))
+          ("returned NULL without setting an exception", "memory"),
+          # protobuf could not allocate its arena (a DecodeError while parsing a graph under RLIMIT_AS)
+          ("Arena alloc failed", "memory"))
 _ERRNOS = {errno.EFBIG: "file_too_large", errno.ENOSPC: "disk_full", errno.EDQUOT: "disk_full",
            errno.ENOMEM: "memory", errno.EAGAIN: "threads"}
 
