@@ -68,6 +68,20 @@ def float64_graph_def(graph_def: Any, outputs: list[str] | None = None) -> Any:
     return out
 
 
+def _graph_for_shapes(graph_def: Any, tf: Any, *, strict: bool = False) -> Any:
+    """``graph_def`` imported into a graph of its own, to read its tensors' static shapes; None
+    when it does not import (``strict``: raise ``GraphUnavailable`` saying why instead)."""
+    graph = tf.Graph()
+    try:
+        with quiet(), graph.as_default():
+            tf.graph_util.import_graph_def(graph_def, name="")
+    except Exception as exc:  # noqa: BLE001 - shapes unknown: the caller keeps the graph as it is
+        if strict:
+            raise GraphUnavailable(f"its graph does not import for shapes ({_first(exc)})") from exc
+        return None
+    return graph
+
+
 def float16_weights_graph_def(graph_def: Any) -> Any:
     """A copy of ``graph_def`` whose float32 constants (weights) are rounded to float16."""
     tf = import_tf()
@@ -120,12 +134,7 @@ def reordered_graph_def(graph_def: Any) -> Any:
     tf = import_tf()
     out = tf.compat.v1.GraphDef()
     out.CopyFrom(graph_def)
-    graph = tf.Graph()
-    try:
-        with quiet(), graph.as_default():
-            tf.graph_util.import_graph_def(out, name="")
-    except Exception as exc:  # noqa: BLE001 - shapes unknown: nothing can be planned
-        raise GraphUnavailable(f"its graph does not import for shapes ({_first(exc)})") from exc
+    graph = _graph_for_shapes(out, tf, strict=True)
     new: list[Any] = []
     split = 0
     for node in list(out.node):
@@ -371,11 +380,8 @@ def _depthwise_as_shifted_products(graph_def: Any) -> None:
     convs = [n for n in graph_def.node if n.op in ("DepthwiseConv2dNative", "Conv2D")]
     if not convs:
         return
-    graph = tf.Graph()
-    try:
-        with graph.as_default():
-            tf.graph_util.import_graph_def(graph_def, name="")
-    except Exception:  # noqa: BLE001 - shapes unknown: keep the convolutions as they are
+    graph = _graph_for_shapes(graph_def, tf)
+    if graph is None:  # shapes unknown: keep the convolutions as they are
         return
     for conv in convs:
         plan = _depthwise_plan(conv, nodes, graph, tf)
@@ -422,11 +428,8 @@ def _max_pool3d_as_2d(graph_def: Any) -> None:
     pools = [n for n in graph_def.node if n.op == "MaxPool3D" and n.attr["data_format"].s in (b"NDHWC", b"")]
     if not pools:
         return
-    graph = tf.Graph()
-    try:
-        with graph.as_default():
-            tf.graph_util.import_graph_def(graph_def, name="")
-    except Exception:  # noqa: BLE001 - shapes unknown: keep the pools as they are
+    graph = _graph_for_shapes(graph_def, tf)
+    if graph is None:  # shapes unknown: keep the pools as they are
         return
     for pool in pools:
         x = list(pool.input)[0]
