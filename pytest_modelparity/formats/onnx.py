@@ -230,6 +230,9 @@ def export(model: Any, path: Path, *, opset: int = DEFAULT_OPSET,
         with log.capture():
             concrete = serving.function.get_concrete_function()
             flow = sorted(graph_op_types(concrete) & _CONTROL_FLOW_OPS)
+            # Frozen by tf2onnx itself where ours adds nothing: no control flow to keep, no
+            # constant capture to fold (MobileNetV2 at 64 px: 4.8 s a conversion instead of 9.6 s).
+            as_traced = lower is None and not flow and not _constant_captures(concrete)
             if lower is None:
                 lower = not flow
             route = "frozen" if lower else "frozen-keep-control-flow" + (f" (the graph has {', '.join(flow)})" if flow else "")
@@ -240,7 +243,7 @@ def export(model: Any, path: Path, *, opset: int = DEFAULT_OPSET,
                     proto = _convert_inlined(serving, concrete, lower, opset=opset, custom_op_handlers=handlers,
                                              **options)
                 else:
-                    proto, _ = tf2onnx.convert.from_function(_frozen(serving, concrete, lower),
+                    proto, _ = tf2onnx.convert.from_function(serving.function if as_traced else _frozen(serving, concrete, lower),
                                                              input_signature=serving.specs, opset=opset,
                                                              custom_op_handlers=handlers, **options)
             except _ResourceLeft as exc:
@@ -303,6 +306,14 @@ def _complex_abs(ctx: Any, node: Any, name: str, args: Any) -> Any:
     root = ctx.make_node("Sqrt", inputs=squeezed.output[:1], name=utils.make_name(f"{name}_abs"))
     ctx.replace_all_inputs(node.output[0], root.output[0])
     return root
+
+
+def _constant_captures(concrete: Any) -> int:
+    """How many values the function closes over that are not resources (variables, tables):
+    tf2onnx would make each a graph input, so ``_frozen`` folds them first."""
+    import tensorflow as tf
+
+    return sum(1 for t in concrete.captured_inputs if t.dtype != tf.resource)
 
 
 class _ResourceLeft(Exception):

@@ -27,7 +27,7 @@ import numpy as np
 from ..errors import ExportError, ModelLoadError
 from ._common import (TF_INSTALL, ConverterLog, finish_export, first_line, probe_note,
                       read_model_bytes, run_probe, unique)
-from .serving import begin_export, graph_op_types
+from .serving import begin_export, converter_holder, graph_op_types
 from .base import LoadedModel, TensorSpec
 
 NAME = "tflite"
@@ -585,7 +585,7 @@ def _convert(serving: Any, concrete: Any, route: str, batch: int, variant: str, 
     if route == "static_batch":
         concrete, holder = _static_batch_function(serving, concrete, batch)
     else:
-        holder, batch = serving.holder, 1
+        holder, batch = converter_holder(serving, concrete), 1
 
     def converter() -> Any:  # a TFLiteConverter converts once: a second pass needs a new one
         made = tf.lite.TFLiteConverter.from_concrete_functions([concrete], holder)
