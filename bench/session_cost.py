@@ -229,9 +229,7 @@ def session(model_path: Path, cache: Path, workdir: Path) -> dict:
                     return fn(*args, **kwargs)
                 return call
 
-            fixtures._keras_from_path = importing_tf_first(fixtures._keras_from_path)
             fixtures._load_source = importing_tf_first(fixtures._load_source)
-            phases.wrap(fixtures, "_keras_from_path", "load reference (.keras)")
             phases.wrap(fixtures, "_load_reference", "load reference")
             phases.wrap(fixtures, "_load_source", lambda src, fmt, *a, **k: f"load {fmt}")
             phases.wrap(floor, "measure_floor", lambda model, kind, *a, **k: (

@@ -276,18 +276,35 @@ class ParitySession:
 
     def export(self, obj: Any, format: str, load_options: dict | None = None,
                converter_options: dict | None = None, elements: Any = None, dataset: Any = None) -> Path:
-        opts = dict(load_options or {})
-        src = self.source(obj, opts.pop("format", None))
+        given = dict(load_options or {})
+        opts = {k: v for k, v in given.items() if k != "format"}
+        src = self.source(obj, given.get("format"))
         conv = dict(converter_options or {})
         base, variant = split_format(format)
         if variant in RUNTIME_VARIANTS.get(base, ()):
             format = base  # tfjs:webgl runs tfjs's own model.json: one export for every browser
         return self._once(self.exports, (id(obj), format, _options_key(opts), _options_key(conv), repr(elements),
                                          _dataset_key(dataset)),
-                          lambda: self._export(src, format, opts, conv, elements, dataset))
+                          lambda: self._export(obj, src, format, given, conv, elements, dataset))
 
-    def _export(self, src: Source, format: str, load_options: dict, converter_options: dict | None = None,
+    def _export_subject(self, obj: Any, src: Source, given: dict) -> Any:
+        """What the exports are made from: the source's Keras model, or for a ``.keras``/``.h5``
+        file the CPU reference's own model (loaded once per session, not once per format: three
+        loads of MobileNetV2 were 3-4 s of a session); else the path, for the format's exporter."""
+        if src.keras_model is not None:
+            return src.keras_model
+        if src.path_format in ("keras", "h5"):
+            from ..formats.keras import KerasModel
+
+            loaded = self.reference(obj, "cpu", given)
+            assert isinstance(loaded, KerasModel)  # both formats load as KerasModel
+            return loaded.native
+        assert src.path is not None
+        return src.path  # let the format's exporter decide whether it converts from this path
+
+    def _export(self, obj: Any, src: Source, format: str, given: dict, converter_options: dict | None = None,
                 elements: Any = None, dataset: Any = None) -> Path:
+        """``export``'s work; ``given``: the load options with their ``"format"``."""
         from ..formats import missing_runtime
 
         if src.path is not None and src.path_format == format:
@@ -304,9 +321,9 @@ class ParitySession:
         if missing is not None:
             raise missing
         self.prestart_worker([base])
-        model = src.keras_model if src.keras_model is not None else _keras_from_path(src, load_options)
+        model = self._export_subject(obj, src, given)
         options, calibration = _variant_options(model, variant, elements, dataset,
-                                                specs=lambda: _load_reference(src, "cpu", load_options))
+                                                specs=lambda: self.reference(obj, "cpu", given))
         if calibration is not None:
             self.calibrations[format] = calibration
         for rows in options.get("representative_data") or []:
@@ -618,18 +635,6 @@ def _load_reference(src: Source, device: str, options: dict | None = None) -> An
         return _load_source(src.keras_model, "keras", device, dict(options or {}))
     assert src.path_format is not None
     return _load_source(src.path, src.path_format, device, dict(options or {}))
-
-
-def _keras_from_path(src: Source, options: dict | None = None) -> Any:
-    """Other formats are exported from a Keras model; a file source must hold one."""
-    assert src.path is not None
-    if src.path_format in ("keras", "h5"):
-        from ..formats.keras import KerasModel
-
-        loaded = _load_source(src.path, src.path_format, "cpu", dict(options or {}))
-        assert isinstance(loaded, KerasModel)  # both formats load as KerasModel
-        return loaded.native
-    return src.path  # let the format's exporter decide whether it converts from this path
 
 
 def _fail(text: str) -> NoReturn:
