@@ -243,7 +243,8 @@ def export(model: Any, path: Path, *, opset: int = DEFAULT_OPSET,
                     proto = _convert_inlined(serving, concrete, lower, opset=opset, custom_op_handlers=handlers,
                                              **options)
                 else:
-                    proto, _ = tf2onnx.convert.from_function(serving.function if as_traced else _frozen(serving, concrete, lower),
+                    function = serving.function if as_traced else _frozen(serving, concrete, lower)
+                    proto, _ = tf2onnx.convert.from_function(function,
                                                              input_signature=serving.specs, opset=opset,
                                                              custom_op_handlers=handlers, **options)
             except _ResourceLeft as exc:
