@@ -18,6 +18,7 @@ here in the parent.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import hashlib
 import os
 import pickle
@@ -31,6 +32,7 @@ import tempfile
 import threading
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +112,27 @@ def _how_it_ended(code: int | None, export_memory: int | None = None) -> tuple[s
     return f"exited with code {code}", "see the converter log"
 
 
+@dataclass
+class _Ahead:
+    """An export sent before its test asked for it (``ExportProcess.ahead``)."""
+
+    request: dict
+    folder: Path  # where the worker writes it, until the export that takes it moves it
+    posted: tuple[subprocess.Popen, int, float]
+
+
+def _moved(value: Any, here: dict[str, str]) -> Any:
+    """``value`` with the paths of an export sent ahead put where its export wanted them."""
+    if isinstance(value, str):
+        for old, new in here.items():
+            value = value.replace(old, new)
+    return value
+
+
+def _without_path(request: dict) -> bytes:
+    return pickle.dumps({k: v for k, v in request.items() if k != "path"})
+
+
 class ExportProcess:
     """One persistent export worker; ``export`` has :func:`formats.export_model`'s signature.
 
@@ -133,6 +156,8 @@ class ExportProcess:
         self._tmp: Path | None = None  # the worker's $TMPDIR, removed when it ends
         self._dir = Path(tempfile.mkdtemp(prefix=owned_prefix("modelparity-handover-")))
         self._handed: dict[str, Path] = {}  # weights digest -> .keras file
+        self._ahead: _Ahead | None = None  # the export sent ahead of its test (``ahead``), not yet taken
+        self._aheads = 0
 
     # -- the worker ------------------------------------------------------------------------
     def _start(self) -> subprocess.Popen:
@@ -178,14 +203,16 @@ class ExportProcess:
         while this process still loads the model and computes its cache key; idempotent."""
         self._start()
 
-    def close(self, wait_s: float = 2.0) -> None:
+    def close(self, wait_s: float = 0.25) -> None:
         """Stop the worker (it exits when its stdin closes; killed after ``wait_s``: its
-        temporaries are in a folder of ours anyway) and remove the handed-over files.
+        temporaries are in a folder of ours anyway, and no export is under way) and remove the
+        handed-over files.
 
-        Why not wait longer: under pytest-xdist a worker whose session still runs 5 s after the
+        Why not wait longer: an idle worker's TensorFlow takes 1.5 s to exit, 15% of a small
+        cold session (measured: bench/session_cost.py, digits), for nothing it would still
+        write. And under pytest-xdist a worker whose session still runs 5 s after the
         controller asked it to end gets a SIGINT from execnet (a ``KeyboardInterrupt`` traceback
-        per worker at the end of the run); a TensorFlow process slow to exit on a loaded machine
-        must not cost that."""
+        per worker at the end of the run)."""
         self._stop_worker(wait_s)
         shutil.rmtree(self._dir, ignore_errors=True)
 
@@ -238,7 +265,9 @@ class ExportProcess:
         request = {"model": str(handed), "keras_file": not isinstance(model, (str, Path)), "format": format,
                    "path": str(path), "options": options, "memory_limit": self.memory_limit,
                    "input_names": input_tensor_names(model)}
-        reply = self._ask(request, format, Path(path))
+        reply = self._take_ahead(request, format, Path(path))
+        if reply is None:
+            reply = self._ask(request, format, Path(path))
         if "handover" in reply:  # the worker cannot rebuild the model (custom classes): inline it is
             self.inline_reasons.append(reply["handover"])
             return Path(export_model(model, format, path, **options))
@@ -250,14 +279,25 @@ class ExportProcess:
         return written
 
     def _ask(self, request: dict, format: str, path: Path) -> dict:
+        return self._reply(self._post(request), format, path)
+
+    def _post(self, request: dict) -> tuple[subprocess.Popen, int, float]:
+        """Send ``request`` to the worker (started if need be): what ``_reply`` waits on."""
         proc = self._start()
-        assert proc.stdin is not None and self._reply_fd is not None
+        assert proc.stdin is not None
         log_start = self._log_size()
         start = time.monotonic()
         try:
             _send(proc.stdin, request)
         except (BrokenPipeError, OSError):
-            pass  # it died before reading: reported below with its exit status
+            pass  # it died before reading: reported by _reply with its exit status
+        return proc, log_start, start
+
+    def _reply(self, posted: tuple[subprocess.Popen, int, float], format: str, path: Path) -> dict:
+        """The worker's reply to a posted request; its death or a timeout (counted from when
+        the request was sent) is an ``ExportError`` for ``path``."""
+        proc, log_start, start = posted
+        assert self._reply_fd is not None
         peak = _peak_rss(proc.pid)
         poller = select.poll()  # not select(): it fails on descriptors above 1023
         poller.register(self._reply_fd, select.POLLIN)
@@ -294,6 +334,65 @@ class ExportProcess:
             problem += "; its last output:\n    " + "\n    ".join(tail)
         raise ExportError(path, format, problem, fix, log_path=self.log_path)
 
+    # -- exporting ahead --------------------------------------------------------------------
+    def ahead(self, model: Any, format: str, name: str, **options: Any) -> bool:
+        """Send the export of ``model`` to ``format`` now, without waiting for it: the session
+        asks for it next (its next test's format), and meanwhile this process loads, runs and
+        compares the current one on the other core. The ``export`` with the same request takes
+        the result (moved to its path, ``name`` being the artifact's file name there); its
+        failure, crash or timeout is that export's, said as if it had been asked then. One at a
+        time; False where it is not sent (a model exported inline, one already under way)."""
+        from ..formats.keras_specs import input_tensor_names
+
+        if self._ahead is not None or isinstance(model, (str, Path)) or self._proc is None:
+            return False
+        try:
+            pickle.dumps(options)
+        except Exception:  # noqa: BLE001 - said by the export itself, which runs it inline
+            return False
+        reasons = len(self.inline_reasons)
+        handed = self._handover(model)
+        del self.inline_reasons[reasons:]  # said by the export itself, if it comes
+        if handed is None:
+            return False
+        self._aheads += 1
+        folder = self._dir / f"ahead-{self._aheads}"
+        folder.mkdir()
+        request = {"model": str(handed), "keras_file": True, "format": format, "path": str(folder / name),
+                   "options": options, "memory_limit": self.memory_limit, "input_names": input_tensor_names(model)}
+        self._ahead = _Ahead(request, folder, self._post(request))
+        return True
+
+    def _take_ahead(self, request: dict, format: str, path: Path) -> dict | None:
+        """The reply to the export sent ahead when it is ``request`` (its artifact moved to
+        ``path``); else None, after the one under way has ended (the worker is free again)."""
+        pending, self._ahead = self._ahead, None
+        if pending is None:
+            return None
+        same = _without_path(pending.request) == _without_path(request) and \
+            Path(pending.request["path"]).name == path.name
+        if not same:
+            with contextlib.suppress(ExportError):  # not this export's: its end is no one's failure
+                self._reply(pending.posted, format, path)
+            shutil.rmtree(pending.folder, ignore_errors=True)
+            return None
+        try:
+            reply = self._reply(pending.posted, format, path)
+            if isinstance(reply.get("error"), dict):  # said of the export's own path, as if asked now
+                here = {str(pending.folder / path.name): str(path), str(pending.folder): str(path.parent)}
+                reply["error"] = {k: _moved(v, here) for k, v in reply["error"].items()}
+            if "ok" in reply:
+                try:
+                    written = Path(reply["ok"]).resolve().relative_to(pending.folder.resolve())
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.move(str(pending.folder / path.name), str(path))
+                except (ValueError, OSError):  # written elsewhere, or not movable: asked again
+                    return None
+                reply["ok"] = str(path.parent / written)
+            return reply
+        finally:
+            shutil.rmtree(pending.folder, ignore_errors=True)
+
     def _recycle_if_grown(self, proc: subprocess.Popen) -> None:
         """A worker that kept much memory after an export (tf2onnx's graphs, allocator caches) is
         replaced: the next export would add its own peak to what is left (a 100 MB model's second
@@ -315,8 +414,12 @@ class ExportProcess:
         self._forget()
 
     def _forget(self) -> None:
-        """The worker is gone (stopped, killed, dead): drop its pipe and its temporary folder."""
+        """The worker is gone (stopped, killed, dead): drop its pipe, its temporary folder and
+        the export it was sent ahead (the export that wanted it asks a new worker)."""
         self._proc = None
+        if self._ahead is not None:
+            shutil.rmtree(self._ahead.folder, ignore_errors=True)
+            self._ahead = None
         if self._reply_fd is not None:
             os.close(self._reply_fd)
             self._reply_fd = None
