@@ -238,7 +238,7 @@ def session(model_path: Path, cache: Path, workdir: Path) -> dict:
             phases.wrap(cache.ExportCache, "key", "cache keys (hashing the weights)")
             phases.wrap(worker.ExportProcess, "_start", "start worker")
             phases.wrap(worker.ExportProcess, "_handover", "hand model over")
-            phases.wrap(worker.ExportProcess, "_ask", lambda self, request, fmt, path: f"export {fmt} (+validation)")
+            phases.wrap(worker.ExportProcess, "_reply", lambda self, posted, fmt, path: f"export {fmt} (+validation, waited for)")
             phases.wrap(base.LoadedModel, "predict", "runs")
             phases.wrap(assertions, "assert_outputs_close", "comparison")
             phases.wrap(diagnose, "diagnose_comparison", "diagnosis")

@@ -211,6 +211,16 @@ class ExportCache:
         _feed(h, dict(converter_versions()))
         return h.hexdigest()
 
+    def holds(self, model: Any, format: str, **options: Any) -> bool:
+        """Whether an entry for this export is there (unverified: ``export`` checks it)."""
+        if not self.enabled:
+            return False
+        try:
+            key = self.key(model, format, options)
+        except UncacheableOption:
+            return False
+        return (self.entry_dir(format, key) / _META).exists()
+
     def entry_dir(self, format: str, key: str) -> Path:
         return self.root / format / key
 

@@ -414,15 +414,18 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 def pytest_collection_finish(session: pytest.Session) -> None:
     """A serial session whose tests export: start the export worker now, so that its
     TensorFlow import runs while this process imports TensorFlow and loads the reference
-    (docs/performance.md). Not under xdist, where the per-entry lock leaves most workers
-    without an export to make, and not when the cache already holds entries of these formats."""
+    (docs/performance.md), and note the order in which the tests export, so that the worker
+    converts each test's format ahead of it. Not under xdist, where the per-entry lock leaves most
+    workers without an export to make, and not when the cache already holds entries of these formats."""
     state = _state_or_none(session.config)
     if state is None or getattr(session.config, "workerinput", None) is not None:
         return
     from .zero_code import ParityCheck
 
-    if any(isinstance(item, ParityCheck) or "parity_candidate" in getattr(item, "fixturenames", ())
-           for item in session.items):
+    exporting = [item for item in session.items
+                 if isinstance(item, ParityCheck) or "parity_candidate" in getattr(item, "fixturenames", ())]
+    if exporting:
+        state.export_order = list(dict.fromkeys(f for f, _ in map(item_matrix, exporting) if f))
         state.prestart_worker()
 
 

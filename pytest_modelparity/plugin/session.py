@@ -109,6 +109,9 @@ class ParitySession:
     started: float = field(default_factory=time.time)  # wall clock: what this run installed (tfjs npm ci)
     # node id -> (device, outcome, skip/failure reason) of every matrix test: "nothing ran on a GPU"
     device_outcomes: dict[str, tuple[str, str, str | None]] = field(default_factory=dict)
+    # the formats the session's tests export to, in test order (a serial session: the export
+    # worker converts the next one ahead of its test)
+    export_order: list[str] = field(default_factory=list)
     _precision_set: bool = False
     _tf32_before: bool | None = None  # TF's TF32 setting before --modelparity-tf32=off changed it
 
@@ -359,6 +362,8 @@ class ParitySession:
             if self.logs is not None and self.logs.written:
                 failed.args = (f"{failed}\n    converter output: {self.logs.path}",)
             raise failed from exc
+        if cache is not None and cache.hits == hits_before:  # a cold cache: the next test's export starts now
+            self._export_next_ahead(obj, src, model, format, cache)
         artifact = {"source": src.label, "format": format, "path": str(path),
                     "seconds": round(time.perf_counter() - start, 3),
                     # a cache hit is a reused artifact, not an export made by this run
@@ -373,6 +378,33 @@ class ParitySession:
             artifact["cache_note"] = "; ".join(notes)
         self.artifacts.append(artifact)
         return path
+
+    def _export_next_ahead(self, obj: Any, src: Source, model: Any, done: str, cache: Any) -> None:
+        """Send the export the session's next test needs (``export_order``, after ``done``) to
+        the worker now, so that it converts while this process loads, runs and compares
+        ``done`` (docs/performance.md). Only a plain format (no variant; converter options
+        would make the request another, which is then exported as usual), from a Keras model,
+        to a running worker, and not one the cache holds. Never a failure of its own."""
+        exporter = self._exporter
+        if exporter is None or done not in self.export_order or isinstance(model, (str, Path)):
+            return
+        exported = {key[1] for key in self.exports if key[0] == id(obj)}
+        following = [f for f in self.export_order[self.export_order.index(done) + 1:] if f not in exported]
+        if not following:
+            return
+        format = following[0]
+        try:
+            from ..exports.cache import ARTIFACT_NAMES
+            from ..formats import format_module, missing_runtime
+
+            base, variant = split_format(format)
+            if variant is not None or (src.path is not None and src.path_format == base) or \
+                    not hasattr(format_module(base), "export") or missing_runtime(base, export=True) is not None:
+                return
+            if not cache.holds(model, base):
+                exporter.ahead(model, base, ARTIFACT_NAMES.get(base, "model"))
+        except Exception:  # noqa: BLE001 - only a head start: the test's own export says what fails
+            return
 
     def _export_cache(self) -> Any:
         if self._cache is None:

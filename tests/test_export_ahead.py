@@ -1,0 +1,133 @@
+"""Exports sent ahead of their test (``ExportProcess.ahead``, docs/performance.md): the worker
+converts the session's next format while the pytest process loads, runs and compares the
+current one. An export sent ahead is taken by the same request only, moved to that request's
+path; its failure is that export's, said of that path; a request for another export waits for
+it to end and is exported as usual."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pytest_modelparity import load_model
+from pytest_modelparity.exports.worker import ExportProcess
+
+import models
+from models import TINY_SOURCE_CONFTEST
+
+
+@pytest.fixture
+def worker(tmp_path: Path):
+    process = ExportProcess(timeout_s=300, log_path=tmp_path / "logs" / "export.log")
+    posts: list[str] = []
+    post = process._post
+
+    def counted(request):
+        posts.append(request["format"])
+        return post(request)
+
+    process._post = counted  # what the worker is asked, in order
+    process.posts = posts
+    process.prestart()
+    yield process
+    process.close()
+
+
+def _close_to(path: Path, model, format: str) -> None:
+    x = np.random.default_rng(0).normal(size=(3, 16)).astype("float32")
+    np.testing.assert_allclose(load_model(path, format).predict(x)["out"], np.asarray(model(x)), atol=1e-5)
+
+
+def test_an_export_sent_ahead_is_taken_by_its_request_and_moved_to_its_path(worker, tmp_path: Path) -> None:
+    model = models.mlp(seed=1)
+    assert worker.ahead(model, "tflite", "model.tflite")
+    assert not worker.ahead(model, "onnx", "model.onnx")  # one at a time
+    path = worker.export(model, "tflite", tmp_path / "entry" / "model.tflite")
+    assert path == tmp_path / "entry" / "model.tflite" and worker.posts == ["tflite"]  # not asked again
+    _close_to(path, model, "tflite")
+    assert not list(worker._dir.glob("ahead-*"))  # nothing left where it was written
+
+
+def test_a_failing_export_sent_ahead_fails_its_request_as_if_asked_then(worker, tmp_path: Path) -> None:
+    model = models.mlp(seed=2)
+    bad = {"converter_options": {"route": "no_such_route"}}
+    assert worker.ahead(model, "tflite", "model.tflite", **bad)
+    with pytest.raises(Exception) as ahead:
+        worker.export(model, "tflite", tmp_path / "a" / "model.tflite", **bad)
+    with pytest.raises(Exception) as asked:
+        worker.export(model, "tflite", tmp_path / "b" / "model.tflite", **bad)
+    assert worker.posts == ["tflite", "tflite"]
+    assert type(ahead.value) is type(asked.value)
+    assert str(ahead.value).replace(str(tmp_path / "a"), "X") == str(asked.value).replace(str(tmp_path / "b"), "X")
+    assert "ahead-" not in str(ahead.value)
+
+
+def test_another_request_waits_for_the_export_sent_ahead_and_is_exported_as_usual(worker, tmp_path: Path) -> None:
+    model = models.mlp(seed=3)
+    assert worker.ahead(model, "tflite", "model.tflite")
+    onnx = worker.export(model, "onnx", tmp_path / "o" / "model.onnx")
+    _close_to(onnx, model, "onnx")
+    tflite = worker.export(model, "tflite", tmp_path / "t" / "model.tflite")  # the discarded one is not reused
+    _close_to(tflite, model, "tflite")
+    assert worker.posts == ["tflite", "onnx", "tflite"]
+
+
+def test_an_export_sent_ahead_to_a_worker_that_dies_is_that_exports_failure(worker, tmp_path: Path) -> None:
+    """SIGKILL during the export sent ahead (the OOM killer's signal): its request fails once,
+    naming its own path; the next export gets a new worker."""
+    import os
+    import signal
+
+    from pytest_modelparity import errors
+
+    model = models.tiny_cnn(seed=4)
+    worker.export(model, "keras", tmp_path / "warm" / "m")  # TensorFlow imported in the worker
+    assert worker.ahead(model, "onnx", "model.onnx")
+    os.kill(worker.pid, signal.SIGKILL)  # at once: the export sent ahead is under way
+    with pytest.raises(errors.ExportError, match="killed by SIGKILL") as info:
+        worker.export(model, "onnx", tmp_path / "o" / "model.onnx")
+    assert Path(info.value.path) == tmp_path / "o" / "model.onnx"
+    assert worker.export(model, "tflite", tmp_path / "t" / "model.tflite").exists()
+
+
+SESSION_CONFTEST = TINY_SOURCE_CONFTEST + textwrap.dedent('''
+    from pathlib import Path
+
+    from pytest_modelparity.exports.worker import ExportProcess
+
+    _ahead = ExportProcess.ahead
+
+    def ahead(self, model, format, name, **options):
+        sent = _ahead(self, model, format, name, **options)
+        with open(Path(__file__).parent / "sent-ahead.txt", "a") as fh:  # print would go to the session log
+            fh.write(f"{format} {sent}\\n")
+        return sent
+
+    ExportProcess.ahead = ahead
+''')
+
+
+def test_a_cold_session_sends_each_next_format_ahead_and_a_warm_one_none(pytester: pytest.Pytester) -> None:
+    """Through the fixtures: the tests run saved_model, tflite, onnx in that order; the worker
+    is sent tflite when saved_model is done and onnx when tflite is, every test passes, and the
+    cache then holds all three (a warm run sends nothing and passes)."""
+    pytester.makeconftest(SESSION_CONFTEST)
+    pytester.makepyfile(test_m=textwrap.dedent('''
+        from pytest_modelparity import assert_outputs_close
+
+        def test_close(parity_candidate, parity_batch, parity_reference):
+            assert_outputs_close(parity_candidate.predict(parity_batch), parity_reference, inputs=parity_batch)
+    '''))
+    args = ("--modelparity-formats=saved_model,tflite,onnx", "--modelparity-cache-dir=cache", "-p",
+            "no:cacheprovider", "-p", "no:randomly")
+    cold = pytester.runpytest_subprocess(*args, timeout=600)
+    cold.assert_outcomes(passed=3)
+    sent = pytester.path / "sent-ahead.txt"
+    assert sent.read_text().splitlines() == ["tflite True", "onnx True"]
+    sent.unlink()
+    warm = pytester.runpytest_subprocess(*args, timeout=600)
+    warm.assert_outcomes(passed=3)
+    assert not sent.exists()
