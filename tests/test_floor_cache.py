@@ -35,8 +35,11 @@ CONFTEST = textwrap.dedent('''
         print(f"\\ntwins built: {len(BUILT)}; float64 twins built: {sum(k == 'float64' for k, _ in BUILT)}")
 
     @pytest.fixture(scope="session")
-    def modelparity_source():
-        return tiny_cnn(3)
+    def modelparity_source():  # a normalisation after the convolutions: the sharper floor is measured too
+        import keras
+
+        cnn = tiny_cnn(3)
+        return keras.Model(cnn.inputs, keras.layers.LayerNormalization(name="norm")(cnn.outputs[0]), name="normed_cnn")
 
     @pytest.fixture(scope="session")
     def modelparity_dataset():

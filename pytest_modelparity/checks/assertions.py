@@ -563,6 +563,10 @@ def _shadow_floors(model: Any, inputs: Any, reference: Any, paths: list[str], fm
     for kind in [*kinds, *([floor.SHARPENS[floor.FLOAT64]] if sharper else [])]:
         if kind not in kinds and not info.get(floor.FLOAT64, "").startswith("measured"):
             continue  # the sharper floor only beside a float64 one
+        pointless = floor.sharper_floor_pointless(model) if kind not in kinds else None
+        if pointless:  # told from the layers: it would not judge, so it is not built
+            info[kind] = f"unavailable: {pointless}"
+            continue
         measured = floor_cache.measured(  # a warm session reads the floor an earlier one measured
             model, lambda: (kind, floor.batch_digest(inputs), floor.batch_digest(ref_leaves)),  # noqa: B023
             lambda: floor.measure_floor(model, kind, inputs, ref_leaves, _leaves), floor.Floor)  # noqa: B023

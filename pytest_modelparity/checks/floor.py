@@ -125,6 +125,17 @@ def _build(model: Any, kind: str, method: str) -> Twin:
                 seconds_to_build=time.perf_counter() - start)
 
 
+def sharper_floor_pointless(model: Any) -> str | None:
+    """Why the sharper floor (``SHARPENS``) is not measured for ``model``, where that can be
+    told before building it (``formats.twins.rounding_not_amplified``); None: measure it."""
+    from ..formats.twins import rounding_not_amplified
+
+    try:
+        return rounding_not_amplified(model)
+    except Exception:  # noqa: BLE001 - cannot tell: measured, as before
+        return None
+
+
 def measure_floor(model: Any, kind: str, inputs: Any, reference: Mapping[str, np.ndarray],
                   leaves: Callable[[Any], Any]) -> Floor:
     """max |ref - twin| / max |twin| per output of ``reference`` (the model's outputs on
