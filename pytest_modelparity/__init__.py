@@ -9,6 +9,10 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from .runtime.resources import one_blas_thread_under_a_limit
+
+one_blas_thread_under_a_limit()  # first, before NumPy and SciPy load their OpenBLAS (see there)
+
 __version__ = "0.1.0"
 
 # public name -> the module (relative to this package) that defines it

@@ -181,3 +181,47 @@ def test_a_converter_out_of_memory_says_so_with_the_fix_and_the_log_does_not_say
     assert ("address-space limit" in err.problem and "ulimit -v" in (err.fix or "")) or (
         "--modelparity-export-memory" in err.problem and "--modelparity-export-memory" in (err.fix or "")), err
     assert "== export to saved_model failed" in text
+
+
+def test_under_a_ulimit_v_too_small_for_tensorflow_the_session_ends_and_says_it_is_memory(pytester: pytest.Pytester) -> None:
+    """1.1 GB: more than the 900 MB above, less than TensorFlow's import maps (1.2 GB). SciPy's
+    OpenBLAS (loaded by Keras through scikit-learn) sized a buffer per thread and spun at 100% CPU
+    when they did not fit: the session never ended. The plugin caps OpenBLAS at one thread under
+    an address-space limit, and the session ends in seconds with the out-of-memory report."""
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("bash") is None:
+        pytest.skip("bash is needed for `ulimit -v`")
+    pytester.makeconftest(TINY_SOURCE_CONFTEST)
+    pytester.makepyfile(test_m=textwrap.dedent('''
+        from pytest_modelparity import assert_outputs_close
+
+        def test_close(parity_candidate, parity_batch, parity_reference):
+            assert_outputs_close(parity_candidate.predict(parity_batch), parity_reference, inputs=parity_batch)
+    '''))
+    command = (f"ulimit -v 1100000 && exec {sys.executable} -m pytest -p no:cacheprovider -p no:randomly "
+               f"--modelparity-formats=tflite --modelparity-cache-dir=cache")
+    try:
+        proc = subprocess.run(["bash", "-c", command], cwd=pytester.path, capture_output=True, text=True, timeout=180)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the session under `ulimit -v 1100000` did not end in 180 s")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "INTERNALERROR" not in out, (proc.returncode, out[-4000:])
+    assert "out of memory" in out and "ulimit -v" in out, out[-4000:]
+
+
+def test_openblas_gets_one_thread_under_an_address_space_limit_unless_the_user_chose() -> None:
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("bash") is None:
+        pytest.skip("bash is needed for `ulimit -v`")
+    show = f"{sys.executable} -c \"import os, pytest_modelparity; print(os.environ.get('OPENBLAS_NUM_THREADS'))\""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    for prefix, want in (("ulimit -v 8000000 && ", "1"), ("ulimit -v 8000000 && OPENBLAS_NUM_THREADS=4 ", "4"),
+                         ("", "None")):
+        out = subprocess.run(["bash", "-c", prefix + show], capture_output=True, text=True, env=env, timeout=120)
+        assert out.stdout.strip().splitlines()[-1:] == [want], (prefix, out.stdout, out.stderr[-2000:])

@@ -29,7 +29,7 @@ from .options import add_options, parse_options, strict_gpu_problem
 # Imported here, not when a failure is reported: a report made short of memory must not need
 # an import (CI saw `from .scope_hint import ...` raise MemoryError under `ulimit -v`).
 from .scope_hint import scope_mismatch_message
-from ..runtime.resources import memory_hint
+from ..runtime.resources import address_space_limit, memory_hint
 
 MARKER = ("modelparity(formats=None, devices=None, rtol=None, atol=None, quant_budget=None, class_scores=None, "
           "top_k=1): narrow the format x device matrix of this test and set its tolerance (above the ini value, "
@@ -307,7 +307,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Any:
     traceback gets a short report instead of an INTERNALERROR that ends the session."""
     try:
         report = yield
-    except MemoryError:
+    except (MemoryError, SystemError) as exc:  # under `ulimit -v`, compile() failing an allocation
+        if isinstance(exc, SystemError) and address_space_limit() is None:  # raises "error return
+            raise  # without exception set": memory there, a bug anywhere else
         report = _short_report(item, call)
     if call.excinfo is not None and report.failed:
         try:

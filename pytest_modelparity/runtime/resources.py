@@ -10,6 +10,8 @@ functional model"). :func:`resource_failure` names the limit whatever wrapped it
 
 from __future__ import annotations
 
+import os
+
 import errno
 import re
 from typing import Iterator
@@ -64,6 +66,19 @@ def address_space_limit() -> int | None:
     except (ImportError, OSError, ValueError):
         return None
     return None if soft == resource.RLIM_INFINITY else int(soft)
+
+
+def one_blas_thread_under_a_limit() -> bool:
+    """Under an address-space limit (``ulimit -v``), cap OpenBLAS at one thread unless the user
+    chose a number (``OPENBLAS_NUM_THREADS``); True when set here. Called before TensorFlow is
+    imported: Keras imports scikit-learn, whose SciPy loads its own OpenBLAS, and OpenBLAS sizes a
+    buffer per thread as it loads. Under a 1.1 GB ``ulimit -v`` that load spun at 100% CPU and the
+    session never ended (measured on 2 cores; more cores, more buffers); with one thread the same
+    session ended in 5 s with the out-of-memory report. TensorFlow's own kernels do not use OpenBLAS."""
+    if address_space_limit() is None or "OPENBLAS_NUM_THREADS" in os.environ:
+        return False
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"  # the export worker inherits it
+    return True
 
 
 def memory_hint(exc: BaseException) -> str | None:
