@@ -204,6 +204,10 @@ def _diagnose_comparison(report: Any, actual: Any, expected: Any, cand_model: An
 
 
 HEAVY_ROWS = 8
+# ...and fewer where each row is large: at most this many input elements (2 rows at least), so
+# a 224 px image net reruns on 2 rows, not 8 (each of its reruns is compute, 0.3 s a call for
+# MobileNetV2: the conversion part of a failing quantised test took 8.9 s); 64 px keeps 8.
+HEAVY_ELEMENTS = 1 << 18
 # Seconds the model-running checks (reruns, input transforms, the layer table) may take
 # together for one failure; a check predicted to overrun is skipped and the report says so.
 MODEL_CHECKS_BUDGET_S = 20.0
@@ -254,13 +258,16 @@ class Budget:
 
 
 def _few_rows(inputs: Any, actual: Any, flat_a: dict, flat_e: dict) -> tuple:
-    """The first HEAVY_ROWS rows of the inputs and outputs, when every output is batch-major."""
+    """The first HEAVY_ROWS rows of the inputs and outputs (fewer for large rows:
+    ``HEAVY_ELEMENTS``), when every output is batch-major."""
     n = batch_size(inputs)
-    if not n or n <= HEAVY_ROWS:
+    per_row = sum(int(np.size(v)) for v in flatten(inputs).values()) // n if n else 0
+    keep = max(2, min(HEAVY_ROWS, HEAVY_ELEMENTS // per_row)) if per_row else HEAVY_ROWS
+    if not n or n <= keep:
         return inputs, actual, flat_a, flat_e
     if not all(np.ndim(v) >= 1 and np.shape(v)[0] == n for v in (*flat_a.values(), *flat_e.values())):
         return inputs, actual, flat_a, flat_e
-    cut = slice(0, HEAVY_ROWS)
+    cut = slice(0, keep)
     small_a = {p: v[cut] for p, v in flat_a.items()}
     return rows(inputs, cut), _unflatten_like(actual, small_a), small_a, {p: v[cut] for p, v in flat_e.items()}
 
