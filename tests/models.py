@@ -22,6 +22,15 @@ TINY_SOURCE_CONFTEST = textwrap.dedent('''
 ''')
 
 
+# A pytester test module: the session's candidate set against its reference, one test per format.
+CLOSE_SUITE = textwrap.dedent('''
+    from pytest_modelparity import assert_outputs_close
+
+    def test_close(parity_candidate, parity_batch, parity_reference):
+        assert_outputs_close(parity_candidate.predict(parity_batch), parity_reference, inputs=parity_batch)
+''')
+
+
 # A module for pytester suites (``pytester.makepyfile(export_workers=EXPORT_WORKERS_MODULE)``):
 # the pids of this pytest process's export workers, read from /proc, so a suite can check that
 # one was started, stop it or kill it.

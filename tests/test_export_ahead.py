@@ -16,7 +16,7 @@ from pytest_modelparity import load_model
 from pytest_modelparity.exports.worker import ExportProcess
 
 import models
-from models import TINY_SOURCE_CONFTEST
+from models import CLOSE_SUITE, TINY_SOURCE_CONFTEST
 
 
 @pytest.fixture
@@ -115,12 +115,7 @@ def test_a_cold_session_sends_each_next_format_ahead_and_a_warm_one_none(pyteste
     is sent tflite when saved_model is done and onnx when tflite is, every test passes, and the
     cache then holds all three (a warm run sends nothing and passes)."""
     pytester.makeconftest(SESSION_CONFTEST)
-    pytester.makepyfile(test_m=textwrap.dedent('''
-        from pytest_modelparity import assert_outputs_close
-
-        def test_close(parity_candidate, parity_batch, parity_reference):
-            assert_outputs_close(parity_candidate.predict(parity_batch), parity_reference, inputs=parity_batch)
-    '''))
+    pytester.makepyfile(test_m=CLOSE_SUITE)
     args = ("--modelparity-formats=saved_model,tflite,onnx", "--modelparity-cache-dir=cache", "-p",
             "no:cacheprovider", "-p", "no:randomly")
     cold = pytester.runpytest_subprocess(*args, timeout=600)

@@ -11,7 +11,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from models import EXPORT_WORKERS_MODULE, TINY_SOURCE_CONFTEST
+from models import CLOSE_SUITE, EXPORT_WORKERS_MODULE, TINY_SOURCE_CONFTEST
 
 SUITE = {
     "test_a_first.py": '''
@@ -20,12 +20,7 @@ SUITE = {
         def test_before_any_export():
             print(f"export workers before any export: {len(export_workers())}")
     ''',
-    "test_b_model.py": '''
-        from pytest_modelparity import assert_outputs_close
-
-        def test_close(parity_candidate, parity_batch, parity_reference):
-            assert_outputs_close(parity_candidate.predict(parity_batch), parity_reference, inputs=parity_batch)
-    ''',
+    "test_b_model.py": CLOSE_SUITE,
 }
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from models import EXPORT_WORKERS_MODULE, TINY_SOURCE_CONFTEST
+from models import CLOSE_SUITE, EXPORT_WORKERS_MODULE, TINY_SOURCE_CONFTEST
 
 KILLED_EXPORT_SUITE = {
     "test_a_exports.py": '''
@@ -195,12 +195,7 @@ def test_under_a_ulimit_v_too_small_for_tensorflow_the_session_ends_and_says_it_
     if shutil.which("bash") is None:
         pytest.skip("bash is needed for `ulimit -v`")
     pytester.makeconftest(TINY_SOURCE_CONFTEST)
-    pytester.makepyfile(test_m=textwrap.dedent('''
-        from pytest_modelparity import assert_outputs_close
-
-        def test_close(parity_candidate, parity_batch, parity_reference):
-            assert_outputs_close(parity_candidate.predict(parity_batch), parity_reference, inputs=parity_batch)
-    '''))
+    pytester.makepyfile(test_m=CLOSE_SUITE)
     command = (f"ulimit -v 1100000 && exec {sys.executable} -m pytest -p no:cacheprovider -p no:randomly "
                f"--modelparity-formats=tflite --modelparity-cache-dir=cache")
     try:

@@ -160,6 +160,11 @@ def _weights(model: Any) -> list[np.ndarray]:
     return [np.asarray(v) for v in getattr(model, "weights", [])]
 
 
+def _present(entry: Path) -> bool:
+    """An entry folder with its meta.json (written last, so the export finished)."""
+    return entry.is_dir() and (entry / _META).exists()
+
+
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -219,7 +224,7 @@ class ExportCache:
             key = self.key(model, format, options)
         except UncacheableOption:
             return False
-        return (self.entry_dir(format, key) / _META).exists()
+        return _present(self.entry_dir(format, key))
 
     def entry_dir(self, format: str, key: str) -> Path:
         return self.root / format / key
@@ -260,7 +265,7 @@ class ExportCache:
 
     def _hit(self, final: Path, artifact: Path, format: str) -> Path | None:
         """The artifact of a complete, intact entry (counted as a hit); a damaged one is dropped."""
-        if not (final.is_dir() and (final / _META).exists()):
+        if not _present(final):
             return None
         problem = self._verify(final)
         if problem is None:
