@@ -579,11 +579,9 @@ def _main(reply_fd: int, log_path: str = "") -> None:
 
         faulthandler.enable(file=open(log_path, "a"))  # noqa: SIM115 - kept open for the process's life
     try:  # TensorFlow and Keras now, while the parent still loads the model (ExportProcess.prestart)
-        import keras  # noqa: F401
+        from ..runtime.tf_import import import_keras
 
-        from ..runtime.tf_import import import_tf
-
-        import_tf()
+        import_keras()
     except Exception:  # noqa: BLE001 - the first request reports it, as an export error
         pass
     stdin = sys.stdin.buffer.fileno()

@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from ..errors import ModelLoadError
-from ..runtime.tf_import import TF_INSTALL, import_tf  # noqa: F401 - TF_INSTALL: the formats read it here
+from ..runtime.tf_import import TF_INSTALL, import_keras, import_tf  # noqa: F401 - TF_INSTALL: the formats read it here
 from ._files import read_regular
 
 # The packages themselves, not `pip install 'pytest-modelparity[x]'`: the plugin is not on PyPI,
@@ -59,10 +59,7 @@ def is_keras_model(obj: Any) -> bool:
 
 
 def _keras() -> Any:
-    import_tf()
-    import keras
-
-    return keras
+    return import_keras()
 
 
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..errors import ModelLoadError
 from ..runtime.devices import require_tf_device
+from ..runtime.tf_import import import_keras
 from ._common import first_line, is_keras_model, name_outputs, quiet
 from ._tf import freeze_concrete, import_tf, require_path
 from .base import LoadedModel
@@ -94,10 +95,7 @@ class KerasModel(LoadedModel):
 
 
 def _keras() -> Any:
-    import_tf()
-    import keras
-
-    return keras
+    return import_keras()
 
 
 def _compute_dtype(model: Any) -> str | None:
