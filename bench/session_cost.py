@@ -19,7 +19,9 @@ instead), the cache keys, starting the export worker and handing
 the model over, each export (with its validation, in the worker; the first includes the
 worker's own TensorFlow import), each load, the runs, the comparison (and report), the
 diagnosis (failing tests only). Memory: the process's peak RSS and the export worker's
-(its VmHWM). Medians over ``--repeats`` runs. In a session TensorFlow is imported where
+(its VmHWM). Medians over ``--repeats`` runs. Every child writes and reads bytecode caches, as a
+user's machine does, primed once before the timed runs (``_prime_bytecode``), whatever
+``PYTHONDONTWRITEBYTECODE`` says in the caller's environment. In a session TensorFlow is imported where
 the plugin first needs it (loading the ``.keras`` file), and timed there as ``import TF``.
 
     .venv/bin/python bench/session_cost.py [--nets digits,mobilenet_v2,mobilenet_v3] [--repeats 1]
@@ -253,12 +255,30 @@ def session(model_path: Path, cache: Path, workdir: Path) -> dict:
 
 # -- the driver ---------------------------------------------------------------------------------
 def _child(*args: str) -> dict:
+    # Bytecode caches as a user's machine keeps them: with PYTHONDONTWRITEBYTECODE set (as in
+    # .ci/run) every session compiles the plugin's modules again and pytest rewrites Hypothesis'
+    # 73 modules again (its pytest11 entry point marks them), 1.5-2 s that the bare converters,
+    # reading site-packages' installed .pyc files, never pay.
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     proc = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, env=env, timeout=1800)
     last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
     if proc.returncode != 0 or not last.startswith("{"):
         raise SystemExit(f"{' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return json.loads(last)
+
+
+def _prime_bytecode(root: Path) -> None:
+    """Write the .pyc files a user's first session writes (the plugin's modules, pytest's rewrite
+    of Hypothesis'), so that no timed run is the one that compiles them."""
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "pytest_modelparity")],
+                   env=env, check=True, capture_output=True)
+    (root / "prime").mkdir()
+    (root / "prime" / "test_prime.py").write_text("def test_nothing():\n    pass\n")
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(root / "prime")],
+                   env=env, check=True, capture_output=True, timeout=600)
 
 
 def _fmt_phases(runs: list[dict]) -> dict[str, float]:
@@ -288,6 +308,7 @@ def main() -> None:
     results = {}
     with tempfile.TemporaryDirectory(prefix="session-cost-") as tmp:
         root = Path(tmp)
+        _prime_bytecode(root)
         for net in args.nets.split(","):
             model = root / f"{net}.keras"
             _child("--_build", net, str(model))
