@@ -6,6 +6,8 @@ it to end and is exported as usual."""
 
 from __future__ import annotations
 
+import json
+import os
 import textwrap
 from pathlib import Path
 
@@ -126,3 +128,40 @@ def test_a_cold_session_sends_each_next_format_ahead_and_a_warm_one_none(pyteste
     warm = pytester.runpytest_subprocess(*args, timeout=600)
     warm.assert_outcomes(passed=3)
     assert not sent.exists()
+
+
+APP_CONFTEST = textwrap.dedent('''
+    import numpy as np
+    import pytest
+    from models import keras_app
+
+    @pytest.fixture(scope="session")
+    def modelparity_source(tmp_path_factory):
+        model, x = keras_app("mobilenetv2", 32)
+        path = tmp_path_factory.mktemp("src") / "mobilenet_v2.keras"
+        model.save(str(path))
+        np.save(str(path.with_suffix(".npy")), x[:2])
+        return str(path)
+
+    @pytest.fixture(scope="session")
+    def modelparity_dataset(modelparity_source):
+        return np.load(modelparity_source[:-len(".keras")] + ".npy")
+''') + SESSION_CONFTEST[len(TINY_SOURCE_CONFTEST):]
+
+
+def test_a_keras_application_file_session_sends_its_exports_ahead_and_passes(pytester: pytest.Pytester,
+                                                                             monkeypatch) -> None:
+    """The path users take: a trained-like MobileNetV2 saved as a .keras file, three formats
+    through the fixtures. tflite and onnx go to the worker ahead of their tests, each is taken
+    by its own test, and every form passes against its float64 floor."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
+    pytester.makeconftest(APP_CONFTEST)
+    pytester.makepyfile(test_m=CLOSE_SUITE)
+    result = pytester.runpytest_subprocess("--modelparity-formats=saved_model,tflite,onnx",
+                                           "--modelparity-cache-dir=cache", "--modelparity-report=r.json",
+                                           "-p", "no:cacheprovider", "-p", "no:randomly", timeout=900)
+    result.assert_outcomes(passed=3)
+    assert (pytester.path / "sent-ahead.txt").read_text().splitlines() == ["tflite True", "onnx True"]
+    rows = json.loads((pytester.path / "r.json").read_text())["rows"]
+    assert {r["format"]: r["verdict"] for r in rows} == {"saved_model": "pass", "tflite": "pass", "onnx": "pass"}
+    assert all("from a float64 run of its Keras twin" in r["tolerance_source"] for r in rows)
