@@ -2,8 +2,8 @@
 
 TensorFlow and Keras leave ~300,000 tracked objects that live as long as the process; without
 the freeze every full collection walks them again (``runtime/tf_import``). This runs the same
-warm session (the digits CNN saved as ``.keras``, one ``assert_outputs_close`` each for
-saved_model, tflite and onnx, a conftest that imports Keras first, as most do) in fresh
+warm session (``session_cost.py``'s digits CNN and suite: one ``assert_outputs_close`` each for
+saved_model, tflite and onnx; here with a conftest that imports Keras first, as most do) in fresh
 processes, alternating the plugin as it is with the plugin whose ``gc.freeze`` is made a no-op
 in that process, and prints the medians of the session's time and of the time the collector
 took (``gc.callbacks``). The export cache is filled by one untimed session first, and bytecode
@@ -21,28 +21,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-SUITE = textwrap.dedent('''
-    import numpy as np
-    import pytest
-    from pytest_modelparity import assert_outputs_close
-
-    @pytest.fixture(scope="session")
-    def modelparity_source():
-        return {model!r}
-
-    @pytest.fixture(scope="session")
-    def modelparity_dataset():
-        return np.load({batch!r})
-
-    def test_close(parity_candidate, parity_batch, parity_reference):
-        assert_outputs_close(parity_candidate.predict(parity_batch), parity_reference, inputs=parity_batch)
-''')
 
 
 def session(workdir: Path, cache: Path, freeze: bool) -> dict:
@@ -89,7 +72,7 @@ def main() -> None:
         print(json.dumps(session(Path(args._session[0]), Path(args._session[1]), args._session[2] == "freeze")))
         return
     sys.path.insert(0, str(ROOT / "bench"))
-    from session_cost import build
+    from session_cost import SUITE, build  # the same net and suite as the session bench
 
     with tempfile.TemporaryDirectory(prefix="gc-freeze-") as tmp:
         root = Path(tmp)
