@@ -19,7 +19,7 @@ instead), the cache keys, starting the export worker and handing
 the model over, each export (with its validation, in the worker; the first includes the
 worker's own TensorFlow import), each load, the runs, the comparison (and report), the
 diagnosis (failing tests only). Memory: the process's peak RSS and the export worker's
-(its VmHWM). Medians over ``--repeats`` runs. Every child writes and reads bytecode caches, as a
+(its VmHWM), and the process tree's peak PSS (``TreePss``: sampled, shared pages counted once). Medians over ``--repeats`` runs. Every child writes and reads bytecode caches, as a
 user's machine does, primed once before the timed runs (``_prime_bytecode``), whatever
 ``PYTHONDONTWRITEBYTECODE`` says in the caller's environment. In a session TensorFlow is imported where
 the plugin first needs it (loading the ``.keras`` file), and timed there as ``import TF``.
@@ -88,11 +88,58 @@ def _peaks(worker_peak: int = 0) -> dict:
     return {"peak_mb": round(self_kb / 1024), "worker_peak_mb": round(worker_peak / 2**20)}
 
 
+class TreePss:
+    """The peak of the process tree's PSS (this process and every descendant, the export worker
+    included), sampled every 0.2 s in a thread. PSS shares a page among the processes mapping
+    it, so the tree's sum is the physical memory it holds; summing RSS would count the
+    libraries both processes map (336 MB of TensorFlow's and Keras' file pages) twice."""
+
+    def __init__(self, every: float = 0.2) -> None:
+        import threading
+
+        self.peak_kb = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(every,), daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def _tree(pid: int) -> list[int]:
+        pids, todo = [], [pid]
+        while todo:
+            p = todo.pop()
+            pids.append(p)
+            try:
+                for task in os.listdir(f"/proc/{p}/task"):
+                    with open(f"/proc/{p}/task/{task}/children") as fh:
+                        todo += [int(c) for c in fh.read().split()]
+            except OSError:
+                continue
+        return pids
+
+    @staticmethod
+    def _pss_kb(pid: int) -> int:
+        try:
+            with open(f"/proc/{pid}/smaps_rollup", "rb") as fh:
+                return next((int(line.split()[1]) for line in fh if line.startswith(b"Pss:")), 0)
+        except OSError:  # exited between the listing and the read
+            return 0
+
+    def _run(self, every: float) -> None:
+        while not self._stop.wait(every):
+            self.peak_kb = max(self.peak_kb, sum(self._pss_kb(p) for p in self._tree(os.getpid())))
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return round(self.peak_kb / 1024)
+
+
 # -- bare converters ---------------------------------------------------------------------------
 def bare(model_path: Path, out: Path) -> dict:
     import numpy as np
 
     phases: dict[str, float] = {}
+    tree = TreePss()
     t0 = time.perf_counter()
 
     def mark(name: str, since: float) -> float:
@@ -144,7 +191,7 @@ def bare(model_path: Path, out: Path) -> dict:
     t = mark("load onnx", t)
     sess.run(None, {sess.get_inputs()[0].name: batch})
     mark("runs", t)
-    return {"total_s": time.perf_counter() - t0, "phases": phases, **_peaks()}
+    return {"total_s": time.perf_counter() - t0, "phases": phases, **_peaks(), "tree_pss_mb": tree.stop()}
 
 
 # -- a plugin session with its phases timed -----------------------------------------------------
@@ -207,6 +254,7 @@ def session(model_path: Path, cache: Path, workdir: Path) -> dict:
     (workdir / "test_cost.py").write_text(SUITE.format(model=str(model_path),
                                                        batch=str(model_path.with_suffix(".npy"))))
     phases = Phases()
+    tree = TreePss()
     t0 = time.perf_counter()
 
     class Timing:
@@ -250,7 +298,8 @@ def session(model_path: Path, cache: Path, workdir: Path) -> dict:
                         f"--rootdir={workdir}"], plugins=[Timing()])
     total = time.perf_counter() - t0
     return {"total_s": total, "exit": int(code), "phases": phases.seconds,
-            "phase_rss_mb": {k: round(v / 2**20) for k, v in phases.rss.items()}, **_peaks(phases.worker_peak)}
+            "phase_rss_mb": {k: round(v / 2**20) for k, v in phases.rss.items()}, **_peaks(phases.worker_peak),
+            "tree_pss_mb": tree.stop()}
 
 
 # -- the driver ---------------------------------------------------------------------------------
@@ -327,9 +376,12 @@ def main() -> None:
                 total = statistics.median(r["total_s"] for r in runs[kind])
                 peak = statistics.median(r["peak_mb"] for r in runs[kind])
                 child = statistics.median(r["worker_peak_mb"] for r in runs[kind])
+                tree = statistics.median(r["tree_pss_mb"] for r in runs[kind])
+                bare_tree = statistics.median(r["tree_pss_mb"] for r in runs["bare"])
                 exits = {r.get("exit", 0) for r in runs[kind]}
                 print(f"  {kind:5s} total {total:6.1f} s ({total / bare_s:4.2f}x bare)  peak RSS {peak} MB, "
-                      f"export worker {child} MB  exit {sorted(exits)}")
+                      f"export worker {child} MB, process tree PSS {tree} MB ({tree / bare_tree:4.2f}x bare)  "
+                      f"exit {sorted(exits)}")
                 for name, secs in sorted(_fmt_phases(runs[kind]).items(), key=lambda kv: -kv[1]):
                     if secs >= 0.05:
                         print(f"      {name:34s} {secs:6.2f} s")
