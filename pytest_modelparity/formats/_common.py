@@ -58,18 +58,12 @@ def is_keras_model(obj: Any) -> bool:
             and callable(obj))
 
 
-def _keras() -> Any:
-    return import_keras()
-
-
-
-
 def name_outputs(result: Any, names: list[str], numpy: bool = True) -> dict[str, Any]:
     """A model call's result as ``{output name: value}`` in the model's output order."""
     conv: Callable[[Any], Any] = (lambda v: np.asarray(v)) if numpy else (lambda v: v)
     if isinstance(result, dict):
         # By name when the keys are the output names; else in model.outputs' order (sorted keys).
-        values = [result[n] for n in names] if all(n in result for n in names) else _keras().tree.flatten(result)
+        values = [result[n] for n in names] if all(n in result for n in names) else import_keras().tree.flatten(result)
     elif isinstance(result, (list, tuple)):
         values = list(result)
     else:

@@ -80,7 +80,7 @@ class KerasModel(LoadedModel):
 
     def intermediates(self, batch: Any) -> list[tuple[str, str, np.ndarray]] | None:
         """Every layer's output of a functional/Sequential model, in layer order."""
-        keras = _keras()
+        keras = import_keras()
         model = self.native
         layers = [layer for layer in model.layers if not isinstance(layer, keras.layers.InputLayer)]
         try:
@@ -92,10 +92,6 @@ class KerasModel(LoadedModel):
         with tf.device(self._device.tf_name):
             values = probe(pack_inputs(probe, [feeds[s.name] for s in self.inputs]), training=False)
         return [(layer.name, type(layer).__name__, np.asarray(v)) for layer, v in zip(layers, values)]
-
-
-def _keras() -> Any:
-    return import_keras()
 
 
 def _compute_dtype(model: Any) -> str | None:
@@ -118,7 +114,7 @@ def _compute_dtype(model: Any) -> str | None:
 
 def load_keras_file(path: Path, format: str, *, safe_mode: bool, custom_objects: dict | None) -> Any:
     """``keras.saving.load_model`` with errors that name the file, the format and the fix."""
-    keras = _keras()
+    keras = import_keras()
     try:
         with quiet():
             return keras.saving.load_model(str(path), custom_objects=custom_objects, compile=False,
@@ -178,7 +174,7 @@ def save_keras_file(model: Any, path: Path, format: str, suffixes: tuple[str, ..
     if is_subclassed(model):
         return _save_subclassed(model, path, format, options)
     with quiet():
-        _keras().saving.save_model(model, str(path), **options)
+        import_keras().saving.save_model(model, str(path), **options)
     return path
 
 
@@ -194,7 +190,7 @@ def _save_subclassed(model: Any, path: Path, format: str, options: dict[str, Any
     name = type(model).__name__
     try:
         with quiet():
-            _keras().saving.save_model(model, str(path), **options)
+            import_keras().saving.save_model(model, str(path), **options)
         load_keras_file(path, format, safe_mode=True, custom_objects=None)
     except Exception as exc:  # noqa: BLE001 - any failure means "does not serialise"
         path.unlink(missing_ok=True)
