@@ -154,7 +154,8 @@ def test_a_keras_application_file_session_sends_its_exports_ahead_and_passes(pyt
     """The path users take: a trained-like MobileNetV2 saved as a .keras file, three formats
     through the fixtures. tflite and onnx go to the worker ahead of their tests, each is taken
     by its own test, and every form passes against its float64 floor."""
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
+    paths = [str(Path(__file__).parent), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(paths))  # the conftest imports tests/models.py
     pytester.makeconftest(APP_CONFTEST)
     pytester.makepyfile(test_m=CLOSE_SUITE)
     result = pytester.runpytest_subprocess("--modelparity-formats=saved_model,tflite,onnx",

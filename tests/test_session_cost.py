@@ -2,7 +2,8 @@
 cold cache is started when collection ends, before any export, so its TensorFlow import
 overlaps the pytest process's; a warm cache starts no worker at all. A ``.keras`` source is loaded
 once for the reference and every export, and the TFLite converter is handed the variables, not
-the Keras model."""
+the Keras model. TensorFlow's and Keras' import is frozen out of the garbage collector's walks,
+and models made after it are still collected."""
 
 from __future__ import annotations
 
