@@ -220,3 +220,63 @@ def test_openblas_gets_one_thread_under_an_address_space_limit_unless_the_user_c
                          ("", "None")):
         out = subprocess.run(["bash", "-c", prefix + show], capture_output=True, text=True, env=env, timeout=120)
         assert out.stdout.strip().splitlines()[-1:] == [want], (prefix, out.stdout, out.stderr[-2000:])
+
+
+RESERVE_CHILD = '''
+import resource, sys
+from pytest_modelparity.runtime.resources import AddressSpaceReserve
+
+def mapped():
+    with open("/proc/self/status") as fh:
+        return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmSize:"))
+
+reserve = AddressSpaceReserve()
+if sys.argv[1] == "limit":
+    resource.setrlimit(resource.RLIMIT_AS, (mapped() + (200 << 20), resource.RLIM_INFINITY))
+before = mapped()
+held = reserve.hold()
+during = mapped()
+short = reserve.release_if_short()  # 200 MB less the reserve are left: not short
+ballast = bytearray(resource.getrlimit(resource.RLIMIT_AS)[0] - mapped() - (reserve.SIZE // 2)) if held else b""
+given = reserve.release_if_short()  # half the reserve's size left
+after = mapped() - len(ballast)
+print(held, (during - before) >> 20, short, given, (during - after) >> 20)
+'''
+
+
+@pytest.mark.parametrize("limited", [True, False])
+def test_the_address_space_reserve_is_held_only_under_a_limit_and_given_back_when_short(limited: bool) -> None:
+    """Under `ulimit -v` the plugin holds 16 MB of address space (an untouched map) and gives it
+    back when a test leaves less than that, so pytest can report and tear the test down."""
+    from pytest_modelparity.runtime.resources import AddressSpaceReserve
+
+    size = AddressSpaceReserve.SIZE >> 20
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", RESERVE_CHILD, "limit" if limited else "none"],
+                         capture_output=True, text=True, timeout=120, check=True).stdout.split()
+    held, grew, short, given, shrank = out[0] == "True", int(out[1]), out[2] == "True", out[3] == "True", int(out[4])
+    if limited:
+        assert (held, grew, short, given) == (True, size, False, True)
+        assert shrank >= size - 2  # the map is gone: its address space is free again
+    else:
+        assert (held, grew, short, given) == (False, 0, False, False)
+
+
+def test_an_assertion_that_mentions_memory_is_not_called_out_of_memory() -> None:
+    """A test asserting on a log that says "out of memory" failed with that text in its message,
+    and the session appended "modelparity: out of memory ... raise the limit" to it (seen in CI,
+    on this file's own ulimit test). An assertion's words are the test's; a MemoryError it was
+    raised from still counts."""
+    from pytest_modelparity.runtime.resources import memory_hint
+
+    assert memory_hint(AssertionError("pytest ran out of memory while formatting")) is None
+    assert memory_hint(RuntimeError("OOM when allocating tensor")) is not None
+    try:
+        try:
+            raise MemoryError()
+        except MemoryError as inner:
+            raise AssertionError("the run failed") from inner
+    except AssertionError as outer:
+        assert memory_hint(outer) is not None

@@ -29,7 +29,7 @@ from .options import add_options, parse_options, strict_gpu_problem
 # Imported here, not when a failure is reported: a report made short of memory must not need
 # an import (CI saw `from .scope_hint import ...` raise MemoryError under `ulimit -v`).
 from .scope_hint import scope_mismatch_message
-from ..runtime.resources import address_space_limit, memory_hint
+from ..runtime.resources import AddressSpaceReserve, address_space_limit, memory_hint
 
 MARKER = ("modelparity(formats=None, devices=None, rtol=None, atol=None, quant_budget=None, class_scores=None, "
           "top_k=1): narrow the format x device matrix of this test and set its tolerance (above the ini value, "
@@ -46,9 +46,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
 
 
+# Under `ulimit -v`: room for pytest to report and tear down a test that used up the rest.
+_RESERVE = AddressSpaceReserve()
+
+
 @pytest.hookimpl(tryfirst=True)  # before Hypothesis' own hook loads --hypothesis-profile=modelparity
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER)
+    _RESERVE.hold()
     from ..checks.strategies import register_profile
 
     register_profile()
@@ -310,7 +315,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Any:
     except (MemoryError, SystemError) as exc:  # under `ulimit -v`, compile() failing an allocation
         if isinstance(exc, SystemError) and address_space_limit() is None:  # raises "error return
             raise  # without exception set": memory there, a bug anywhere else
+        _RESERVE.release()
         report = _short_report(item, call)
+    if call.excinfo is not None:
+        _RESERVE.release_if_short()  # the rest of this test's protocol needs some
     if call.excinfo is not None and report.failed:
         try:
             hint = memory_hint(call.excinfo.value)
@@ -336,6 +344,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Any:
                 row["verdict"] = "expected"
                 row["expected_because"] = why
     return report
+
+
+def pytest_runtest_logfinish(nodeid: str, location: Any) -> None:
+    """Take the address-space reserve again once a test is torn down (it gave it back if it ran short)."""
+    _RESERVE.hold()
 
 
 def _short_report(item: pytest.Item, call: Any) -> pytest.TestReport:

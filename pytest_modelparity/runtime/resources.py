@@ -14,7 +14,7 @@ import os
 
 import errno
 import re
-from typing import Iterator
+from typing import Any, Iterator
 
 from ..errors import InvalidArgumentError
 
@@ -66,6 +66,53 @@ def address_space_limit() -> int | None:
     except (ImportError, OSError, ValueError):
         return None
     return None if soft == resource.RLIM_INFINITY else int(soft)
+
+
+class AddressSpaceReserve:
+    """Address space held back under an address-space limit (``ulimit -v``), given back when a
+    test has used up the rest, so pytest can still report it and tear it down. Without it, a test
+    that left 8-32 MB of a 900 MB limit failed its session in 2 runs of 24-32: an allocation
+    inside pluggy or the runtest loop, after the failure's report, raised MemoryError outside any
+    hook (an uncaught traceback, or INTERNALERROR), before the fixture holding the memory was
+    torn down. An anonymous map that is never touched: it takes address space, not memory. 16 MB:
+    with 64 MB held, the 1.1 GB-limit session of tests/test_session_faults.py did not end in 180 s
+    (it ends in 7 s with 16 MB or none; why is not yet understood)."""
+
+    SIZE = 16 << 20
+
+    def __init__(self) -> None:
+        self._map: Any = None
+
+    def hold(self) -> bool:
+        """Take the reserve (again) when under a limit and there is room; True when held."""
+        if self._map is None and address_space_limit() is not None:
+            import mmap
+
+            try:
+                self._map = mmap.mmap(-1, self.SIZE)
+            except (OSError, ValueError, MemoryError):  # no room now: the next hold tries again
+                self._map = None
+        return self._map is not None
+
+    def release(self) -> bool:
+        """Give the reserve back; True when there was one."""
+        if self._map is None:
+            return False
+        self._map.close()
+        self._map = None
+        return True
+
+    def release_if_short(self) -> bool:
+        """Give it back when less than its size of address space is left (True when given)."""
+        limit = address_space_limit()
+        if self._map is None or limit is None:
+            return False
+        try:
+            with open("/proc/self/status", "rb") as fh:
+                mapped = next(int(line.split()[1]) * 1024 for line in fh if line.startswith(b"VmSize:"))
+        except (OSError, StopIteration, ValueError, MemoryError):
+            return self.release()  # cannot tell: the safe side
+        return self.release() if limit - mapped < self.SIZE else False
 
 
 def one_blas_thread_under_a_limit() -> bool:
@@ -151,7 +198,7 @@ def _limit_hit(exc: BaseException) -> tuple[str, BaseException] | None:
             found = "memory", current
         elif isinstance(current, OSError) and current.errno in _ERRNOS:
             found = _ERRNOS[current.errno], current
-        else:
+        elif not isinstance(current, AssertionError):  # an assertion's words are the test's own
             text = str(current)
             found = next(((kind, current) for words, kind in _WORDS if words in text), found)
     return found
