@@ -95,7 +95,8 @@ def test_an_export_sent_ahead_to_a_worker_that_dies_is_that_exports_failure(work
     assert worker.export(model, "tflite", tmp_path / "t" / "model.tflite").exists()
 
 
-SESSION_CONFTEST = TINY_SOURCE_CONFTEST + textwrap.dedent('''
+# Appended to a conftest: records each export the session sends ahead, and whether it was sent.
+AHEAD_RECORDER = textwrap.dedent('''
     from pathlib import Path
 
     from pytest_modelparity.exports.worker import ExportProcess
@@ -110,6 +111,7 @@ SESSION_CONFTEST = TINY_SOURCE_CONFTEST + textwrap.dedent('''
 
     ExportProcess.ahead = ahead
 ''')
+SESSION_CONFTEST = TINY_SOURCE_CONFTEST + AHEAD_RECORDER
 
 
 def test_a_cold_session_sends_each_next_format_ahead_and_a_warm_one_none(pytester: pytest.Pytester) -> None:
@@ -146,7 +148,7 @@ APP_CONFTEST = textwrap.dedent('''
     @pytest.fixture(scope="session")
     def modelparity_dataset(modelparity_source):
         return np.load(modelparity_source[:-len(".keras")] + ".npy")
-''') + SESSION_CONFTEST[len(TINY_SOURCE_CONFTEST):]
+''') + AHEAD_RECORDER
 
 
 def test_a_keras_application_file_session_sends_its_exports_ahead_and_passes(pytester: pytest.Pytester,

@@ -108,9 +108,10 @@ class AddressSpaceReserve:
         if self._map is None or limit is None:
             return False
         try:
-            with open("/proc/self/status", "rb") as fh:
-                mapped = next(int(line.split()[1]) * 1024 for line in fh if line.startswith(b"VmSize:"))
-        except (OSError, StopIteration, ValueError, MemoryError):
+            mapped = _mapped()
+        except MemoryError:
+            mapped = 0
+        if not mapped:
             return self.release()  # cannot tell: the safe side
         return self.release() if limit - mapped < self.SIZE else False
 
