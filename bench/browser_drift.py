@@ -63,7 +63,8 @@ def main() -> None:
     parser.add_argument("--nets", default="digits,tiny_cnn,mobilenetv2")
     args = parser.parse_args()
     from pytest_modelparity import export_model, load_model
-    from pytest_modelparity.checks import float16_textures, floor
+    from pytest_modelparity.checks import float16_textures
+    from pytest_modelparity.floor import measure as floor
     from pytest_modelparity.verdict import tree
 
     print("| net | backend | max error (of scale) | relative RMS | top-1 vs Keras | predict (median) | vs wasm |")

@@ -1,7 +1,7 @@
 """What keeping an int8 file's DIV in float costs and what it gives.
 
 An L2-normalised classifier head (``x / (||x|| + eps)`` after a ReLU Dense, the model of
-``tests/test_export_messages_26.py``, here 64 features wide) converted to int8 in one process:
+``tests/test_export_failures_of_real_models.py``, here 64 features wide) converted to int8 in one process:
 
 - the baseline: the TFLite converter alone (``TFLiteConverter.from_keras_model``, int8,
   the same calibration rows): its file fails in LiteRT on a row whose divisor rounds to its
@@ -49,7 +49,7 @@ def main() -> None:
     import tensorflow as tf
 
     from pytest_modelparity import export_model, load_model
-    from pytest_modelparity.formats._common import export_route
+    from pytest_modelparity.formats.common import export_route
 
     model = build(args.width)
     rng = np.random.default_rng(0)

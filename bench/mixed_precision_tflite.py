@@ -67,7 +67,7 @@ def float32_copy(model):
 def convert(model, **options) -> bytes:
     import tensorflow as tf
 
-    from pytest_modelparity.formats.serving import serving_function
+    from pytest_modelparity.formats.tensorflow.serving import serving_function
 
     serving = serving_function(model)
     converter = tf.lite.TFLiteConverter.from_concrete_functions([serving.function.get_concrete_function()],
@@ -99,7 +99,7 @@ def rel(a: np.ndarray, e: np.ndarray) -> float:
 def main() -> None:
     import tensorflow as tf
 
-    from pytest_modelparity.formats.mixed_precision import float32_plan
+    from pytest_modelparity.formats.tensorflow.mixed_precision import float32_plan
 
     batch = np.random.default_rng(0).uniform(0, 1, (4, 16, 16, 3)).astype("float32")
     for policy in ("mixed_float16", "mixed_bfloat16", "float16"):

@@ -237,7 +237,7 @@ def median_time(fn, repeat=3) -> float:
 def shadow_cost(ref, x, method: str = "keras", kind: str = "float64") -> dict:
     """e32 as the ``method`` twin of ``ref`` measures it (the worst output), and what that
     twin costs (median of 3 runs after a first one, against a reference call)."""
-    from pytest_modelparity.checks import floor as shadow
+    from pytest_modelparity.floor import measure as shadow
 
     twin = shadow.twin_of(ref, kind, method=method)
     if twin.model is None:

@@ -35,7 +35,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 from quantized import build, with_kernel_bug  # noqa: E402
 
 from pytest_modelparity import ParityError, assert_outputs_close, export_model, load_model  # noqa: E402
-from pytest_modelparity.formats import tflite_quant  # noqa: E402
+from pytest_modelparity.formats.tflite import quant as tflite_quant  # noqa: E402
 
 SPENT: dict[str, float] = {}
 

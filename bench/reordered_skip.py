@@ -1,5 +1,5 @@
 """Bench: what the sharper floor's reordered twin cost on nets where it cannot judge, and what
-telling that from the Keras layers (``formats/twins.rounding_not_amplified``) saves.
+telling that from the Keras layers (``floor/twins.rounding_not_amplified``) saves.
 
 For each net (Keras Applications at 64 px, weights=None, trained-like statistics), in one
 process: ``assert_outputs_close(ref, ref, inputs=x)`` on a fresh load of the model, once with
@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from models import trained_like  # noqa: E402
 
 from pytest_modelparity import assert_outputs_close, load_model  # noqa: E402
-from pytest_modelparity.checks import floor  # noqa: E402
+from pytest_modelparity.floor import measure as floor  # noqa: E402
 
 
 def build(name: str):

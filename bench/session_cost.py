@@ -261,7 +261,8 @@ def session(model_path: Path, cache: Path, workdir: Path) -> dict:
         @pytest.hookimpl(tryfirst=True)
         def pytest_sessionstart(self, session):
             from pytest_modelparity import diagnose
-            from pytest_modelparity.checks import assertions, floor
+            from pytest_modelparity.checks import assertions
+            from pytest_modelparity.floor import measure as floor
             from pytest_modelparity.exports import cache, floor_cache, worker
             from pytest_modelparity.formats import base
             from pytest_modelparity.plugin import session as fixtures  # the session state: where the models are loaded

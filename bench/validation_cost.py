@@ -32,7 +32,9 @@ def main() -> None:
     import keras
     import numpy as np
 
-    from pytest_modelparity.formats import export_model, onnx as onnx_fmt, tflite as tflite_fmt
+    from pytest_modelparity.formats import export_model
+    from pytest_modelparity.formats import onnx as onnx_fmt
+    from pytest_modelparity.formats import tflite as tflite_fmt
 
     spent: dict[str, float] = {}
 

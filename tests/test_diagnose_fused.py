@@ -89,7 +89,7 @@ def test_the_per_layer_quantisation_cost_runs_on_fewer_rows_where_a_row_keeps_ma
     import warnings
 
     from pytest_modelparity.diagnose import quantization
-    from pytest_modelparity.formats.tflite_quant import float_intermediates
+    from pytest_modelparity.formats.tflite.quant import float_intermediates
 
     model, x_train, x_test = digits
     sibling = load_model(export_model(model, "tflite", tmp_path / "f32.tflite"))

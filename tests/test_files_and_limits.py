@@ -62,7 +62,8 @@ def test_a_symlink_to_dev_zero_is_refused_before_reading(tmp_path: Path, format:
 
 def test_the_format_modules_refuse_a_fifo_themselves(tmp_path: Path) -> None:
     """Called directly (no load_model in front), the readers open without blocking and check fstat."""
-    from pytest_modelparity.formats import onnx, tflite
+    from pytest_modelparity.formats import onnx
+    from pytest_modelparity.formats import tflite
 
     for module, name in ((tflite, "m.tflite"), (onnx, "m.onnx")):
         fifo = tmp_path / name

@@ -17,7 +17,7 @@ CONFTEST = textwrap.dedent('''
     import numpy as np
     import pytest
     from models import tiny_cnn
-    from pytest_modelparity.formats import twins
+    from pytest_modelparity.floor import twins
 
     BUILT = []
     _build_runner = twins.build_runner

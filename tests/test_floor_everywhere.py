@@ -225,7 +225,7 @@ def test_the_graph_twin_computes_depthwise_convolutions_as_shifted_products(kind
     import keras
     import tensorflow as tf
 
-    from pytest_modelparity.formats import graph_twin
+    from pytest_modelparity.floor import graph_twin
 
     rng = np.random.default_rng(0)
     for k, stride, padding, size in [(3, 1, "same", 9), (7, 1, "same", 10), (5, 2, "same", 9),

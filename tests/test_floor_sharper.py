@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from pytest_modelparity import ParityError, assert_outputs_close, load_model
-from pytest_modelparity.checks import floor
+from pytest_modelparity.floor import measure as floor
 from pytest_modelparity.verdict.tolerances import (REORDERED_AT_MOST, REORDERED_MIN_SHARE, SHADOW_MULTIPLE,
                                                    default_tolerance, shadow_tolerance)
 

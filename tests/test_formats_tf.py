@@ -312,7 +312,11 @@ def test_format_modules_import_without_tensorflow():
     code = textwrap.dedent("""
         import sys
         import pytest_modelparity.runtime.devices
-        from pytest_modelparity.formats import keras, h5, saved_model, checkpoint, graphdef, _tf
+        from pytest_modelparity.formats.tensorflow import keras, h5, saved_model, checkpoint, graphdef, graph
+        from pytest_modelparity.formats import tflite, onnx, tfjs
+        from pytest_modelparity.formats.tfjs import browser, rewrite, errors
+        from pytest_modelparity.formats.tflite import quant
+        from pytest_modelparity.floor import measure, twins, keras_twin, graph_twin
         from pytest_modelparity.runtime.devices import parse_device
         parse_device("gpu:1")
         assert "tensorflow" not in sys.modules, "TensorFlow was imported"

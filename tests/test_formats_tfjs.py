@@ -741,7 +741,7 @@ def test_fetch_leaves_out_tensors_past_the_byte_budget_and_names_unknown_nodes(c
 
 
 def test_layer_node_selection_is_bounded_and_keeps_the_last(cnn_tfjs):
-    from pytest_modelparity.formats.tfjs import MAX_LAYER_NODES, select_layer_nodes
+    from pytest_modelparity.formats.tfjs.load import MAX_LAYER_NODES, select_layer_nodes
 
     nodes = json.loads(Path(cnn_tfjs).read_text())["modelTopology"]["node"]
     full = select_layer_nodes(nodes, {"image"})

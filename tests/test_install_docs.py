@@ -62,8 +62,8 @@ def test_a_built_wheel_registers_the_plugin_and_carries_the_tfjs_runner(tmp_path
 
 
 def test_install_hints_name_packages_pip_can_find():
-    from pytest_modelparity.formats import _common
+    from pytest_modelparity.formats import common
     from pytest_modelparity.formats.tfjs import TFJS_CONVERTER_INSTALL
 
-    for hint in (_common.TF_INSTALL, _common.TFLITE_INSTALL, _common.ONNX_INSTALL, TFJS_CONVERTER_INSTALL):
+    for hint in (common.TF_INSTALL, common.TFLITE_INSTALL, common.ONNX_INSTALL, TFJS_CONVERTER_INSTALL):
         assert "pytest-modelparity[" not in hint and hint.startswith("pip install "), hint

@@ -11,7 +11,7 @@ import pytest
 
 from models import dense_784, images, mlp, tiny_cnn
 from pytest_modelparity import ParityError, assert_batch_invariant, assert_outputs_close, load_model
-from pytest_modelparity.checks import floor as shadow
+from pytest_modelparity.floor import measure as shadow
 from pytest_modelparity.verdict.tolerances import SHADOW_MULTIPLE, shadow_tolerance
 
 pytest.importorskip("tensorflow", reason="the shadow needs TensorFlow: pip install 'pytest-modelparity[tensorflow]'")
@@ -219,7 +219,7 @@ def test_depthwise_convolutions_run_fast_in_float64_and_compute_the_same(kind):
                  if kind == "depthwise" else
                  keras.layers.Conv2D(4, k, strides=stride, padding=padding, groups=4, dtype="float64"))
         model = keras.Model(x_in, layer(x_in))
-        from pytest_modelparity.formats.keras_shadow import float64_twin
+        from pytest_modelparity.floor.keras_twin import float64_twin
 
         twin = float64_twin(model)
         assert any(type(lyr).__name__.startswith("ModelparityFloat64") for lyr in twin.layers)

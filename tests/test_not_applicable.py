@@ -128,7 +128,7 @@ def test_named_it_is_a_failure_with_the_fix(pytester: pytest.Pytester) -> None:
 
 
 def test_the_tfjs_advice_names_only_formats_that_carry_the_model():
-    from pytest_modelparity.formats.tfjs import STRING_INPUT_FIX
+    from pytest_modelparity.formats.tfjs.load import STRING_INPUT_FIX
 
     assert "graphdef only when the model has no lookup table" in STRING_INPUT_FIX
     assert "keras and saved_model" in STRING_INPUT_FIX

@@ -8,7 +8,8 @@ import textwrap
 
 import pytest
 
-from pytest_modelparity.formats import available_formats, tflite
+from pytest_modelparity.formats import available_formats
+from pytest_modelparity.formats import tflite
 from pytest_modelparity.plugin.options import FORMAT_VARIANTS, VALID_FORMATS
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),

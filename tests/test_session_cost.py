@@ -123,7 +123,7 @@ def test_a_keras_file_is_loaded_once_per_session_for_the_reference_and_every_exp
 
 
 def _serving_and_function(model):
-    from pytest_modelparity.formats.serving import serving_function
+    from pytest_modelparity.formats.tensorflow.serving import serving_function
 
     serving = serving_function(model, "tflite")
     return serving, serving.function.get_concrete_function()
@@ -137,7 +137,7 @@ def test_the_tflite_converter_tracks_variables_and_tables_not_the_keras_model(tm
 
     from models import images, tiny_cnn
     from pytest_modelparity import export_model, load_model
-    from pytest_modelparity.formats.serving import converter_holder
+    from pytest_modelparity.formats.tensorflow.serving import converter_holder
 
     model = tiny_cnn(seed=3)
     serving, concrete = _serving_and_function(model)
@@ -173,7 +173,7 @@ def test_a_resource_the_holder_cannot_see_makes_it_track_the_model() -> None:
 
     x = keras.Input((3,))
     model = keras.Model(x, Hidden()(x))
-    from pytest_modelparity.formats.serving import converter_holder
+    from pytest_modelparity.formats.tensorflow.serving import converter_holder
 
     serving, concrete = _serving_and_function(model)
     assert converter_holder(serving, concrete).model is model

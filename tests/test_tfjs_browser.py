@@ -290,7 +290,7 @@ def _cmdline(pid: str) -> bytes:
 
 
 def test_browser_variants_match_the_loader():
-    from pytest_modelparity.formats.tfjs_browser import BROWSER_BACKENDS
+    from pytest_modelparity.formats.tfjs.browser import BROWSER_BACKENDS
     from pytest_modelparity.plugin.options import FORMAT_VARIANTS
 
     assert FORMAT_VARIANTS["tfjs"] == BROWSER_BACKENDS

@@ -1,7 +1,7 @@
 """A GPT-style decoder with a causal mask on TFJS: tensorflowjs 4.22 runs ``MatrixBandPart`` with
 ``num_upper`` read from ``num_lower``'s input, so Keras' causal mask (``band_part(ones, -1, 0)``)
 becomes all ones and the logits differ by about their own scale. ``export_model`` writes the band
-out in ops tfjs maps right (``formats/tfjs_rewrite.rewrite_band_part``); a model.json converted
+out in ops tfjs maps right (``formats/tfjs/rewrite.rewrite_band_part``); a model.json converted
 elsewhere fails with the defect and its fix named. Real TensorFlow, converter and Node.js.
 """
 
@@ -25,7 +25,7 @@ tf = pytest.importorskip("tensorflow")
 def test_band_part_rewrite_matches_tensorflow_band_part(lower, upper, shape):
     """The rewritten graph gives tf.linalg.band_part's answer for every band and rank, with a
     dynamic first dimension."""
-    from pytest_modelparity.formats.tfjs_rewrite import rewrite_band_part
+    from pytest_modelparity.formats.tfjs.rewrite import rewrite_band_part
 
     fn = tf.function(lambda x: tf.linalg.band_part(x, lower, upper))
     graph_def = fn.get_concrete_function(tf.TensorSpec([None, *shape[1:]])).graph.as_graph_def()
@@ -78,7 +78,7 @@ def test_direct_tensorflowjs_conversion_fails_naming_the_band_part_defect_and_fi
     """The converter alone (no rewrite): the mask is lost, the logits differ by their own scale,
     and the failure names tensorflowjs 4.22's MatrixBandPart defect and how to avoid it."""
     from pytest_modelparity import ParityError, assert_outputs_close, export_model, load_model
-    from pytest_modelparity.formats.tfjs import import_converter
+    from pytest_modelparity.formats.tfjs.export import import_converter
 
     model, tokens = decoder
     saved = export_model(model, "saved_model", tmp_path / "sm")

@@ -98,7 +98,7 @@ def test_unsplit_fused_hard_swish_fails_with_a_typed_error_naming_op_backend_and
     """The converter's raw output (no rewrite) as a user would bring it: cpu and wasm both lack
     the activation; the error says which op, which backend, and how to get a runnable file."""
     from pytest_modelparity import export_model
-    from pytest_modelparity.formats.tfjs import import_converter
+    from pytest_modelparity.formats.tfjs.export import import_converter
 
     saved = export_model(hard_swish_cnn, "saved_model", tmp_path / "sm")
     import_converter().convert_tf_saved_model(str(saved), str(tmp_path / "raw"))
@@ -185,7 +185,7 @@ def test_exact_gelu_encoder_converts_with_erf_and_matches_keras(tmp_path):
 
 
 def test_runner_errors_are_classified_by_op_and_backend():
-    from pytest_modelparity.formats.tfjs import classify_runner_error
+    from pytest_modelparity.formats.tfjs.errors import classify_runner_error
 
     problem, fix = classify_runner_error(
         "tfjs model 'm' (wasm backend): predict failed: Kernel 'Einsum' not registered for backend 'wasm'", "wasm")

@@ -176,7 +176,7 @@ def test_an_export_that_fails_at_every_probe_size_says_so(tmp_path: Path) -> Non
     message says which sizes were tried."""
     import numpy as np
 
-    from pytest_modelparity.formats._common import probe_note, probe_sizes, run_probe
+    from pytest_modelparity.formats.common import probe_note, probe_sizes, run_probe
     from pytest_modelparity.formats.base import TensorSpec
 
     specs = [TensorSpec("image", (None, None, None, 3), "float32")]
@@ -429,7 +429,7 @@ def test_strip_debug_ops_keeps_what_the_outputs_compute() -> None:
     import numpy as np
     import tensorflow as tf
 
-    from pytest_modelparity.formats.tfjs_rewrite import strip_debug_ops
+    from pytest_modelparity.formats.tfjs.rewrite import strip_debug_ops
 
     graph = tf.Graph()
     with graph.as_default():
@@ -498,7 +498,7 @@ def test_max_pool3d_rewrite_is_exact() -> None:
     import numpy as np
     import tensorflow as tf
 
-    from pytest_modelparity.formats.graph_twin import float64_graph_def
+    from pytest_modelparity.floor.graph_twin import float64_graph_def
 
     rng = np.random.default_rng(7)
     for ksize, strides, padding in [((2, 2, 2), (2, 2, 2), "SAME"), ((2, 2, 3), (1, 2, 1), "VALID"),
@@ -596,7 +596,7 @@ def test_an_export_error_never_names_an_empty_converter_log(tmp_path: Path, monk
     """Two tfjs errors pointed to converter logs of 0 bytes: a log the converter wrote nothing
     to is not named (and not kept); one it wrote to is."""
     from pytest_modelparity.errors import ExportError
-    from pytest_modelparity.formats._common import ConverterLog
+    from pytest_modelparity.formats.common import ConverterLog
 
     monkeypatch.setenv("MODELPARITY_LOG_DIR", str(tmp_path))
     empty = ConverterLog("tfjs")
@@ -618,8 +618,8 @@ def test_a_graph_twin_run_failure_names_the_node_and_the_cause() -> None:
     import numpy as np
     import tensorflow as tf
 
-    from pytest_modelparity.formats import graph_twin
-    from pytest_modelparity.formats._tf import FrozenGraph, GraphUnavailable
+    from pytest_modelparity.floor import graph_twin
+    from pytest_modelparity.formats.tensorflow.graph import FrozenGraph, GraphUnavailable
 
     graph = tf.Graph()
     with graph.as_default():
@@ -635,7 +635,7 @@ def test_a_graph_twin_run_failure_names_the_node_and_the_cause() -> None:
 
 def test_an_error_without_a_message_is_not_written_twice() -> None:
     """A tflite export said "RuntimeError: RuntimeError" (LiteRT's message is its type name)."""
-    from pytest_modelparity.formats._common import first_line
+    from pytest_modelparity.formats.common import first_line
 
     assert first_line(RuntimeError("RuntimeError")) == ("RuntimeError (it carries no message; the converter log "
                                                          "may say more)")

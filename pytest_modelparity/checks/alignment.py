@@ -42,7 +42,7 @@ def named_outputs(model: Any, outputs: Any) -> Any:
 
     if not is_keras_model(model):
         return outputs
-    from ..formats.keras_specs import keras_output_names
+    from ..formats.tensorflow.keras_specs import keras_output_names
 
     names = keras_output_names(model)
     return dict(zip(names, outputs)) if len(names) == len(outputs) else outputs

@@ -16,7 +16,8 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from .. import diagnose
-from . import float16_textures, floor, quantized
+from . import float16_textures, quantized
+from ..floor import measure as floor
 from .batches import (batch_length as _batch_length, check_rows as _check_rows, concat as _concat, leaves as _leaves,
                       max_abs_tree as _max_abs_tree, reverse as _reverse, reverse_tree as _reverse_tree,
                       slice_rows as _slice, slice_tree as _slice_tree, to_numpy as _to_numpy,
@@ -55,7 +56,7 @@ def assert_outputs_close(actual: Any, expected: Any, *, inputs: Any = None, rtol
 
     Tolerance: explicit ``rtol``/``atol`` (plain per-element rule) > marker > ini > the
     default. The default against a Keras reference is a multiple of the model's own float32
-    error on ``inputs``, measured by running its float64 twin (``checks/floor.py``); otherwise the
+    error on ``inputs``, measured by running its float64 twin (``floor/measure.py``); otherwise the
     built-in scale-aware rule for the output dtype, device and format. ``tolerance=`` a
     ``Tolerance`` uses it as given; ``tolerance="calibrated"`` measures the reference
     (``expected``, which must then be a model) against its own batch-order drift and allows

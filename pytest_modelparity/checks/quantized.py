@@ -16,7 +16,7 @@ file of the same source (its *sibling*: same graph, same op names) separates the
   (docs/tolerances.md "Quantised forms"); ``--modelparity-quant-budget``, the marker's
   ``quant_budget=`` or the ini key loosen one variant's budget without touching conversion.
 - ``tflite:float16`` adds a third line: the file against its sibling with weights rounded to
-  float16 (``formats.tflite_quant.float16_twin``), by the float64 floor: float16 weights
+  float16 (``formats.tflite.quant.float16_twin``), by the float64 floor: float16 weights
   cost 0.2-0.9 of the output's scale on some deep nets, more than a kernel x1.01 moves it,
   but the twin rounds exactly what the file rounded, so only a real difference shows.
 
@@ -514,7 +514,7 @@ def float16_twin_of(sibling: Any) -> Any:
     """The float32 sibling with its weights rounded to float16, loaded (built once per sibling)."""
     twin = getattr(sibling, "float16_twin", None)
     if twin is None:
-        from ..formats.tflite_quant import float16_twin_model
+        from ..formats.tflite.quant import float16_twin_model
 
         twin = float16_twin_model(sibling)
         sibling.float16_twin = twin

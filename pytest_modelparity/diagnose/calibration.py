@@ -3,7 +3,7 @@
 An int8 TFLite model stores one quantisation range per tensor, measured on the calibration
 rows: an input beyond that range is clipped, and the outputs drift for a reason nothing in
 the comparison names. The range of each input is read from the file itself
-(``formats.tflite_quant.input_ranges``: its scale and zero point), so a file exported by
+(``formats.tflite.quant.input_ranges``: its scale and zero point), so a file exported by
 anyone, calibrated on anything, is checked; the plugin also records the range of the rows
 it calibrated on (``LoadedModel.calibration_ranges``) and how they were chosen
 (``LoadedModel.calibration``: ``{"rows", "source", "default"}``).
@@ -27,7 +27,7 @@ CALIBRATION_FIX = ("calibrate on rows like the data it will see: in a suite, ret
 def _file_ranges(candidate: Any) -> dict[str, tuple[float, float]]:
     if not hasattr(candidate, "input_tensor_index"):
         return {}
-    from ..formats.tflite_quant import input_ranges
+    from ..formats.tflite.quant import input_ranges
 
     return input_ranges(candidate)
 

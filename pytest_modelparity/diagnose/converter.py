@@ -3,7 +3,7 @@
 Why: a defect of the converter (not of the model, nor of this plugin) makes a correct model
 differ after conversion, and the layer table can only say *where*. A format module records
 the known-defective ops it finds in a loaded model as ``LoadedModel.converter_defects``:
-``[(op, node names, problem, fix)]`` (tfjs: ``formats/tfjs_rewrite.KNOWN_DEFECTS``).
+``[(op, node names, problem, fix)]`` (tfjs: ``formats/tfjs/rewrite.KNOWN_DEFECTS``).
 """
 
 from __future__ import annotations

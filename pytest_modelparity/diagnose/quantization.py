@@ -88,7 +88,7 @@ def _intermediates(quantized: Any, sibling: Any, inputs: Any) -> tuple[Any, Any,
     where a row of the quantised file keeps more than ``LAYER_ELEMENTS / LAYER_ROWS`` elements
     (it runs one row first, to count them); and how many rows that was (None: a batch whose
     rows are unknown)."""
-    from ..formats.tflite_quant import float_intermediates
+    from ..formats.tflite.quant import float_intermediates
     from ._util import batch_size, rows
 
     n = batch_size(inputs)

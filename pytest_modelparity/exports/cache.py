@@ -36,12 +36,11 @@ from typing import Any, Callable
 import numpy as np
 
 from .entry_lock import entry_lock
-from .floor_cache import FLOOR_DIR
 from ..errors import ExportError
 from ..runtime.scratch import CACHE_TEMP, SYSTEM_TEMP, owned_prefix, sweep
 from ..runtime.quiet import make_ignored_dir
 
-__all__ = ["ARTIFACT_NAMES", "ExportCache", "UncacheableOption", "converter_versions", "default_cache_dir"]
+__all__ = ["ARTIFACT_NAMES", "ExportCache", "FLOOR_DIR", "UncacheableOption", "converter_versions", "default_cache_dir"]
 
 # What the artifact inside a cache entry is called, per format.
 ARTIFACT_NAMES = {
@@ -52,6 +51,8 @@ ARTIFACT_NAMES = {
 _VERSIONED = ("tensorflow", "tensorflow-cpu", "tf-keras", "keras", "ai-edge-litert", "tf2onnx", "onnx",
               "tensorflowjs", "pytest-modelparity")
 _META = "meta.json"
+# The measured noise floors kept beside the exports (floor_cache.FloorCache), cleared with them.
+FLOOR_DIR = "floor"
 # Which tensor of the export is which of the source's (formats/binding.py), kept the first time a
 # session paired them by shape or by values: later sessions read it as the "export record". Not
 # part of the verified manifest (it is written after the entry), and only ever a hint: the
@@ -111,7 +112,7 @@ def _feed(h: Any, obj: Any) -> None:
 
 def _architecture(model: Any) -> str:
     if getattr(model, "layers", None) is not None and not isinstance(model, (str, os.PathLike)):
-        from ..formats.keras_specs import is_subclassed
+        from ..formats.tensorflow.keras_specs import is_subclassed
 
         if is_subclassed(model):
             return _subclassed_architecture(model)
@@ -133,7 +134,7 @@ def _subclassed_architecture(model: Any) -> str:
     by its input specs; a class whose source cannot be read (defined in a REPL) is not cached."""
     import inspect
 
-    from ..formats.keras_specs import input_specs
+    from ..formats.tensorflow.keras_specs import input_specs
 
     parts = []
     for layer in [model, *model._flatten_layers(include_self=False)]:
@@ -204,7 +205,7 @@ class ExportCache:
     # -- keys --------------------------------------------------------------------------
     def key(self, model: Any, format: str, options: dict[str, Any] | None = None) -> str:
         """SHA-256 (hex) of architecture, weights, format, options and converter versions."""
-        from ..formats.keras_specs import input_tensor_names
+        from ..formats.tensorflow.keras_specs import input_tensor_names
 
         h = hashlib.sha256()
         _feed(h, ("pytest-modelparity export", 3))  # 3: input names keyed

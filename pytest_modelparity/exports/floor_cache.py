@@ -2,7 +2,7 @@
 
 Why: the default tolerance of a comparison against a Keras reference is a multiple of the
 reference's own float32 error on the batch under test, measured by a float64 twin
-(``checks/floor.py``). Building and running that twin costs 1-1.6 s on MobileNet at 64 px
+(``floor/measure.py``). Building and running that twin costs 1-1.6 s on MobileNet at 64 px
 (docs/performance.md), every session, while the figure it measures is a function of the
 model, the batch and the twin kind only. A warm session reads it from here instead.
 
@@ -34,11 +34,11 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from ..runtime.quiet import make_ignored_dir
+from .cache import FLOOR_DIR, ExportCache
 from ..runtime.scratch import owned_prefix
 
 __all__ = ["FLOOR_DIR", "FROM_CACHE", "FloorCache", "measured", "restore", "take_notes", "use"]
 
-FLOOR_DIR = "floor"  # the folder under the export cache's root
 FROM_CACHE = "read from the floor cache, where an earlier run on this model and batch kept it"
 _VERSION = 1
 _log = logging.getLogger("pytest_modelparity.floor_cache")
@@ -64,11 +64,9 @@ class FloorCache:
         """The entry's key: the model's content key with ``parts()`` (kind, batch digest, reference
         outputs' digest) as its options; None when the model or the batch cannot be keyed (then
         nothing is kept)."""
-        from .cache import ExportCache
-
         if self._keyer is None:
             self._keyer = ExportCache(self.root)
-        native = getattr(model, "native", model)  # a loaded Keras reference (formats/keras.KerasModel)
+        native = getattr(model, "native", model)  # a loaded Keras reference (formats/tensorflow/keras.KerasModel)
         try:
             return str(self._keyer.key(native, "floor", {"floor": list(parts()), "version": _VERSION}))
         except Exception:  # noqa: BLE001 - a model without a content key: measured every time, as before
@@ -174,7 +172,7 @@ def take_notes() -> list[str]:
 
 
 def measured(model: Any, parts: Callable[[], tuple], measure: Callable[[], T], rebuild: Callable[..., T]) -> T:
-    """``measure()`` (a ``checks.floor.Floor``), or the floor an earlier session measured for
+    """``measure()`` (a ``floor.measure.Floor``), or the floor an earlier session measured for
     this model and ``parts()`` (twin kind, batch digest, reference outputs' digest), rebuilt as
     ``rebuild(errors, method, reason, seconds)`` with ``FROM_CACHE`` in its reason."""
     store = _ACTIVE

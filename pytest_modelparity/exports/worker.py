@@ -249,7 +249,7 @@ class ExportProcess:
     def export(self, model: Any, format: str, path: str | Path, **options: Any) -> Path:
         """Export ``model`` to ``format`` at ``path`` in the worker (or inline, see the module docstring)."""
         from ..formats import export_model, record_route
-        from ..formats.keras_specs import input_tensor_names
+        from ..formats.tensorflow.keras_specs import input_tensor_names
 
         if isinstance(model, (str, Path)):
             handed: Path | str | None = str(model)  # a SavedModel directory: the worker reads it itself
@@ -342,7 +342,7 @@ class ExportProcess:
         the result (moved to its path, ``name`` being the artifact's file name there); its
         failure, crash or timeout is that export's, said as if it had been asked then. One at a
         time; False where it is not sent (a model exported inline, one already under way)."""
-        from ..formats.keras_specs import input_tensor_names
+        from ..formats.tensorflow.keras_specs import input_tensor_names
 
         if self._ahead is not None or isinstance(model, (str, Path)) or self._proc is None:
             return False
@@ -514,7 +514,7 @@ def _rebuild(info: dict, format: str, path: Path) -> Exception:
 # -- the worker side (python -m pytest_modelparity.exports.worker FD) ------------------------
 def _serve(request: dict, models: dict[str, Any]) -> dict:
     from ..formats import export_model, export_route
-    from ..formats.keras_specs import set_input_tensor_names
+    from ..formats.tensorflow.keras_specs import set_input_tensor_names
 
     model: Any = request["model"]
     if request["keras_file"]:

@@ -1,6 +1,7 @@
 """Format registry: detect a path's format, load it on a device, export a Keras model to it.
 
-Each format lives in its own module ``formats/<name>.py`` exposing:
+Each format has one module (``format_module``): ``tensorflow/<name>.py`` for the TensorFlow
+forms, the family's package (``tflite/``, ``onnx/``, ``tfjs/``) for the others, exposing:
 
     NAME: str                         # the format name, e.g. "tflite"
     EXPORT_REQUIRES: tuple[(module, install hint), ...]  # extra runtimes needed to export
@@ -32,8 +33,8 @@ from ..errors import ExportError, ModelLoadError, RuntimeMissing
 from ..runtime.resources import resource_failure
 from ..runtime.tfjs_runner import NODE_HINT
 from ._files import check_not_special
-from ._common import ONNX_INSTALL, TF_INSTALL, TFLITE_INSTALL, export_route, is_keras_model, record_route
-from ._tf import ancestor_ops, import_tf
+from .common import ONNX_INSTALL, TF_INSTALL, TFLITE_INSTALL, export_route, is_keras_model, record_route
+from .tensorflow.graph import ancestor_ops, import_tf
 from .base import LoadedModel, TensorSpec
 
 __all__ = ["ALL_FORMATS", "FORMATS", "LoadedModel", "TensorSpec", "ancestor_ops", "available_formats",
@@ -91,8 +92,17 @@ def _check_name(name: str) -> str:
     return name
 
 
+# Where each format's module lives: its runtime family's folder (the TensorFlow forms share one).
+_MODULES: dict[str, str] = {
+    "keras": "tensorflow.keras", "h5": "tensorflow.h5", "saved_model": "tensorflow.saved_model",
+    "checkpoint": "tensorflow.checkpoint", "graphdef": "tensorflow.graphdef",
+    "tflite": "tflite", "tfjs": "tfjs", "onnx": "onnx",
+}
+
+
 def format_module(name: str) -> ModuleType:
-    return importlib.import_module(f"{__name__}.{_check_name(name)}")
+    """The module that detects, loads and exports format ``name`` (NAME, detect, load, export, ...)."""
+    return importlib.import_module(f"{__name__}.{_MODULES[_check_name(name)]}")
 
 
 # The fix of a path whose format is not detected (the plugin words it for a suite).
@@ -159,7 +169,7 @@ def load_model(source: Any, format: str | None = None, *, device: str = "cpu", *
     if missing is not None:
         raise missing
     if format == "tfjs" and isinstance(options.get("backend"), str):
-        from .tfjs_browser import BROWSER_BACKENDS, load as load_in_browser
+        from .tfjs.browser import BROWSER_BACKENDS, load as load_in_browser
 
         if options["backend"] in BROWSER_BACKENDS:  # a page in headless Chromium
             return load_in_browser(source, device=device, **options)
@@ -205,7 +215,7 @@ def export_model(model: Any, format: str, path: str | Path, *, converter_options
     """
     module = format_module(format)
     if input_specs is not None and is_keras_model(model):
-        from .keras_specs import declare_input_specs
+        from .tensorflow.keras_specs import declare_input_specs
 
         declare_input_specs(model, input_specs)
     if not hasattr(module, "export"):

@@ -14,7 +14,7 @@ import re
 from typing import Any, Mapping
 
 # "compare tflite:dynamic_range instead", "compare tflite:dynamic_range or tflite:float16 for
-# this model (both convert and run)": the clauses formats/tflite.py writes.
+# this model (both convert and run)": the clauses formats/tflite/export.py writes.
 _CLAUSE = re.compile(r"(?P<lead>,? or |; or |; )?compare (?P<names>tflite:\w+(?: or tflite:\w+)*) "
                      r"(?:instead|for this model)(?: \([^)]*\))?")
 _VARIANT = re.compile(r"\b(float32|float16|dynamic_range|int8)\b")

@@ -23,10 +23,10 @@ from ..verdict.validators import check_tolerance_value
 
 GROUP = "modelparity"
 # Variants a format is exported in, named "base:variant" (tflite:int8): the exporter gets
-# quantization=<variant>. They mirror formats/tflite.py's QUANTIZATIONS (float32 is plain
+# quantization=<variant>. They mirror formats/tflite/export.py's QUANTIZATIONS (float32 is plain
 # "tflite"), kept here because importing that module at start-up would import numpy.
 # tfjs's variants are where it runs, not how it is exported: the same model.json in a page of
-# headless Chromium (formats/tfjs_browser.py BROWSER_BACKENDS).
+# headless Chromium (formats/tfjs/browser.py BROWSER_BACKENDS).
 FORMAT_VARIANTS: dict[str, tuple[str, ...]] = {"tflite": ("float16", "dynamic_range", "int8"),
                                                "tfjs": ("webgl", "webgl-f16", "webgpu")}
 # Variants that change only where the export runs: exported as their base format.

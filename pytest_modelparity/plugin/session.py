@@ -177,7 +177,7 @@ class ParitySession:
         except Exception:  # noqa: BLE001 - reported, with its context, where the model is needed
             return
         if src.keras_model is not None:
-            from ..formats.keras_specs import declare_input_specs
+            from ..formats.tensorflow.keras_specs import declare_input_specs
 
             declare_input_specs(src.keras_model, specs)
 
@@ -297,7 +297,7 @@ class ParitySession:
         if src.keras_model is not None:
             return src.keras_model
         if src.path_format in ("keras", "h5"):
-            from ..formats.keras import KerasModel
+            from ..formats.tensorflow.keras import KerasModel
 
             loaded = self.reference(obj, "cpu", given)
             assert isinstance(loaded, KerasModel)  # both formats load as KerasModel
@@ -606,7 +606,7 @@ def _variant_options(model: Any, variant: str | None, elements: Any = None, data
     if variant != "int8":
         return options, None
     from ..checks.dataset import as_dataset
-    from ..formats.keras_specs import input_specs
+    from ..formats.tensorflow.keras_specs import input_specs
     from ..checks.strategies import seeded_batch, specs_of
 
     if isinstance(model, (str, Path)):

@@ -281,7 +281,7 @@ def hidden_rows_line(rows: Sequence[dict], shown: Sequence[dict]) -> str:
     return f"... {len(hidden)} more rows not shown ({what}); {where}"
 
 
-# Words of an export route that changes what the candidate computes (formats/mixed_precision.py).
+# Words of an export route that changes what the candidate computes (formats/tensorflow/mixed_precision.py).
 CHANGED_COMPUTATION = "with a float32 policy"
 
 

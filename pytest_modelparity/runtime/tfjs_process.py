@@ -15,7 +15,7 @@ Lifetime: the process must never outlive Python. Three independent guards:
      that started it exits (only set when started from the main thread, since a worker
      thread's exit would otherwise kill a process still in use).
 A process that died during a call makes that call raise ``NodeProcessDied`` with the exit
-status and the tail of its stderr; the tfjs model (``formats/tfjs.py``) starts a new one on its
+status and the tail of its stderr; the tfjs model (``formats/tfjs/load.py``) starts a new one on its
 next call. One that died while idle (nothing asked of it: killed between tests) fails nothing:
 ``reap_if_died_idle`` tells the model, which starts a new process before the call.
 

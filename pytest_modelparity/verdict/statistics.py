@@ -7,14 +7,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Iterator, Protocol
 
 import numpy as np
 
 from .tolerances import Tolerance
-
-if TYPE_CHECKING:
-    from .scanning import Scanner
 
 __all__ = ["WORST_COUNT", "Stats", "StatsAcc", "StatsPass", "histogram", "passing_bound", "py_scalar"]
 
@@ -59,6 +56,25 @@ def py_scalar(x: Any) -> Any:
     return x.item() if isinstance(x, np.generic) else x
 
 
+class ChunkSource(Protocol):
+    """What a statistics pass reads of the ``scanning.Scanner`` that streams its chunks: a
+    protocol, so this module imports nothing of ``scanning`` (which starts the pass)."""
+
+    a: np.ndarray
+    e: np.ndarray
+    d: np.ndarray
+    b: np.ndarray
+    t: np.ndarray
+    work: np.dtype
+    blocking: Any  # scanning.Blocking: subset_batch, short_stats
+
+    def chunks(self) -> Iterator[tuple[int, np.ndarray, np.ndarray, int]]: ...
+    def _bound(self, ec: np.ndarray, m: int, rtol: float, const: float) -> np.ndarray: ...
+    def _finite_absmax(self, ec: np.ndarray) -> float: ...
+    def _ok(self, ac: np.ndarray, ec: np.ndarray, d: np.ndarray, b: np.ndarray, equal_nan: bool) -> np.ndarray: ...
+    def _argmax_finite(self, start: int) -> int: ...
+
+
 class StatsPass:
     """One statistics pass over a ``Scanner``'s chunks: its running state, one method per
     kind of chunk, and the summary.
@@ -70,7 +86,7 @@ class StatsPass:
     elements and of the mismatches; their exact values are computed in batches. Chunks with
     non-finite values or too many candidates take the full path."""
 
-    def __init__(self, scan: Scanner, tol: Tolerance, equal_nan: bool, scale: float | None,
+    def __init__(self, scan: ChunkSource, tol: Tolerance, equal_nan: bool, scale: float | None,
                  fmt: tuple[int, int] | None, want_histogram: bool,
                  expect_failures: bool) -> None:
         self.scan, self.tol, self.equal_nan = scan, tol, equal_nan

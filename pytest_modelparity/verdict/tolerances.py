@@ -133,7 +133,7 @@ DTYPE_DEFAULTS: dict[str, _Row] = {
                     "usually checked against references that passed through float32"),
 }
 
-# The float64 shadow (a Keras reference rebuilt in float64, checks/floor.py): the default bound of
+# The float64 shadow (a Keras reference rebuilt in float64, floor/measure.py): the default bound of
 # an output is SHADOW_MULTIPLE x max|ref32 - ref64| / max|ref64| of that output on the batch
 # under test. Correct float32 forms measured within 1.8x of it (ResNet50, DenseNet121,
 # EfficientNetB0, MobileNetV3Small, ConvNeXtTiny, a Transformer encoder, a BiLSTM x SavedModel,

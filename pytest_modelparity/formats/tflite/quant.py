@@ -148,6 +148,6 @@ def float16_twin(content: bytes) -> bytes:
 
 def float16_twin_model(sibling: Any) -> Any:
     """``float16_twin`` of a loaded float32 file, loaded in LiteRT."""
-    from .tflite import TFLiteModel
+    from .load import TFLiteModel
 
     return TFLiteModel(float16_twin(sibling.content), path=None)

@@ -16,10 +16,10 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import ModelLoadError
-from ._common import first_line, import_tf, quiet  # noqa: F401 - import_tf: re-exported
-from ._files import check_not_special
-from .base import LoadedModel, TensorSpec
+from ...errors import ModelLoadError
+from ..common import first_line, import_tf, quiet  # noqa: F401 - import_tf: re-exported
+from .._files import check_not_special
+from ..base import LoadedModel, TensorSpec
 
 
 
@@ -361,3 +361,43 @@ def wrap_frozen(graph_def: Any, inputs: Mapping[str, str], outputs: Mapping[str,
     holder = tf.Module()
     holder._wrapped = wrapped  # keeps the function's graph alive
     return fn, holder
+
+
+_NOINLINE_ATTRS = ("_noinline", "_XlaMustCompile")
+
+
+def inline_kept_functions(graph_def: Any, outputs: list[str]) -> bool:
+    """Inline the functions marked never to be inlined (Keras runs grouped convolutions in a
+    ``jit_compile`` function), so their convolutions can be rewritten like the others.
+    Grappler's function optimizer does the inlining once the marks are cleared; on any
+    failure the graph is left as it was (correct, only slower)."""
+    marked = [f for f in graph_def.library.function if any(a in f.attr and f.attr[a].b for a in _NOINLINE_ATTRS)]
+    if not marked:
+        return False
+    tf = import_tf()
+    from tensorflow.core.protobuf import config_pb2
+    from tensorflow.python.grappler import tf_optimizer
+    from tensorflow.python.training import saver
+
+    work = tf.compat.v1.GraphDef()
+    work.CopyFrom(graph_def)
+    for holder in [*work.library.function, *work.node, *[n for f in work.library.function for n in f.node_def]]:
+        for attr in _NOINLINE_ATTRS:
+            if attr in holder.attr:
+                del holder.attr[attr]
+    try:
+        graph = tf.Graph()
+        with graph.as_default():
+            tf.graph_util.import_graph_def(work, name="")
+            fetch = graph.get_collection_ref("train_op")
+            fetch.extend(graph.get_tensor_by_name(name) for name in outputs)
+        meta = saver.export_meta_graph(graph_def=graph.as_graph_def(), graph=graph)
+        config = config_pb2.ConfigProto()
+        config.graph_options.rewrite_options.min_graph_nodes = -1
+        config.graph_options.rewrite_options.optimizers.append("function")
+        with quiet():
+            inlined = tf_optimizer.OptimizeGraph(config, meta)
+    except Exception:  # noqa: BLE001 - keep the functions: the twin is slower, not wrong
+        return False
+    graph_def.CopyFrom(inlined)
+    return True

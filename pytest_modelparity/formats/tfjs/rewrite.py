@@ -438,7 +438,7 @@ def patched_converter(converter: Any, stats: dict[str, int]) -> Iterator[None]:
         if any(n.op in ("StatefulPartitionedCall", "PartitionedCall") for n in graph_def.node) and signature_def is not None:
             # Functions kept from inlining (Keras' jit_compile grouped convolutions: ConvNeXt) reach
             # tfjs as calls it has no op for ("unsupported ops: StatefulPartitionedCall").
-            from .graph_twin import inline_kept_functions
+            from ..tensorflow.graph import inline_kept_functions
 
             inlined = inline_kept_functions(graph_def, [t.name for t in signature_def.outputs.values()])
             if inlined:

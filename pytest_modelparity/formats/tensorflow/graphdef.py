@@ -12,11 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..errors import ExportError, ModelLoadError
-from ..runtime.devices import require_tf_device
-from ._common import first_line, quiet
-from ._files import read_regular
-from ._tf import SessionModel, const_weights, import_tf, new_session, require_path, resolve_tensors
+from ...errors import ExportError, ModelLoadError
+from ...runtime.devices import require_tf_device
+from ..common import first_line, quiet
+from .._files import read_regular
+from .graph import SessionModel, const_weights, import_tf, new_session, require_path, resolve_tensors
 
 NAME = "graphdef"
 EXPORT_REQUIRES: tuple[tuple[str, str], ...] = ()

@@ -12,10 +12,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..errors import ModelLoadError
-from ..runtime.devices import require_tf_device
-from ._common import first_line
-from ._tf import require_path
+from ...errors import ModelLoadError
+from ...runtime.devices import require_tf_device
+from ..common import first_line
+from .graph import require_path
 from .keras import KerasModel, load_keras_file, save_keras_file
 from .keras_specs import declare_input_specs
 
@@ -97,7 +97,7 @@ def validate(path: Path) -> None:
     Keras 3 saves some functional models to HDF5 that its legacy loader cannot rebuild: an
     ``Embedding(mask_zero=True)`` mask is stored as a ``NotEqual`` op layer it does not know.
     """
-    from ..errors import ExportError
+    from ...errors import ExportError
 
     try:
         load(path, safe_mode=False)

@@ -14,12 +14,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import ModelLoadError
-from ..runtime.devices import require_tf_device
-from ._common import first_line, name_outputs, quiet
-from ._files import read_regular
-from ._tf import freeze_concrete, import_tf, require_path, spec
-from .base import LoadedModel
+from ...errors import ModelLoadError
+from ...runtime.devices import require_tf_device
+from ..common import first_line, name_outputs, quiet
+from .._files import read_regular
+from .graph import freeze_concrete, import_tf, require_path, spec
+from ..base import LoadedModel
 from .keras_specs import pack_inputs
 
 NAME = "saved_model"
@@ -212,7 +212,7 @@ class FrozenSignatureModel(SavedModelModel):
         super().__init__(holder, fn, signature, device=device, source=source)
 
     def weights(self) -> dict[str, np.ndarray]:
-        from ._tf import const_weights
+        from .graph import const_weights
 
         return const_weights(self._frozen_def)
 
@@ -223,7 +223,7 @@ def _load_signature_v1(path: Path, tags: Sequence[str] | None, signature: str | 
     frozen with the session's variables and wrapped as a ConcreteFunction (``FrozenSignatureModel``);
     where that fails too, a ModelLoadError naming both failures."""
     tf = import_tf()
-    from ._tf import new_session, wrap_frozen
+    from .graph import new_session, wrap_frozen
 
     has_variables = (path / "variables").is_dir()
     graph = tf.Graph()

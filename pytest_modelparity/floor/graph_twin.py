@@ -1,6 +1,6 @@
 """The graph twin: a reference's frozen TensorFlow graph, rewritten to compute in float64.
 
-Why: the Keras-config twin (``keras_shadow.py``) rebuilds only functional and Sequential Keras
+Why: the Keras-config twin (``keras_twin.py``) rebuilds only functional and Sequential Keras
 models. A SavedModel signature, a frozen GraphDef, a TF1 checkpoint, a subclassed Keras model
 or a ``tf.Module`` has no config, yet each is a TensorFlow graph: freeze it (variables become
 constants), rewrite every float type to float64 and every float constant to float64, and the
@@ -23,8 +23,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ._common import quiet
-from ._tf import FrozenGraph, GraphUnavailable, import_tf
+from ..formats.common import quiet
+from ..formats.tensorflow.graph import FrozenGraph, GraphUnavailable, import_tf, inline_kept_functions
 
 # TensorFlow DataType enum values (types.proto).
 DT_FLOAT, DT_DOUBLE, DT_HALF, DT_BFLOAT16 = 1, 2, 19, 14
@@ -325,46 +325,6 @@ def _decompose_batch_norms(graph_def: Any) -> None:
         norm.input.extend([f"{base}/mp64_xm", f"{base}/mp64_shift", *controls])
         norm.attr["T"].type = DT_FLOAT
         nodes.extend(new)
-
-
-_NOINLINE_ATTRS = ("_noinline", "_XlaMustCompile")
-
-
-def inline_kept_functions(graph_def: Any, outputs: list[str]) -> bool:
-    """Inline the functions marked never to be inlined (Keras runs grouped convolutions in a
-    ``jit_compile`` function), so their convolutions can be rewritten like the others.
-    Grappler's function optimizer does the inlining once the marks are cleared; on any
-    failure the graph is left as it was (correct, only slower)."""
-    marked = [f for f in graph_def.library.function if any(a in f.attr and f.attr[a].b for a in _NOINLINE_ATTRS)]
-    if not marked:
-        return False
-    tf = import_tf()
-    from tensorflow.core.protobuf import config_pb2
-    from tensorflow.python.grappler import tf_optimizer
-    from tensorflow.python.training import saver
-
-    work = tf.compat.v1.GraphDef()
-    work.CopyFrom(graph_def)
-    for holder in [*work.library.function, *work.node, *[n for f in work.library.function for n in f.node_def]]:
-        for attr in _NOINLINE_ATTRS:
-            if attr in holder.attr:
-                del holder.attr[attr]
-    try:
-        graph = tf.Graph()
-        with graph.as_default():
-            tf.graph_util.import_graph_def(work, name="")
-            fetch = graph.get_collection_ref("train_op")
-            fetch.extend(graph.get_tensor_by_name(name) for name in outputs)
-        meta = saver.export_meta_graph(graph_def=graph.as_graph_def(), graph=graph)
-        config = config_pb2.ConfigProto()
-        config.graph_options.rewrite_options.min_graph_nodes = -1
-        config.graph_options.rewrite_options.optimizers.append("function")
-        with quiet():
-            inlined = tf_optimizer.OptimizeGraph(config, meta)
-    except Exception:  # noqa: BLE001 - keep the functions: the twin is slower, not wrong
-        return False
-    graph_def.CopyFrom(inlined)
-    return True
 
 
 def _depthwise_as_shifted_products(graph_def: Any) -> None:

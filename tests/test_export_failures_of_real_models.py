@@ -323,7 +323,7 @@ def test_seq2seq_gru_becomes_tfjs(pytester: pytest.Pytester) -> None:
 def _convert_elsewhere(model, out):
     """model.json as the tensorflowjs converter writes it on its own (no rewrites)."""
     from pytest_modelparity import export_model
-    from pytest_modelparity.formats.tfjs import import_converter
+    from pytest_modelparity.formats.tfjs.export import import_converter
 
     saved = export_model(model, "saved_model", out.parent / f"{out.name}-sm")
     import_converter().convert_tf_saved_model(str(saved), str(out), control_flow_v2=True)

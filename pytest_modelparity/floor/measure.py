@@ -15,7 +15,7 @@ does alike: a log-magnitude audio net's float64 error was 500x its forms' spread
 CPU float32 form by it where it is at most 1/16 of the float64 error; without it (no graph, a
 sum it cannot reorder, nothing to reorder) the float64 floor judges as before.
 
-Twins come in two builds behind one interface (``formats/twins.py``): a Keras model rebuilt
+Twins come in two builds behind one interface (``floor/twins.py``): a Keras model rebuilt
 from its config, or the reference's frozen TensorFlow graph rewritten to float64 (SavedModel,
 GraphDef, TF1 checkpoint, subclassed Keras models). The first faithful one measures.
 
@@ -112,7 +112,7 @@ def twin_of(model: Any, kind: str = FLOAT64, method: str = "keras") -> Twin:
 def _build(model: Any, kind: str, method: str) -> Twin:
     import time
 
-    from ..formats.twins import NotApplicable, TwinUnavailable, build_runner
+    from .twins import NotApplicable, TwinUnavailable, build_runner
 
     start = time.perf_counter()
     try:
@@ -127,8 +127,8 @@ def _build(model: Any, kind: str, method: str) -> Twin:
 
 def sharper_floor_pointless(model: Any) -> str | None:
     """Why the sharper floor (``SHARPENS``) is not measured for ``model``, where that can be
-    told before building it (``formats.twins.rounding_not_amplified``); None: measure it."""
-    from ..formats.twins import rounding_not_amplified
+    told before building it (``floor.twins.rounding_not_amplified``); None: measure it."""
+    from .twins import rounding_not_amplified
 
     try:
         return rounding_not_amplified(model)

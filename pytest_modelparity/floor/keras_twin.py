@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from ._common import quiet
-from ._tf import import_tf
+from ..formats.common import quiet
+from ..formats.tensorflow.graph import import_tf
 
 _FLOAT_POLICIES = {"float32", "mixed_float16", "mixed_bfloat16", "float16", "bfloat16"}
 

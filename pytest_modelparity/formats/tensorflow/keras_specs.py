@@ -17,9 +17,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import ModelLoadError
-from ._common import import_tf
-from .base import TensorSpec
+from ...errors import ModelLoadError
+from ..common import import_tf
+from ..base import TensorSpec
 
 DECLARE_FIX = ("declare its inputs: in a pytest suite a session-scoped fixture "
                "modelparity_input_specs in conftest.py returning [(name, shape, dtype)] (shape with the "

@@ -1,7 +1,7 @@
 """The serving function a converting export (tflite, onnx) traces, and what it closes over.
 
 Why its own module: it sits above the formats it reads (a Keras model through
-``keras_specs``, a SavedModel directory through ``saved_model``), so ``_tf.py``, which those
+``keras_specs``, a SavedModel directory through ``saved_model``), so ``graph.py``, which those
 formats build on, imports none of them and the ``formats`` package has no import circle.
 """
 
@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import ModelLoadError
+from ...errors import ModelLoadError
 from . import graph_source, saved_model
-from ._common import ConverterLog, import_tf, name_outputs, unique
+from ..common import ConverterLog, import_tf, name_outputs, unique
 from .keras_specs import input_specs, keras_output_names, pack_inputs, tf_specs
 
 

@@ -14,10 +14,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import ModelLoadError
-from ..runtime.devices import require_tf_device
-from ._common import first_line, quiet
-from ._tf import SessionModel, import_tf, new_session, resolve_tensors
+from ...errors import ModelLoadError
+from ...runtime.devices import require_tf_device
+from ..common import first_line, quiet
+from .graph import SessionModel, import_tf, new_session, resolve_tensors
 
 NAME = "checkpoint"
 EXPORT_REQUIRES: tuple[tuple[str, str], ...] = ()

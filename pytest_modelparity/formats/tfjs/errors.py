@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from ..errors import ModelLoadError
+from ...errors import ModelLoadError
 
 NAME = "tfjs"
 

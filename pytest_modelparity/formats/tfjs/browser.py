@@ -16,8 +16,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..errors import DeviceUnavailable, ModelLoadError, RuntimeMissing
-from .tfjs import NAME, TFJSModel, check_input_dtypes, model_json_path, read_model_json, run_error
+from ...errors import DeviceUnavailable, ModelLoadError, RuntimeMissing
+from .load import NAME, TFJSModel, check_input_dtypes, model_json_path, read_model_json, run_error
 
 # WebGL shaders address tensors of rank <= 6: a kernel given a rank-7 tensor says
 # "Transpose for rank 7 is not yet supported" (or "7-D output sampling"); tfjs's cpu backend has no limit.
@@ -42,7 +42,7 @@ class BrowserTFJSModel(TFJSModel):
                 "webgl_version": meta.get("webgl_version"), "tfjs_version": meta.get("tfjs_version")}
 
     def _predict(self, feeds: dict[str, Any]) -> dict[str, Any]:
-        from ..runtime.tfjs_process import RunnerError
+        from ...runtime.tfjs_process import RunnerError
 
         try:
             result = self._serving().predict(feeds)
@@ -52,7 +52,7 @@ class BrowserTFJSModel(TFJSModel):
 
     def _serving(self) -> Any:
         page = super()._serving()
-        from ..runtime.browser_process import record_run
+        from ...runtime.browser_process import record_run
 
         record_run(self.browser)
         return page
@@ -91,13 +91,13 @@ def load(source: Any, *, device: str = "cpu", backend: str = "webgl", timeout_s:
                         f"it takes backend={'|'.join(BROWSER_BACKENDS)} and timeout_s")
     if backend not in BROWSER_BACKENDS:
         raise ValueError(f"unknown browser backend {backend!r}; use one of {', '.join(BROWSER_BACKENDS)}")
-    from ..runtime.devices import require_cpu_only
+    from ...runtime.devices import require_cpu_only
 
     require_cpu_only(device, NAME, "the browser backends run in headless Chromium on SwiftShader, the CPU",
                      "Use device='cpu'.")
-    from ..runtime import tfjs_runner
-    from ..runtime.browser_process import CHROMIUM_HINT, chromium_executable, shared_browser
-    from ..runtime.tfjs_process import NodeProcessDied, RunnerError
+    from ...runtime import tfjs_runner
+    from ...runtime.browser_process import CHROMIUM_HINT, chromium_executable, shared_browser
+    from ...runtime.tfjs_process import NodeProcessDied, RunnerError
 
     path = model_json_path(source)
     spec = read_model_json(path)
@@ -130,7 +130,7 @@ def load(source: Any, *, device: str = "cpu", backend: str = "webgl", timeout_s:
 
     model = BrowserTFJSModel(Path(path), spec, start(backend), backend=backend, device="cpu", requested=backend,
                              start=start)
-    from ..runtime.browser_process import record_run
+    from ...runtime.browser_process import record_run
 
     record_run(model.browser)
     return model

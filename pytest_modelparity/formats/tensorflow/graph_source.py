@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import ModelLoadError
-from ._common import quiet
-from ._tf import GraphUnavailable, import_tf, wrap_frozen
-from .base import LoadedModel
+from ...errors import ModelLoadError
+from ..common import quiet
+from .graph import GraphUnavailable, import_tf, wrap_frozen
+from ..base import LoadedModel
 
 
 def kind(path: Path) -> str | None:

@@ -1,15 +1,10 @@
-"""TensorFlow.js graph models: export a Keras model to one, load one and run it in Node.js.
+"""TensorFlow.js graph models: load one and run it in Node.js (``export.py`` writes one,
+``browser.py`` runs one in a headless Chromium page).
 
 Why Node.js and not a Python re-implementation: seed 003 is a SavedModel and its TFJS
 conversion disagreeing; only tfjs's own kernels (pure-JS CPU backend, or the wasm backend)
 show what the browser will compute. ``load`` starts one ``node runner.js`` process per model
 (``pytest_modelparity.runtime.tfjs_process``) and keeps it for every predict.
-
-Export goes Keras -> ``model.export()`` SavedModel (temporary) -> the ``tensorflowjs``
-converter's ``convert_tf_saved_model``. ``tensorflowjs`` must be installed with ``--no-deps``
-(its pins pull TF 2.19 and break TF 2.21) and imports tensorflow_decision_forests, jax and
-tf_keras at module level without needing them for this path: :func:`import_converter` puts
-empty stand-ins in ``sys.modules`` for the import only and removes them afterwards.
 
 Keras 3 *layers* models (``format: layers-model``) do not load in tfjs-layers 4.22; this
 format loads graph models only and says so.
@@ -18,38 +13,23 @@ format loads graph models only and says so.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import math
 import os
-import re
-import shutil
-import sys
-import tempfile
-import types
 from pathlib import Path
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from ..errors import ExportError, ModelLoadError, RuntimeMissing
-from ..runtime.scratch import owned_prefix
-from ._common import TF_INSTALL, ConverterLog, probe_note, quiet, record_route, run_probe
-from ._files import check_not_special, read_regular
-from .base import LoadedModel, TensorSpec
-from . import tfjs_rewrite
-from .tfjs_errors import classify_runner_error, run_error  # noqa: F401 - public here since before the split
-from .tfjs_errors import runner_message as _runner_message
+from ...errors import ModelLoadError, RuntimeMissing
+from .._files import check_not_special, read_regular
+from ..base import LoadedModel, TensorSpec
+from . import rewrite as tfjs_rewrite
+from .errors import run_error
+from .errors import runner_message as _runner_message
 
 NAME = "tfjs"
-CONVERTS_SAVED_MODEL = True  # export() also takes a SavedModel directory
-EXPORT_VALIDATES = True  # export() runs validate() before moving the files into place
-TFJS_CONVERTER_INSTALL = ("pip install --no-deps tensorflowjs==4.22.0 tensorflow_hub==0.16.1 && "
-                          "pip install packaging six  (the plugin's [tfjs] extra; plain `pip install tensorflowjs` "
-                          "downgrades TensorFlow and protobuf)")
-EXPORT_REQUIRES = (("tensorflow", TF_INSTALL), ("tensorflowjs", TFJS_CONVERTER_INSTALL))
-
 BACKENDS = ("auto", "cpu", "wasm")
 
 # model.json dtypes -> what tfjs computes in (it has no 64-bit or half types).
@@ -179,7 +159,7 @@ def _tfjs_dtype(tf_dtype: str | None) -> str:
     return _DTYPES.get(tf_dtype or "DT_FLOAT", "float32")
 
 
-def _signature_specs(entries: dict[str, Any]) -> list[TensorSpec]:
+def signature_specs(entries: dict[str, Any]) -> list[TensorSpec]:
     specs = []
     for key, value in entries.items():
         dims = (value.get("tensorShape") or {}).get("dim", [])
@@ -354,8 +334,8 @@ class TFJSModel(LoadedModel):
         self.converter_defects = tfjs_rewrite.known_defects(spec)
         signature = spec.get("signature") or {}
         meta = process.meta
-        inputs = _signature_specs(signature["inputs"]) if signature.get("inputs") else _meta_specs(meta["inputs"])
-        outputs = _signature_specs(signature["outputs"]) if signature.get("outputs") else _meta_specs(meta["outputs"])
+        inputs = signature_specs(signature["inputs"]) if signature.get("inputs") else _meta_specs(meta["inputs"])
+        outputs = signature_specs(signature["outputs"]) if signature.get("outputs") else _meta_specs(meta["outputs"])
         # The runner addresses inputs/outputs by the names tfjs gives them (signature keys).
         by_name = {s.name for s in inputs}
         if by_name != {e["name"] for e in meta["inputs"]}:
@@ -419,7 +399,7 @@ class TFJSModel(LoadedModel):
         return self.process
 
     def _predict(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        from ..runtime.tfjs_process import RunnerError
+        from ...runtime.tfjs_process import RunnerError
 
         try:
             result = self._serving().predict(feeds)
@@ -435,8 +415,8 @@ class TFJSModel(LoadedModel):
 
     def _run_failure(self, feeds: dict[str, np.ndarray], message: str, wasm_error: str | None = None) -> ModelLoadError:
         """``run_error``, naming the node (and layer) a bare JavaScript error came from (tfjs_errors)."""
-        from ..runtime.tfjs_process import RunnerError
-        from . import tfjs_errors
+        from ...runtime.tfjs_process import RunnerError
+        from . import errors as tfjs_errors
 
         def fetch(names: list[str]) -> None:
             try:
@@ -529,7 +509,7 @@ class TFJSModel(LoadedModel):
 
 
 def _check_device(device: str) -> str:
-    from ..runtime.devices import require_cpu_only
+    from ...runtime.devices import require_cpu_only
 
     require_cpu_only(device, NAME, "it runs in Node.js on the CPU (backend 'cpu' or 'wasm'; tfjs-node-gpu "
                      "is not used)", "Use device='cpu' and backend='wasm' for the fast path.")
@@ -594,8 +574,8 @@ def load(source: Any, *, device: str = "cpu", backend: str = "auto", timeout_s: 
     device = _check_device(device)
     if backend not in BACKENDS:
         raise ValueError(f"unknown tfjs backend {backend!r}; use one of {', '.join(BACKENDS)}")
-    from ..runtime import tfjs_runner
-    from ..runtime.tfjs_process import NodeHandshakeFailed, NodeProcess, NodeProcessDied, RunnerError
+    from ...runtime import tfjs_runner
+    from ...runtime.tfjs_process import NodeHandshakeFailed, NodeProcess, NodeProcessDied, RunnerError
 
     path = model_json_path(source)
     spec = read_model_json(path)
@@ -641,214 +621,3 @@ def load(source: Any, *, device: str = "cpu", backend: str = "auto", timeout_s: 
                      fallback_reason=reason)
 
 
-# -- export ----------------------------------------------------------------------------
-_STANDINS = ("tensorflow_decision_forests", "jax", "jax.experimental", "jax.experimental.jax2tf", "tf_keras")
-
-
-def import_converter() -> types.ModuleType:
-    """Import ``tensorflowjs.converters.tf_saved_model_conversion_v2`` without tfdf, jax or tf_keras.
-
-    Those imports sit at module level in tensorflowjs but are unused by the SavedModel ->
-    graph model path. Empty stand-ins are put in ``sys.modules`` only for the duration of the
-    import and removed afterwards (a fake ``jax`` left importable breaks Keras 3, which does
-    ``try: import jax``). TensorFlow and Keras are imported first, for real, for that reason.
-    ``tensorflow_hub``, imported meanwhile against a stand-in ``tf_keras``, is dropped from
-    ``sys.modules`` too so a later ``import tensorflow_hub`` gets the real thing.
-    """
-    name = "tensorflowjs.converters.tf_saved_model_conversion_v2"
-    if name in sys.modules:
-        return sys.modules[name]
-    if importlib.util.find_spec("tensorflowjs") is None:
-        raise RuntimeMissing("the tensorflowjs converter (needed to export to format 'tfjs')", TFJS_CONVERTER_INSTALL)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    try:
-        import keras  # noqa: F401 - must be real and complete before any stand-in exists
-        import tensorflow  # noqa: F401
-    except ImportError as exc:
-        raise RuntimeMissing("tensorflow (needed to export to format 'tfjs')", TF_INSTALL) from exc
-
-    added: list[str] = []
-    for mod in _STANDINS:
-        top = mod.split(".")[0]
-        if mod in sys.modules or (top not in added and importlib.util.find_spec(top) is not None):
-            continue
-        stand_in = types.ModuleType(mod, "pytest-modelparity stand-in used while importing tensorflowjs")
-        if mod == "tf_keras":
-            # tensorflow_hub subclasses tf_keras.layers.Layer at import time.
-            setattr(stand_in, "layers", types.SimpleNamespace(Layer=type("Layer", (), {})))
-        sys.modules[mod] = stand_in
-        added.append(mod)
-        if "." in mod:
-            parent, _, child = mod.rpartition(".")
-            setattr(sys.modules[parent], child, stand_in)
-    before = set(sys.modules)
-    try:
-        import tensorflowjs.converters.tf_saved_model_conversion_v2 as converter
-    except ImportError as exc:
-        raise RuntimeMissing(f"a working tensorflowjs converter ({type(exc).__name__}: {exc})",
-                             TFJS_CONVERTER_INSTALL) from exc
-    finally:
-        for mod in added:
-            sys.modules.pop(mod, None)
-        if "tf_keras" in added:
-            for mod in set(sys.modules) - before:
-                if mod == "tensorflow_hub" or mod.startswith("tensorflow_hub."):
-                    sys.modules.pop(mod, None)
-    return converter
-
-
-
-
-def validate(model_json: Path, *, timeout_s: float = 600.0) -> None:
-    """Check a fresh export runs in tfjs before it is returned or cached: load it on the cpu
-    backend (the one "auto" falls back to) and predict a batch of zeros.
-
-    Raises ``ExportError`` naming the op, the backend and a workaround. Without Node.js nothing
-    can be checked: the export is returned and loading it says what is missing.
-    """
-    model_json = model_json_path(model_json)
-    spec = read_model_json(model_json)
-    check_input_dtypes(model_json, spec)
-    try:
-        model = load(model_json, backend="cpu", timeout_s=timeout_s)
-    except RuntimeMissing:
-        return
-    except ModelLoadError as exc:
-        raise ExportError(model_json, NAME, f"tfjs cannot load the converted model: {exc.problem}", exc.fix,
-                          unsupported_ops=_ops_named(exc.problem)) from exc
-    try:
-        entries = (spec.get("signature") or {}).get("inputs") or {}
-        if entries:  # zeros, open non-batch dims at the smallest size the model takes
-            try:
-                run_probe(model.predict, _signature_specs(entries))
-            except ModelLoadError as exc:
-                raise ExportError(model_json, NAME, f"tfjs cannot run the converted model: {exc.problem}{probe_note(exc)}",
-                                  exc.fix, unsupported_ops=_ops_named(exc.problem)) from exc
-    finally:
-        model.close()
-
-
-def _ops_named(problem: str) -> tuple[str, ...]:
-    found = re.search(r"(?:op|activation) '([^']+)'", problem)
-    return (found.group(1),) if found else ()
-
-
-def export(model: Any, path: Path, *, quantization: str | None = None, validate_export: bool = True,
-           **converter_options: Any) -> Path:
-    """Write a tfjs graph model of ``model`` into directory ``path``; return its ``model.json``.
-
-    ``model``: a Keras model (exported to a temporary SavedModel with ``model.export``) or the
-    path of a SavedModel directory. ``quantization``: None, ``"float16"``, ``"uint8"`` or
-    ``"uint16"`` weight quantization. Other keyword arguments go to ``convert_tf_saved_model``;
-    ``control_flow_v2`` defaults to True (Keras RNN loops then run in tfjs; lowered loops do not).
-
-    The converter runs with graph rewrites (:mod:`.tfjs_rewrite`: ``Erfc`` -> ``1 - Erf``,
-    fused hard-swish split, non-vector fused biases unfused) and its output (prints, TensorFlow
-    C++ logs) goes to a ``ConverterLog`` file. The result is checked to load and run in tfjs
-    (:func:`validate`) before it is moved into ``path``: a failure raises ``ExportError`` naming
-    the op, the backend, the fix and the kept log file, and leaves nothing at ``path``. The
-    route (``export_route(path)``) says which rewrites applied.
-    """
-
-    path = Path(path)
-    out_dir = path.parent if path.suffix.lower() == ".json" else path
-    if quantization is not None:
-        if quantization not in ("float16", "uint8", "uint16"):
-            raise ValueError(f"unknown tfjs quantization {quantization!r}; use float16, uint8 or uint16")
-        converter_options["quantization_dtype_map"] = {quantization: True}
-    converter_options.setdefault("control_flow_v2", True)
-    converter = import_converter()
-
-    rewrites: dict[str, int] = {}
-    with tempfile.TemporaryDirectory(prefix=owned_prefix("modelparity-tfjs-")) as tmp:  # swept if killed
-        if isinstance(model, (str, Path)):
-            saved_model = Path(model)
-            from . import graph_source, saved_model as saved_model_format
-
-            if not (saved_model / "saved_model.pb").is_file() and graph_source.kind(saved_model) is not None:
-                saved_model = graph_source.write_saved_model(saved_model, Path(tmp) / "saved_model")
-                rewrites["signature frozen from the TF1 graph"] = 1
-            elif not (saved_model / "saved_model.pb").is_file():
-                raise ModelLoadError(saved_model, None, "it is not a SavedModel directory nor a TF1 graph, and only a "
-                                     "Keras model, a SavedModel directory or a TF1 graph can be converted to tflite, onnx "
-                                     "or tfjs", "pass the Keras model, or the "
-                                     "directory written by model.export() / tf.saved_model.save()", action="convert")
-            else:
-                saved_model_format.check_variables_present(saved_model)
-            if saved_model_format.has_slot_variables(saved_model):  # the converter's TF 2.x load fails
-                saved_model = saved_model_format.frozen_copy(saved_model, Path(tmp) / "saved_model")
-                rewrites["signature frozen (Keras 2 optimizer slots in the object graph)"] = 1
-        else:
-            if not hasattr(model, "export"):
-                raise TypeError(f"cannot export a {type(model).__name__} to tfjs: pass a Keras model "
-                                f"or the path of a SavedModel directory")
-            refuse_string_inputs(model, out_dir)
-            saved_model = Path(tmp) / "saved_model"
-            try:
-                # The saved_model exporter names the outputs like the Keras model ("probs"),
-                # where model.export() says "output_0": the TFJS outputs then match by name.
-                from . import saved_model as saved_model_format
-
-                with quiet():
-                    saved_model_format.export(model, saved_model)
-            except ModelLoadError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - reported with the format and the fix
-                raise ExportError(out_dir, NAME, f"writing the intermediate SavedModel failed ({type(exc).__name__}: "
-                                     f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''})",
-                                     "export a functional or Sequential Keras model built on keras.Input(...)") from exc
-        staged = Path(tmp) / "tfjs"
-        log = ConverterLog(NAME)
-        try:
-            try:
-                with log.capture(), tfjs_rewrite.patched_converter(converter, rewrites):
-                    converter.convert_tf_saved_model(str(saved_model), str(staged), **converter_options)
-            except Exception as exc:  # noqa: BLE001
-                unsupported = re.search(r"Unsupported Ops in the model (?:before|after) optimization\s*(.*)", str(exc))
-                if unsupported:
-                    ops = tuple(o.strip() for o in unsupported.group(1).split(",") if o.strip())
-                    raise ExportError(out_dir, NAME, "the tensorflowjs converter has no tfjs mapping for some ops",
-                                      "replace the layers using those ops (tfjs-converter/docs/supported_ops.md "
-                                      "lists the ops tfjs runs), or test this model in the other formats",
-                                      unsupported_ops=ops, log_path=log.keep()) from exc
-                raise ExportError(out_dir, NAME, f"the tensorflowjs converter failed ({type(exc).__name__}: "
-                                  f"{str(exc).strip()[:300]})",
-                                  "check the model's ops against the converter's supported ops "
-                                  "(tfjs-converter/docs/supported_ops.md in the tfjs repository)",
-                                  log_path=log.keep()) from exc
-            if validate_export:
-                try:
-                    validate(staged / "model.json")
-                except ExportError as exc:
-                    raise ExportError(out_dir, NAME, exc.problem, exc.fix, unsupported_ops=exc.unsupported_ops,
-                                      log_path=log.keep(), route=_route(converter_options, rewrites)) from exc
-        finally:
-            log.discard()
-        out_dir.mkdir(parents=True, exist_ok=True)
-        for item in staged.iterdir():
-            target = out_dir / item.name
-            if target.is_dir() and not target.is_symlink():
-                shutil.rmtree(target)
-            shutil.move(str(item), str(target))
-    record_route(out_dir / "model.json", NAME, _route(converter_options, rewrites))
-    return out_dir / "model.json"
-
-
-def _route(converter_options: dict[str, Any], rewrites: dict[str, int]) -> str:
-    """How the export went, e.g. ``control_flow_v2, erfc->1-erf x1, hard_swish split x10``."""
-    names = {"erfc": "erfc->1-erf", "hard_swish": "hard_swish split", "unfused_bias": "non-vector bias unfused",
-             "band_part": "MatrixBandPart written out", "debug_ops": "debug ops stripped (Assert/CheckNumerics/Print)",
-             "inlined": "XLA-only functions inlined", "grouped": "grouped conv as depthwise",
-             "list_writes": "RNN step output ordered after its list write"}
-    parts = ["control_flow_v2" if converter_options.get("control_flow_v2") else "lowered control flow"]
-    parts += [names.get(k, k) + ("" if k.startswith("signature") else f" x{v}") for k, v in rewrites.items() if v]
-    return ", ".join(parts)
-
-
-def refuse_string_inputs(model: Any, out_dir: Path) -> None:
-    """A Keras model with string inputs cannot be run by the tfjs runner: say so before converting."""
-    for t in getattr(model, "inputs", None) or []:
-        if str(getattr(t, "dtype", "")) == "string":
-            name = str(getattr(t, "name", "?")).split(":", 1)[0]
-            raise ExportError(out_dir, NAME, f"input {name!r} is a string tensor; the tfjs format here runs "
-                                 "float32, int32 and bool inputs only", STRING_INPUT_FIX, not_applicable=True)

@@ -1,10 +1,10 @@
 """Twins of a TensorFlow reference behind one interface: a runner that takes the batch the
 reference takes and returns the twin's outputs, in the reference's output order.
 
-Two ways to build one, tried in this order by ``checks/floor.py``:
+Two ways to build one, tried in this order by ``floor/measure.py``:
 
 - ``keras``: a functional/Sequential Keras model rebuilt from its config at another precision
-  (``keras_shadow.py``); cheap, and it keeps Keras' own layers (the depthwise speed-up).
+  (``keras_twin.py``); cheap, and it keeps Keras' own layers (the depthwise speed-up).
 - ``graph``: any reference with a TensorFlow graph (a Keras model of any kind, a SavedModel
   signature, a frozen GraphDef, a TF1 checkpoint, a ``tf.function``/``tf.Module``) frozen and
   rewritten (``graph_twin.py``).
@@ -22,10 +22,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ._common import import_tf, is_keras_model, name_outputs
-from ._tf import GraphUnavailable, freeze_concrete, spec
-from .base import LoadedModel
-from .keras_specs import pack_inputs
+from ..formats.common import import_tf, is_keras_model, name_outputs
+from ..formats.tensorflow.graph import GraphUnavailable, freeze_concrete, spec
+from ..formats.base import LoadedModel
+from ..formats.tensorflow.keras_specs import pack_inputs
 
 Runner = Callable[[Any], dict]
 
@@ -57,7 +57,7 @@ def as_loaded(reference: Any) -> LoadedModel:
     if isinstance(reference, LoadedModel):
         return reference
     if is_keras_model(reference):
-        from .keras import KerasModel
+        from ..formats.tensorflow.keras import KerasModel
 
         try:
             return KerasModel(reference, device="cpu")
@@ -111,7 +111,7 @@ def _feeder(loaded: LoadedModel) -> Callable[[Any], list[np.ndarray]]:
 # -- the Keras-config twin ----------------------------------------------------------------
 
 def _keras_runner(loaded: LoadedModel, kind: str) -> tuple[Runner, bool]:
-    from .keras_shadow import ShadowUnavailable, float16_weights_twin, float64_twin
+    from .keras_twin import ShadowUnavailable, float16_weights_twin, float64_twin
 
     native: Any = getattr(loaded, "native", None)
     if loaded.format not in ("keras", "h5") or not is_keras_model(native):
@@ -186,7 +186,7 @@ def rounding_not_amplified(reference: Any) -> str | None:
     native: Any = getattr(reference, "native", reference)
     if not is_keras_model(native) or not hasattr(native, "operations"):
         return None
-    from .keras_specs import is_subclassed
+    from ..formats.tensorflow.keras_specs import is_subclassed
 
     pending, seen = [native], 0
     while pending:

@@ -14,12 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ModelLoadError
-from ..runtime.devices import require_tf_device
-from ..runtime.tf_import import import_keras
-from ._common import first_line, is_keras_model, name_outputs, quiet
-from ._tf import freeze_concrete, import_tf, require_path
-from .base import LoadedModel
+from ...errors import ModelLoadError
+from ...runtime.devices import require_tf_device
+from ...runtime.tf_import import import_keras
+from ..common import first_line, is_keras_model, name_outputs, quiet
+from .graph import freeze_concrete, import_tf, require_path
+from ..base import LoadedModel
 from .keras_specs import declare_input_specs, input_specs, is_subclassed, keras_output_names, output_specs, pack_inputs
 
 NAME = "keras"
@@ -96,7 +96,7 @@ class KerasModel(LoadedModel):
 
 def _compute_dtype(model: Any) -> str | None:
     """The least precise float compute dtype of the model's layers (mixed_float16 -> float16)."""
-    from ..verdict.tolerances import less_precise
+    from ...verdict.tolerances import less_precise
 
     least: Any = None
     for layer in [model, *getattr(model, "_flatten_layers", lambda: [])()]:
@@ -182,7 +182,7 @@ def _save_subclassed(model: Any, path: Path, format: str, options: dict[str, Any
     """Save a subclassed model and load it back: Keras writes one without complaint even when
     it cannot rebuild it (an unregistered class, an ``__init__`` its config does not fit), so
     such a file would fail only when read. That model cannot have this format: NotSerializable."""
-    from ..errors import NotSerializable
+    from ...errors import NotSerializable
 
     fix = ("register the class with @keras.saving.register_keras_serializable() and make get_config() "
            "return its __init__ arguments; the other formats (saved_model, graphdef, tflite, onnx, tfjs) "
