@@ -191,12 +191,12 @@ def _import_target(node: ast.ImportFrom, package: str) -> str:
     return f"{root}.{node.module}" if node.module else root
 
 
-def test_the_formats_package_has_no_import_circle_even_through_lazy_imports() -> None:
-    """Within ``formats`` every import, lazy ones inside functions included, points one way:
-    ``_common`` < ``_tf`` < the format modules < ``serving``/``twins`` (issue 18: ``_tf`` used
-    to import ``keras`` and ``saved_model``, which import ``_tf``)."""
-    modules = {name: spec for name, spec in _modules().items() if name.startswith("pytest_modelparity.formats")}
-    graph = _import_graph(modules, top_level_only=False)
+def test_no_two_modules_import_each_other_even_through_lazy_imports() -> None:
+    """Anywhere in the package, every import, lazy ones inside functions and those under
+    ``if TYPE_CHECKING`` included, points one way: two modules that need each other are one
+    concept cut in two (``exports/cache`` <-> ``floor_cache`` and ``verdict/scanning`` <->
+    ``statistics`` were such pairs)."""
+    graph = _import_graph(_modules(), top_level_only=False)
     assert _find_cycle(graph) is None, "import cycle: " + " -> ".join(_find_cycle(graph) or [])
 
 
@@ -205,8 +205,12 @@ def test_the_formats_package_has_no_import_circle_even_through_lazy_imports() ->
 # Top to bottom: a folder imports only folders below it (lazy imports inside functions
 # included). ``tfjs_runner`` is the public command ``python -m pytest_modelparity.tfjs_runner``
 # (it calls runtime/tfjs_runner); ``errors`` (a module at the top of the package) is below all.
-LAYERS = ("tfjs_runner", "plugin", "checks", "reports", "diagnose", "exports", "formats", "runtime",
+LAYERS = ("tfjs_runner", "plugin", "checks", "reports", "diagnose", "exports", "floor", "formats", "runtime",
           "verdict", "errors")
+# formats/ holds at its top only what every format shares; each runtime family has its folder
+# (issue 35), and the twins that measure the noise floor live in floor/, not here.
+FORMATS_SHARED = {"__init__", "base", "binding", "common", "_files"}
+FORMAT_FAMILIES = {"tensorflow", "tflite", "onnx", "tfjs"}
 MAX_TOP_LEVEL_MODULES = 6
 MAX_MODULE_LINES = 900
 
@@ -241,12 +245,17 @@ def layering_problems(package: Path, name: str = "pytest_modelparity") -> list[s
         stem = top_module[:-3]
         if stem != "__init__" and stem not in LAYERS:
             problems.append(f"module {top_module} sits directly in {name}/ in no layer: move it into a folder")
+    problems += _formats_problems(package)
     folders: dict[str, set[str]] = {}
+    module_graph: dict[str, set[str]] = {}
     for module, (file, is_pkg) in modules.items():
         here = layer_of(module)
         if here is None:
             continue
         for target, names, line in _imports(module, file, is_pkg, top_level_only=False):
+            edges = {t for t in (target, *(f"{target}.{n}" for n in names)) if t in modules}
+            module_graph.setdefault(module, set()).update(
+                t for t in edges if t != module and not module.startswith(t + "."))
             there = layer_of(target)
             if there is None and names:  # ``from pytest_modelparity import x``: x's layer
                 there = next((n for n in names if n in LAYERS), None)
@@ -265,6 +274,25 @@ def layering_problems(package: Path, name: str = "pytest_modelparity") -> list[s
     cycle = _find_cycle(folders)
     if cycle:
         problems.append("import cycle between folders: " + " -> ".join(cycle))
+    cycle = _find_cycle(module_graph)
+    if cycle:
+        problems.append("import cycle between modules: " + " -> ".join(c.removeprefix(name + ".") for c in cycle))
+    return problems
+
+
+def _formats_problems(package: Path) -> list[str]:
+    """formats/: only the shared modules at its top, only known runtime families below it, no
+    twin anywhere in it."""
+    formats = package / "formats"
+    if not formats.is_dir():
+        return []
+    problems = [f"formats/{f.name} sits at the top of formats/ but is not shared by every format: move it into "
+                f"its runtime's folder ({', '.join(sorted(FORMAT_FAMILIES))})"
+                for f in sorted(formats.glob("*.py")) if f.stem not in FORMATS_SHARED]
+    problems += [f"formats/{d.name}/ is no runtime family: add it to FORMAT_FAMILIES and docs/architecture.md"
+                 for d in sorted(formats.iterdir()) if (d / "__init__.py").exists() and d.name not in FORMAT_FAMILIES]
+    problems += [f"{f.relative_to(package)} is a twin: twins live in floor/"
+                 for f in sorted(formats.rglob("*twin*.py"))]
     return problems
 
 
@@ -305,3 +333,34 @@ def test_the_layout_check_sees_a_planted_long_module_and_a_loose_one(tmp_path: P
     for i in range(MAX_TOP_LEVEL_MODULES):
         (root / f"errors{i}.py").write_text("x = 1\n")
     assert any("modules directly in pytest_modelparity/" in p for p in layering_problems(root))
+
+
+def test_the_layout_check_sees_a_planted_cycle_inside_a_folder(tmp_path: Path) -> None:
+    root = _planted(tmp_path)
+    (root / "verdict" / "scanning.py").write_text("from .statistics import Stats\n")
+    assert layering_problems(root) == []
+    (root / "verdict" / "statistics.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                                      "    from .scanning import Scanner\n")
+    assert layering_problems(root) == ["import cycle between modules: verdict.scanning -> verdict.statistics -> "
+                                       "verdict.scanning"]
+
+
+def test_the_layout_check_sees_a_format_outside_its_family_and_a_twin_in_formats(tmp_path: Path) -> None:
+    root = _planted(tmp_path)
+    (root / "formats" / "tflite_quant.py").write_text("x = 1\n")
+    (root / "formats" / "tfjs" / "graph_twin.py").write_text("x = 1\n")
+    (root / "formats" / "coreml").mkdir()
+    (root / "formats" / "coreml" / "__init__.py").write_text("x = 1\n")
+    problems = layering_problems(root)
+    assert len(problems) == 3
+    assert problems[0].startswith("formats/tflite_quant.py sits at the top of formats/")
+    assert problems[1].startswith("formats/coreml/ is no runtime family")
+    assert problems[2] == "formats/tfjs/graph_twin.py is a twin: twins live in floor/"
+
+
+def test_no_test_file_is_named_after_an_issue() -> None:
+    """A test file says what it tests: ``test_export_messages_26.py`` said when it was written."""
+    import re
+
+    named = [f.name for f in Path(__file__).parent.rglob("test_*.py") if re.search(r"_\d+\.py$", f.name)]
+    assert not named, f"test files named after an issue number: {named}"
