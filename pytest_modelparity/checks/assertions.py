@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from .. import diagnose
-from . import float16_textures, quantized
+from . import float16_textures, power, quantized
 from ..floor import measure as floor
 from .batches import (batch_length as _batch_length, check_rows as _check_rows, concat as _concat, leaves as _leaves,
                       max_abs_tree as _max_abs_tree, reverse as _reverse, reverse_tree as _reverse_tree,
@@ -87,7 +87,7 @@ def assert_outputs_close(actual: Any, expected: Any, *, inputs: Any = None, rtol
     else:
         act = _run(actual_model, inputs) if actual_model is not None else _to_numpy(actual)
         exp = _run(expected_model, inputs) if expected_model is not None else _to_numpy(expected)
-    exp_raw = exp
+    exp_raw, act_raw = exp, act
     act, exp, alignment, pairs = align_structures(act, exp, from_models=actual_model is not None or expected_model is not None,
                                                    models=(actual_model, expected_model), bind=bind)
     device, fmt = _context(actual_model, expected_model)
@@ -137,6 +137,13 @@ def assert_outputs_close(actual: Any, expected: Any, *, inputs: Any = None, rtol
     report.meta.update(meta)
     if calibration is not None:
         calibration.summarise(report)
+    elif power.requested() and report.passed and expected_model is not None and inputs is not None:
+        def run_aligned(model: Any, batch: Any) -> Any:
+            return align_structures(act_raw, _run(model, batch), from_models=True,
+                                    models=(actual_model, expected_model), bind=bind)[1]
+
+        report.meta["power"] = [bug.to_dict() for bug in power.measure_power(
+            expected_model, inputs, act, exp, tol_fn, equal_nan=equal_nan, run=run_aligned)]
 
     def why() -> list:
         return diagnose.diagnose_comparison(report, actual=act, expected=exp, actual_model=actual_model,

@@ -229,7 +229,7 @@ def collecting(item: pytest.Item) -> Iterator[None]:
     the failure text pytest renders); the other failing reports (Hypothesis examples that
     are not the one reported, failures the test caught) keep their rows without hints.
     """
-    from ..checks import quantized
+    from ..checks import power, quantized
     from ..verdict import tolerances
     from ..reports.summary import merge_rows, rows_from_report
 
@@ -247,7 +247,8 @@ def collecting(item: pytest.Item) -> Iterator[None]:
     try:
         with tolerances.tolerance_layers(_layers(item, state)), tolerances.gpu_tf32(state.options.tf32), \
                 quantized.budget_layers(_budget_layers(item, state)), \
-                quantized.class_scores(*_class_scores(item), source="marker"):
+                quantized.class_scores(*_class_scores(item), source="marker"), \
+                power.planting(state.options.power):
             yield
     except BaseException as exc:
         raised.extend(_escaped_reports(exc))
@@ -567,11 +568,13 @@ def _terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     left_out = left_out_line(state.left_out, cpu_in_matrix=not devices_run or "cpu" in devices_run)
     if left_out:
         terminalreporter.write_line(left_out)
-    from ..reports.summary import browser_line, floor_line, route_lines
+    from ..reports.summary import browser_line, floor_line, power_lines, route_lines
 
     without_floor = floor_line(state.rows)
     if without_floor:
         terminalreporter.write_line(without_floor, yellow=True)
+    for line in power_lines(state.rows):  # --modelparity-power
+        terminalreporter.write_line(line, yellow="MISSED" in line)
     for line in route_lines(state.artifacts):
         terminalreporter.write_line(line)
     for run in state.browsers:  # tfjs:webgl ran in Chrome/156... (headless), WebGL 2 on '...', float32 textures

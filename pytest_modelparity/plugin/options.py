@@ -50,6 +50,10 @@ _OPTIONS: tuple[tuple[str, Literal["string", "bool"], str], ...] = (
      "where exported models are cached (default: $MODELPARITY_CACHE_DIR, else <rootdir>/.modelparity-cache)"),
     ("no-cache", "bool", "export every model afresh into a temporary directory"),
     ("strict", "bool", "a missing runtime (LiteRT, onnxruntime, Node.js...) or device fails instead of skipping"),
+    ("power", "bool",
+     "show the run's power: plant small known bugs in each Keras reference (kernel x1.01, input x255/256, "
+     "two same-shape outputs swapped) and say whether the bound that passed each candidate would fail on "
+     "them (docs/tolerances.md)"),
     ("reference-device", "string",
      "run the reference (the source model) on this device (cpu, gpu, gpu:N) and the candidates on "
      "--modelparity-device, e.g. cpu to check a GPU serving path against the CPU (default: same as the candidate)"),
@@ -101,6 +105,7 @@ class ParityOptions:
     cache_dir: Path = Path(".modelparity-cache")
     cache: bool = True
     strict: bool = False
+    power: bool = False  # --modelparity-power: planted bugs judged by each passing bound
     reference_device: str | None = None   # None: the reference runs on the candidate's device
     tf32: bool = True
     model: str | None = None
@@ -352,6 +357,7 @@ def parse_options(config: pytest.Config) -> ParityOptions:
         cache_dir=cache_dir,
         cache=cache,
         strict=bool(_value(config, "modelparity_strict")),
+        power=bool(_value(config, "modelparity_power")),
         reference_device=parse_reference_device(_value(config, "modelparity_reference_device")),
         tf32=parse_tf32(_value(config, "modelparity_tf32")),
         model=str(model) if model else None,

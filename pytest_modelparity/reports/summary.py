@@ -111,9 +111,47 @@ def rows_from_report(report: Any, *, nodeid: str, format: str | None, device: st
             # which tensor of the other form this output was compared with, and on what basis
             # (formats/binding.py): None where the two forms' outputs were not paired
             "paired_with": _paired_row(paired, d["path"] or ""),
+            # --modelparity-power: each planted bug and whether this output's bound caught it
+            "power": _power_row(meta, d["path"] or ""),
         }
         rows.append(row)
     return rows
+
+
+def _power_row(meta: dict, path: str) -> dict | None:
+    """``{"kernel x1.01": "caught", ...}`` for one output (checks/power.py), or None when the run
+    did not measure its power here."""
+    planted = meta.get("power")
+    if not isinstance(planted, list):
+        return None
+    return {str(b.get("bug")): str((b.get("outputs") or {}).get(path, "not reached")) for b in planted
+            if isinstance(b, dict)}
+
+
+def power_lines(rows: Sequence[dict]) -> list[str]:
+    """End-of-run lines of ``--modelparity-power``: per candidate, how many planted bugs its
+    passing bounds caught, and each one missed (a PASS that could not have failed it)."""
+    found: dict[str, dict[str, dict[str, str]]] = {}
+    for r in rows:
+        power = r.get("power")
+        if not isinstance(power, dict):
+            continue
+        test = str(r.get("nodeid") or "").rpartition("::")[2]
+        who = f"{test} ({r.get('title') or r.get('check')})" if test else str(r.get("title") or r.get("check"))
+        for bug, verdict in power.items():
+            found.setdefault(who, {}).setdefault(bug, {})[str(r.get("output") or "")] = verdict
+    lines = []
+    for who, bugs in found.items():
+        judged = {b: v for b, v in bugs.items() if any(x != "not reached" for x in v.values())}
+        missed = {b: [o for o, x in v.items() if x == "missed"] for b, v in judged.items()}
+        missed = {b: o for b, o in missed.items() if o}
+        caught = len(judged) - len(missed)
+        line = f"modelparity: power of {who}: {caught} of {len(judged)} planted bug(s) caught"
+        if missed:
+            line += "; MISSED " + "; ".join(f"{b} on {', '.join(o) or 'the output'}" for b, o in missed.items())
+            line += " (these bounds would pass such a bug: see docs/tolerances.md)"
+        lines.append(line)
+    return lines
 
 
 def _paired_row(paired: dict, path: str) -> dict | None:

@@ -1,0 +1,112 @@
+"""--modelparity-power (checks/power.py): bugs of known size planted into the reference, judged
+by the bound that passed the candidate. A tight bound catches all three; a hand-set loose one is
+named as missing them, so a green run says what it could not have caught."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import numpy as np
+import pytest
+
+
+def _two_heads(seed: int = 0):
+    """Dense trunk with two same-shape heads, ``mean`` and ``log_var`` (2% apart, as a VAE's)."""
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    x = keras.Input((12,), name="x")
+    h = keras.layers.Dense(16, activation="tanh", name="trunk")(x)
+    mean = keras.layers.Dense(4, name="mean")(h)
+    log_var = keras.layers.Lambda(lambda t: t * 1.02 + 0.01, name="log_var")(mean)
+    return keras.Model(x, {"mean": mean, "log_var": log_var}, name="two_heads")
+
+
+def _rows(n: int = 8) -> np.ndarray:
+    return np.random.default_rng(3).uniform(-1, 1, (n, 12)).astype(np.float32)
+
+
+def test_a_floor_bound_catches_every_planted_bug_and_the_model_is_left_as_it_was() -> None:
+    pytest.importorskip("tensorflow")
+    from pytest_modelparity import assert_outputs_close, load_model
+    from pytest_modelparity.checks import power
+
+    model = _two_heads()
+    before = [w.numpy().copy() for w in model.weights]
+    reference, candidate = load_model(model), load_model(model)
+    with power.planting():
+        report = assert_outputs_close(candidate, reference, inputs=_rows())
+    planted = {b["bug"]: b for b in report.meta["power"]}
+    assert set(planted) == {power.KERNEL, power.INPUT_GAIN, power.SWAP}
+    for bug in planted.values():
+        assert set(bug["outputs"].values()) == {"caught"}, bug
+    assert set(planted[power.SWAP]["where"].split(" <-> ")) == {"mean", "log_var"}
+    for w, b in zip(model.weights, before):  # every planted kernel restored
+        np.testing.assert_array_equal(w.numpy(), b)
+
+
+def test_a_loose_hand_set_bound_is_shown_to_miss_a_one_percent_kernel_change() -> None:
+    pytest.importorskip("tensorflow")
+    from pytest_modelparity import assert_outputs_close, load_model
+    from pytest_modelparity.checks import power
+
+    model = _two_heads(1)
+    with power.planting():
+        report = assert_outputs_close(load_model(model), load_model(model), inputs=_rows(), atol=0.5)
+    planted = {b["bug"]: b for b in report.meta["power"]}
+    assert "missed" in planted[power.KERNEL]["outputs"].values()
+    assert "missed" in planted[power.INPUT_GAIN]["outputs"].values()
+
+
+def test_without_the_option_nothing_is_planted() -> None:
+    pytest.importorskip("tensorflow")
+    from pytest_modelparity import assert_outputs_close, load_model
+
+    model = _two_heads(2)
+    report = assert_outputs_close(load_model(model), load_model(model), inputs=_rows())
+    assert "power" not in report.meta
+
+
+SUITE = textwrap.dedent('''
+    import numpy as np
+    import pytest
+    from pytest_modelparity import assert_outputs_close
+
+    @pytest.fixture(scope="session")
+    def modelparity_source():
+        import keras
+        keras.utils.set_random_seed(0)
+        x = keras.Input((12,), name="x")
+        h = keras.layers.Dense(16, activation="tanh", name="trunk")(x)
+        mean = keras.layers.Dense(4, name="mean")(h)
+        scores = keras.layers.Dense(4, name="scores")(h)
+        return keras.Model(x, {"mean": mean, "scores": scores}, name="two_heads")
+
+    def test_close(parity_candidate, parity_batch, parity_reference):
+        assert_outputs_close(parity_candidate, parity_reference, inputs=parity_batch)
+
+    def test_loose(parity_candidate, parity_batch, parity_reference):
+        assert_outputs_close(parity_candidate, parity_reference, inputs=parity_batch, atol=0.3)
+''')
+
+
+def test_the_summary_and_the_json_say_what_each_bound_would_have_caught(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("tensorflow")
+    pytest.importorskip("onnxruntime")
+    pytester.makepyfile(test_power_suite=SUITE)
+    report = pytester.path / "report.json"
+    result = pytester.runpytest_subprocess("--modelparity-formats=saved_model,onnx", "--modelparity-power",
+                                           f"--modelparity-report={report}", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=4)
+    text = result.stdout.str()
+    caught = [ln for ln in text.splitlines() if "modelparity: power of" in ln]
+    assert len(caught) == 4, text
+    assert sum("3 of 3 planted bug(s) caught" in ln for ln in caught) == 2, caught
+    assert sum("MISSED kernel x1.01" in ln for ln in caught) == 2, caught
+    rows = json.loads(report.read_text())["rows"]
+    assert all(r["power"] for r in rows)
+    tight = [r for r in rows if "test_close" in r["nodeid"]]
+    # a bug that does not reach an output (a kernel of the other head) says nothing of it
+    assert all(set(r["power"].values()) <= {"caught", "not reached"} for r in tight), tight
+    assert all(r["power"][b] == "caught" for r in tight for b in ("input x255/256", "outputs swapped"))
