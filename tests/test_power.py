@@ -110,3 +110,50 @@ def test_the_summary_and_the_json_say_what_each_bound_would_have_caught(pytester
     # a bug that does not reach an output (a kernel of the other head) says nothing of it
     assert all(set(r["power"].values()) <= {"caught", "not reached"} for r in tight), tight
     assert all(r["power"][b] == "caught" for r in tight for b in ("input x255/256", "outputs swapped"))
+
+
+REAL_CONFTEST = textwrap.dedent('''
+    import pytest
+
+    @pytest.fixture(scope="session", params=["mobilenetv2", "lstm"])
+    def modelparity_source(request):
+        if request.param == "mobilenetv2":
+            from models import keras_app
+            return keras_app("mobilenetv2", 32)[0]
+        from families import recurrent
+        return recurrent("lstm")[0]
+''')
+
+
+def test_on_mobilenetv2_and_an_lstm_every_float_format_catches_every_planted_bug(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The issue's acceptance: a trained-like MobileNetV2 (one float input: kernel and gain) and
+    an LSTM text model (int tokens: the kernel only) through the fixtures, saved_model, tflite and
+    onnx, each bound shown to catch what was planted."""
+    import os
+    from pathlib import Path
+
+    pytest.importorskip("tensorflow")
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("ai_edge_litert")
+    paths = [str(Path(__file__).parent), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(paths))  # the conftest imports tests/models.py
+    pytester.makeconftest(REAL_CONFTEST)
+    pytester.makepyfile(test_real=textwrap.dedent('''
+        from pytest_modelparity import assert_outputs_close
+
+        def test_close(parity_candidate, parity_batch, parity_reference):
+            assert_outputs_close(parity_candidate, parity_reference, inputs=parity_batch)
+    '''))
+    report = pytester.path / "report.json"
+    result = pytester.runpytest_subprocess("--modelparity-formats=saved_model,tflite,onnx", "--modelparity-power",
+                                           f"--modelparity-report={report}", "-p", "no:cacheprovider", timeout=900)
+    result.assert_outcomes(passed=6)
+    lines = [ln for ln in result.stdout.str().splitlines() if "modelparity: power of" in ln]
+    assert len(lines) == 6 and not any("MISSED" in ln for ln in lines), lines
+    rows = json.loads(report.read_text())["rows"]
+    for r in rows:
+        assert "missed" not in r["power"].values(), r
+        assert r["power"]["kernel x1.01"] == "caught", r
+    mobilenet = [r for r in rows if "mobilenetv2" in r["nodeid"]]
+    assert mobilenet and all(r["power"]["input x255/256"] == "caught" for r in mobilenet)
