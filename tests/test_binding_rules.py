@@ -167,3 +167,21 @@ def test_the_end_of_run_line_names_each_model_and_format_paired_by_values() -> N
     assert line is not None and "tfjs:wasm of 'm/model.json': ['a']~'Identity_1:0', ['b']~'Identity:0'" in line
     assert "onnx" not in line and "bind=" in line and "modelparity_bind" in line
     assert values_line(rows[2:]) is None
+
+
+def test_a_tfjs_model_json_says_which_output_is_which_by_its_record_or_its_structured_keys() -> None:
+    """formats/tfjs/load.output_record: the plugin's own record first, then tensorflowjs'
+    structuredOutputKeys (k-th key, k-th output as the runner lists them); a record naming an
+    output the file does not have, or two keys on one output, is not used."""
+    from pytest_modelparity.formats.tfjs.load import RECORD_KEY, output_record
+
+    names = ["Identity_1:0", "Identity:0"]
+    own = {"userDefinedMetadata": {RECORD_KEY: {"outputs": {"mean": "Identity_1:0", "log_var": "Identity:0"}},
+                                   "structuredOutputKeys": ["log_var", "mean"]}}
+    assert output_record(own, names) == ({"mean": "Identity_1:0", "log_var": "Identity:0"},
+                                         "model.json's userDefinedMetadata.modelparity, written at export")
+    keys = {"userDefinedMetadata": {"structuredOutputKeys": ["log_var", "mean"]}}
+    assert output_record(keys, names)[0] == {"log_var": "Identity_1:0", "mean": "Identity:0"}
+    stale = {"userDefinedMetadata": {RECORD_KEY: {"outputs": {"mean": "Identity_7:0", "log_var": "Identity:0"}}}}
+    twice = {"userDefinedMetadata": {RECORD_KEY: {"outputs": {"mean": "Identity:0", "log_var": "Identity:0"}}}}
+    assert output_record(stale, names) == output_record(twice, names) == output_record({}, names) == ({}, "")
