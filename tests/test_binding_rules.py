@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from pytest_modelparity.formats.base import TensorSpec, by_converter_names, converter_base
-from pytest_modelparity.formats.binding import BindingError, bind, placeholder_index
+from pytest_modelparity.formats.binding import CLOSE_OUTPUTS, BindingError, bind, merged_record, placeholder_index
+from pytest_modelparity.reports.summary import values_line
 
 
 def S(name: str, *shape: int | None, dtype: str = "float32") -> TensorSpec:
@@ -81,8 +82,11 @@ def test_values_pair_outputs_only_when_one_pairing_is_clearly_best() -> None:
         bind("outputs", ref, oth, values=({"x": x, "y": x + 1e-9}, {"output_3": x, "output_5": x}))
     text = str(err.value)
     assert "cannot tell which output is which" in text and "'output_3'" in text and "'x'" in text
-    assert "values on the batch do not single out one pairing" in text
+    assert "'output_3' and 'output_5' are 0 of scale apart on the batch" in text   # identical: refused outright
     assert "bind={'outputs'" in text and "(None, 6) float32" in text
+    with pytest.raises(BindingError, match="values on the batch do not single out one pairing"):
+        mid = (x + y) / 2                                   # as near to x as to y; output_5 far from both
+        bind("outputs", ref, oth, values=({"x": x, "y": y}, {"output_3": mid, "output_5": 3 * mid}))
 
 
 def test_two_outputs_of_one_shape_with_lost_names_are_refused_never_paired_by_position() -> None:
@@ -112,3 +116,72 @@ def test_real_names_that_differ_are_never_paired_by_shape() -> None:
         bind("outputs", [S("a", 3), S("b", 3)], [S("a", 3), S("c", 3)])
     one = bind("inputs", [S("keras_tensor", 8)], [S("input_layer", 8)])    # Keras' own made-up names
     assert one.to_other() == {"keras_tensor": "input_layer"} and one.pairs[0].basis == "shape and dtype"
+
+
+def test_two_outputs_close_on_the_batch_are_never_paired_by_values() -> None:
+    """Issue 36: two heads 2% apart (log_var = mean*1.02 + small). Values would single out a pairing
+    (each copy is 0 from its twin, 2% from the other), yet a file labelling them the wrong way
+    round would pass that way: refused, naming both outputs, how close they are and the fix."""
+    mean = np.random.default_rng(1).normal(size=(4, 6))
+    log_var = mean * 1.02 + 1e-3
+    ref, oth = [S("mean", 6), S("log_var", 6)], [S("Identity", 6), S("Identity_1", 6)]
+    with pytest.raises(BindingError) as err:
+        bind("outputs", ref, oth, values=({"mean": mean, "log_var": log_var}, {"Identity": log_var, "Identity_1": mean}),
+             other_label="tfjs form")
+    text = str(err.value)
+    assert "tfjs form outputs 'Identity' and 'Identity_1' are 0.02 of scale apart on the batch (under 0.1)" in text
+    assert "labels them the wrong way round" in text
+    assert "bind={'outputs': {'mean': '<tfjs form name>', 'log_var': '<tfjs form name>'}}" in text
+    assert "modelparity_bind" in text
+    far = mean * (1 + 2 * CLOSE_OUTPUTS)                   # heads further apart than CLOSE_OUTPUTS: values pair them
+    b = bind("outputs", ref, oth, values=({"mean": mean, "log_var": far}, {"Identity": far, "Identity_1": mean}))
+    assert b.to_other() == {"mean": "Identity_1", "log_var": "Identity"} and {p.basis for p in b.pairs} == {"values"}
+
+
+def test_an_export_record_outranks_the_index_rule_and_the_files_own_record_the_caches() -> None:
+    """The index rule reads Identity_k as the k-th name in sorted order, a convention; a record
+    written when the export was made is knowledge, so it is read first."""
+    ref, oth = [S("log_var", 6), S("mean", 6)], [S("Identity", 6), S("Identity_1", 6)]   # sorted: the index rule applies
+    assert bind("outputs", ref, oth).to_other() == {"log_var": "Identity", "mean": "Identity_1"}
+    b = bind("outputs", ref, oth, recorded={"log_var": "Identity_1", "mean": "Identity"},
+             recorded_how={"log_var": "in the file", "mean": "in the file"})
+    assert b.to_other() == {"log_var": "Identity_1", "mean": "Identity"}
+    assert [(p.basis, p.how) for p in b.pairs] == [("export record", "in the file")] * 2
+
+    class FileWithRecord:
+        export_record = {"outputs": {"mean": "Identity_1"}}
+        export_record_how = "model.json"
+
+    record, how = merged_record(FileWithRecord(), {"outputs": {"mean": "Identity", "log_var": "Identity"}})  # type: ignore[arg-type]
+    assert record["outputs"] == {"mean": "Identity_1", "log_var": "Identity"}
+    assert how["outputs"] == {"mean": "model.json", "log_var": "kept with the cached export"}
+
+
+def test_the_end_of_run_line_names_each_model_and_format_paired_by_values() -> None:
+    row = {"nodeid": "t.py::test[tfjs-cpu]", "format": "tfjs", "format_variant": "tfjs:wasm"}
+    rows = [{**row, "output": "['a']", "paired_with": {"name": "Identity_1:0", "basis": "values", "model": "m/model.json"}},
+            {**row, "output": "['b']", "paired_with": {"name": "Identity:0", "basis": "values", "model": "m/model.json"}},
+            {**row, "format": "onnx", "format_variant": None, "output": "['a']",
+             "paired_with": {"name": "a", "basis": "same name", "model": "m.onnx"}}]
+    line = values_line(rows)
+    assert line is not None and "tfjs:wasm of 'm/model.json': ['a']~'Identity_1:0', ['b']~'Identity:0'" in line
+    assert "onnx" not in line and "bind=" in line and "modelparity_bind" in line
+    assert values_line(rows[2:]) is None
+
+
+def test_a_tfjs_model_json_says_which_output_is_which_by_its_record_or_its_structured_keys() -> None:
+    """formats/tfjs/load.output_record: the plugin's own record first, then tensorflowjs'
+    structuredOutputKeys (k-th key, k-th output as the runner lists them); a record naming an
+    output the file does not have, or two keys on one output, is not used."""
+    from pytest_modelparity.formats.tfjs.load import RECORD_KEY, output_record
+
+    names = ["Identity_1:0", "Identity:0"]
+    own = {"userDefinedMetadata": {RECORD_KEY: {"outputs": {"mean": "Identity_1:0", "log_var": "Identity:0"}},
+                                   "structuredOutputKeys": ["log_var", "mean"]}}
+    assert output_record(own, names) == ({"mean": "Identity_1:0", "log_var": "Identity:0"},
+                                         "model.json's userDefinedMetadata.modelparity, written at export")
+    keys = {"userDefinedMetadata": {"structuredOutputKeys": ["log_var", "mean"]}}
+    assert output_record(keys, names)[0] == {"log_var": "Identity_1:0", "mean": "Identity:0"}
+    stale = {"userDefinedMetadata": {RECORD_KEY: {"outputs": {"mean": "Identity_7:0", "log_var": "Identity:0"}}}}
+    twice = {"userDefinedMetadata": {RECORD_KEY: {"outputs": {"mean": "Identity:0", "log_var": "Identity:0"}}}}
+    assert output_record(stale, names) == output_record(twice, names) == output_record({}, names) == ({}, "")

@@ -210,6 +210,8 @@ class ExportCache:
         h = hashlib.sha256()
         _feed(h, ("pytest-modelparity export", 3))  # 3: input names keyed
         _feed(h, format)
+        if format.split(":")[0] == "tfjs":  # its model.json carries the output record (issue 36): older entries lack it
+            _feed(h, ("tfjs output record", 1))
         h.update(_architecture(model).encode())
         _feed(h, input_tensor_names(model))  # unnamed inputs are numbered per process
         _feed(h, _weights(model))

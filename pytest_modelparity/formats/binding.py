@@ -8,13 +8,18 @@ blamed converters for the plugin's own mistake. Every pair records its basis, tr
 1. ``bind=``: the caller named the pairing;
 2. ``same name``;
 3. ``converter name``: a name a converter writes for the other's name (``serving_default_<n>:0``,
-   ``<n>:0``), or, where every tensor of one side is a placeholder with an index
+   ``<n>:0``);
+4. ``export record``: the pairing written when the plugin made the export, which knew it then (a
+   tfjs ``model.json``'s ``userDefinedMetadata``, or its ``structuredOutputKeys``; the cache
+   entry's ``pairing.json``), before the index rule below, which is a convention, not knowledge;
+5. ``converter name`` by index: where every tensor of one side is a placeholder with an index
    (``StatefulPartitionedCall:k``, ``Identity_k``, ``output_k``), the converters' order rule: a
    signature's dict flattens in sorted-name order, so index k is the k-th name in sorted order;
-4. ``export record``: the pairing the plugin kept for an export it made (in the cache entry);
-5. ``shape and dtype``: the only tensor of that shape and dtype on both sides;
-6. ``values`` (outputs only): the reference output and the other output closest to each other on
-   the batch, taken only where that pairing is clearly better than any other.
+6. ``shape and dtype``: the only tensor of that shape and dtype on both sides;
+7. ``values`` (outputs only): the reference output and the other output closest to each other on
+   the batch, taken only where that pairing is clearly better than any other, and refused where
+   two of the other form's outputs lie within ``CLOSE_OUTPUTS`` of each other on the batch (a file
+   labelling them the wrong way round would pass: issue 36's two heads 2% apart).
 
 Never bare position where two tensors could swap: what no rule settles raises ``BindingError``
 listing both sides and how to name the pairing. numpy only; nothing here imports TensorFlow.
@@ -32,8 +37,8 @@ import numpy as np
 from ..errors import BatchMismatchError
 from .base import LoadedModel, TensorSpec, converter_base, describe_specs
 
-__all__ = ["BASES", "Binding", "BindingError", "BoundModel", "Pair", "bind", "bind_model", "converter_base", "made_up", "placeholder_index",
-           "specs_of_arrays"]
+__all__ = ["BASES", "CLOSE_OUTPUTS", "Binding", "BindingError", "BoundModel", "Pair", "bind", "bind_model", "close_outputs",
+           "converter_base", "made_up", "merged_record", "placeholder_index", "specs_of_arrays"]
 
 BASES = ("bind=", "same name", "converter name", "export record", "shape and dtype", "values")
 
@@ -47,6 +52,11 @@ _PLACEHOLDER = re.compile(r"^(?:StatefulPartitionedCall|PartitionedCall|Identity
 _AUTO_NAME = re.compile(r"^(?:keras_tensor|input_layer|input|inputs)(?:_\d+)?(?::0)?$|^\[\d+\]$")
 # A value pairing counts only when its distance is below this share of the next best's.
 CLEAR_MARGIN = 0.25
+# Two outputs of one form closer than this share of their scale on the batch are never paired by
+# values: the conversion bugs this plugin exists to catch measure 2e-3 (input scaled by 255/256)
+# to 0.1 (BGR input) of scale (DESIGN.md), so outputs within 0.1 of each other could be taken for
+# one another by such a bug, and a file that labels them the wrong way round would pass.
+CLOSE_OUTPUTS = 0.1
 
 
 class BindingError(BatchMismatchError):
@@ -133,12 +143,13 @@ def _compatible(a: TensorSpec, b: TensorSpec) -> bool:
 def bind(kind: str, reference: Sequence[TensorSpec], other: Sequence[TensorSpec], *,
          explicit: Mapping[str, str] | None = None, recorded: Mapping[str, str] | None = None,
          values: tuple[Mapping[str, Any], Mapping[str, Any]] | None = None,
-         reference_label: str = "reference", other_label: str = "other") -> Binding:
+         reference_label: str = "reference", other_label: str = "other",
+         recorded_how: Mapping[str, str] | None = None) -> Binding:
     """Pair every ``reference`` tensor with one ``other`` tensor (``kind``: "inputs" or "outputs").
 
     ``explicit``: ``{reference name: other name}`` the caller gave (``bind=``); ``recorded``: the
-    pairing kept when the plugin made the export; ``values``: (reference arrays, other arrays) by
-    name on one batch, for outputs. Raises ``BindingError`` when the two sides differ in count
+    pairing kept when the plugin made the export (``recorded_how``: where each was kept);
+    ``values``: (reference arrays, other arrays) by name on one batch, for outputs. Raises ``BindingError`` when the two sides differ in count
     or a tensor stays unpaired.
     """
     ref = list(reference)
@@ -178,23 +189,31 @@ def bind(kind: str, reference: Sequence[TensorSpec], other: Sequence[TensorSpec]
         if len(hits) == 1:
             pairs[r] = Pair(r, hits[0], "converter name", _converter_how(r, hits[0]))
 
-    _bind_by_index(pairs, ref, oth, by_ref, by_oth, notes)
-
     rl, ol = left()
     for r in rl:
         kept = (recorded or {}).get(r)
         if kept is not None and kept in ol and _compatible(by_ref[r], by_oth[kept]):
-            pairs[r] = Pair(r, kept, "export record")
+            pairs[r] = Pair(r, kept, "export record", (recorded_how or {}).get(r, ""))
+
+    _bind_by_index(pairs, ref, oth, by_ref, by_oth, notes)
 
     _bind_unique_shapes(pairs, ref_names, oth_names, by_ref, by_oth)
 
+    too_close = None
     if values is not None and kind == "outputs":
-        _bind_by_values(pairs, ref_names, oth_names, by_ref, by_oth, values, notes)
+        too_close = close_outputs(pairs, ref_names, oth_names, by_ref, by_oth, values[1])
+        if too_close is None:
+            _bind_by_values(pairs, ref_names, oth_names, by_ref, by_oth, values, notes)
 
     rl, ol = left()
     if rl:
         if not any(made_up(n) for n in [*rl, *ol]):
             why = "names differ, and two real names that differ are never paired by shape or values"
+        elif too_close is not None:
+            a, b, d = too_close
+            why = (f"names differ, shapes and dtypes do not tell them apart, and values may not: {other_label} outputs "
+                   f"{a!r} and {b!r} are {d:.2g} of scale apart on the batch (under {CLOSE_OUTPUTS:g}), so pairing "
+                   "them by values would pass a file that labels them the wrong way round")
         elif kind == "outputs" and values is not None:
             why = "names differ, shapes and dtypes do not tell them apart, and values on the batch do not single " \
                   "out one pairing"
@@ -238,7 +257,7 @@ def _bind_by_index(pairs: dict[str, Pair], ref: list[TensorSpec], oth: list[Tens
         for r, o in proposed.items():
             if r in pairs:
                 if pairs[r].other != o:
-                    notes.append(f"{r!r}: the placeholder index says {o!r}, the names said {pairs[r].other!r}")
+                    notes.append(f"{r!r}: the placeholder index says {o!r}, the {pairs[r].basis} said {pairs[r].other!r}")
                 continue
             if o in used:
                 continue
@@ -277,6 +296,28 @@ def _distance(a: Any, e: Any) -> float | None:
         return None
     scale = float(np.max(np.abs(e64))) or 1.0
     return float(np.max(np.abs(a64 - e64))) / scale
+
+
+def close_outputs(pairs: Mapping[str, Pair], ref_names: list[str], oth_names: list[str],
+                  by_ref: dict[str, TensorSpec], by_oth: dict[str, TensorSpec],
+                  oth_vals: Mapping[str, Any]) -> tuple[str, str, float] | None:
+    """The two unpaired outputs of the other form that values would have to tell apart (one
+    shape, a reference output both could pair with) and that lie within ``CLOSE_OUTPUTS`` of each
+    other on the batch, the closest such two first; None when values can be trusted."""
+    used = {p.other for p in pairs.values()}
+    rl = [n for n in ref_names if n not in pairs]
+    ol = [n for n in oth_names if n not in used and n in oth_vals]
+    found = []
+    for i, a in enumerate(ol):
+        for b in ol[i + 1:]:
+            rivals = any(_compatible(by_ref[r], by_oth[a]) and _compatible(by_ref[r], by_oth[b]) for r in rl)
+            if not rivals:
+                continue
+            # max |a - b| over the larger of the two scales: symmetric
+            d = [x for x in (_distance(oth_vals[a], oth_vals[b]), _distance(oth_vals[b], oth_vals[a])) if x is not None]
+            if d and min(d) < CLOSE_OUTPUTS:
+                found.append((a, b, min(d)))
+    return min(found, key=lambda t: t[2]) if found else None
 
 
 def _bind_by_values(pairs: dict[str, Pair], ref_names: list[str], oth_names: list[str],
@@ -360,9 +401,11 @@ class BoundModel(LoadedModel):
         parts = [b.describe() for b in (self.input_binding, self.output_binding) if not b.trivial]
         return "; ".join(parts)
 
-    def binding_dict(self) -> dict[str, list[dict[str, str]]]:
+    def binding_dict(self) -> dict[str, Any]:
+        """Every pair (JSON ``meta.binding``) and the other form's file (``model``: the end-of-run
+        line that names value pairings says which model it was)."""
         return {"inputs": [p.to_dict() for p in self.input_binding.pairs],
-                "outputs": [p.to_dict() for p in self.output_binding.pairs]}
+                "outputs": [p.to_dict() for p in self.output_binding.pairs], "model": self.inner.source}
 
     # the diagnosis hooks and the lifetime are the model's own
     def graph_defs(self) -> list[Any] | None:
@@ -395,17 +438,21 @@ def bind_model(model: LoadedModel, reference: LoadedModel, *, explicit: Mapping[
 
     ``explicit``/``recorded``: ``{"inputs": {ref: other}, "outputs": {ref: other}}``; ``probe``:
     a batch (in the reference's terms) both are run on when only values can pair the outputs.
+    The file's own record (``model.export_record``, e.g. what a tfjs export wrote in its
+    ``model.json``) wins over ``recorded`` (the cache entry's).
     """
     if isinstance(model, BoundModel):
         model = model.inner
     ref_label, other_label = f"reference ({reference.format})", f"{model.format} form"
     explicit = explicit or {}
-    recorded = recorded or {}
+    recorded, how = merged_record(model, recorded)
     inputs = bind("inputs", reference.inputs, model.inputs, explicit=explicit.get("inputs"),
-                  recorded=recorded.get("inputs"), reference_label=ref_label, other_label=other_label)
+                  recorded=recorded.get("inputs"), reference_label=ref_label, other_label=other_label,
+                  recorded_how=how.get("inputs"))
     try:
         outputs = bind("outputs", reference.outputs, model.outputs, explicit=explicit.get("outputs"),
-                       recorded=recorded.get("outputs"), reference_label=ref_label, other_label=other_label)
+                       recorded=recorded.get("outputs"), reference_label=ref_label, other_label=other_label,
+                       recorded_how=how.get("outputs"))
     except BindingError:
         if probe is None:
             raise
@@ -416,8 +463,26 @@ def bind_model(model: LoadedModel, reference: LoadedModel, *, explicit: Mapping[
         own_values = view.predict(batch)
         outputs = bind("outputs", reference.outputs, model.outputs, explicit=explicit.get("outputs"),
                        recorded=recorded.get("outputs"), values=(ref_values, own_values),
-                       reference_label=ref_label, other_label=other_label)
+                       reference_label=ref_label, other_label=other_label, recorded_how=how.get("outputs"))
     if inputs.trivial and outputs.trivial and [s.name for s in reference.inputs] == [s.name for s in model.inputs] \
             and [s.name for s in reference.outputs] == [s.name for s in model.outputs]:
         return model
     return BoundModel(model, inputs, outputs)
+
+
+def merged_record(model: LoadedModel, cached: Mapping[str, Mapping[str, str]] | None
+                  ) -> tuple[dict[str, dict[str, str]], dict[str, dict[str, str]]]:
+    """The export record of ``model``: what its own file says (``export_record``, written when the
+    plugin made it; ``export_record_how`` says where) over what the cache entry kept; and, per
+    kind and reference name, where each pair was kept (the pair's ``how``)."""
+    own = getattr(model, "export_record", None) or {}
+    own_how = str(getattr(model, "export_record_how", "") or "written in the file at export")
+    record: dict[str, dict[str, str]] = {}
+    how: dict[str, dict[str, str]] = {}
+    for kind in ("inputs", "outputs"):
+        kept = dict((cached or {}).get(kind) or {})
+        where = {r: "kept with the cached export" for r in kept}
+        for r, o in (own.get(kind) or {}).items():
+            kept[r], where[r] = o, own_how
+        record[kind], how[kind] = kept, where
+    return record, how

@@ -568,13 +568,16 @@ def _terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     left_out = left_out_line(state.left_out, cpu_in_matrix=not devices_run or "cpu" in devices_run)
     if left_out:
         terminalreporter.write_line(left_out)
-    from ..reports.summary import browser_line, floor_line, power_lines, route_lines
+    from ..reports.summary import browser_line, floor_line, power_lines, route_lines, values_line
 
     without_floor = floor_line(state.rows)
     if without_floor:
         terminalreporter.write_line(without_floor, yellow=True)
     for line in power_lines(state.rows):  # --modelparity-power
         terminalreporter.write_line(line, yellow="MISSED" in line)
+    by_values = values_line(state.rows)
+    if by_values:
+        terminalreporter.write_line(by_values, yellow=True)
     for line in route_lines(state.artifacts):
         terminalreporter.write_line(line)
     for run in state.browsers:  # tfjs:webgl ran in Chrome/156... (headless), WebGL 2 on '...', float32 textures

@@ -250,7 +250,9 @@ class ParitySession:
         """The candidate speaking the reference's names: fed by its input names (or a list in its
         input order) and answering by its output names, each pair on a recorded basis
         (formats/binding.py). Values on the seeded batch pair outputs only where nothing else can;
-        a pairing made by shape or values is kept with the cached export (its "export record")."""
+        a pairing made by shape is kept with the cached export (its "export record"), one made by
+        values is not: kept, it would pass as a record in later runs and the end-of-run line that
+        names value pairings (reports/summary.values_line) would no longer see it."""
         from ..checks.strategies import seeded_batch
         from ..formats.binding import bind_model
 
@@ -261,7 +263,7 @@ class ParitySession:
         bound = bind_model(loaded, ref, explicit=bind, recorded=recorded,
                            probe=lambda: seeded_batch(ref, batch_size=BATCH_SIZE, seed=BATCH_SEED, elements=elements))
         weak = {kind: {p.reference: p.other for p in getattr(bound, f"{kind[:-1]}_binding").pairs
-                       if p.basis in ("shape and dtype", "values")} for kind in ("inputs", "outputs")} \
+                       if p.basis == "shape and dtype"} for kind in ("inputs", "outputs")} \
             if bound is not loaded else {}
         if cache is not None and any(weak.values()):
             cache.keep_pairing(exported, weak)

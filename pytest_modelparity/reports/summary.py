@@ -65,7 +65,8 @@ def rows_from_report(report: Any, *, nodeid: str, format: str | None, device: st
     twin_info: dict = shadow_meta if isinstance(shadow_meta, dict) else {}
     found_binding = meta.get("binding")
     bound: dict = found_binding if isinstance(found_binding, dict) else {}
-    paired = {f"[{p['reference']!r}]": p for p in bound.get("outputs") or [] if isinstance(p, dict)}
+    paired = {f"[{p['reference']!r}]": {**p, "model": bound.get("model")} for p in bound.get("outputs") or []
+              if isinstance(p, dict)}
     for out in getattr(report, "outputs", []) or []:
         d = out.to_dict()
         tol = d["tolerance"] or {}
@@ -160,7 +161,27 @@ def _paired_row(paired: dict, path: str) -> dict | None:
         pair = next((p for k, p in paired.items() if path.startswith(k)), None)
     if pair is None:
         return None
-    return {"name": pair.get("other"), "basis": pair.get("basis"), "how": pair.get("how") or None}
+    return {"name": pair.get("other"), "basis": pair.get("basis"), "how": pair.get("how") or None,
+            "model": pair.get("model") if isinstance(pair.get("model"), str) else None}
+
+
+def values_line(rows: Sequence[dict]) -> str | None:
+    """The end-of-run line naming every (model, format) whose outputs were paired by their values
+    on the batch (formats/binding.py's last resort: no name or export record said which is which),
+    and the pairs; None when none was. A passing row says nothing of it, so it is said here."""
+    found: dict[tuple[str, str], dict[str, str]] = {}
+    for r in rows:
+        p = r.get("paired_with") or {}
+        if p.get("basis") == "values":
+            where = (str(p.get("model") or r.get("nodeid")), str(r.get("format_variant") or r.get("format") or "?"))
+            found.setdefault(where, {})[str(r.get("output"))] = str(p.get("name"))
+    if not found:
+        return None
+    parts = [f"{fmt} of {model!r}: " + ", ".join(f"{out}~{name!r}" for out, name in sorted(pairs.items()))
+             for (model, fmt), pairs in found.items()]
+    return ("modelparity: outputs paired by their values on the batch, not by name or export record (a file that "
+            "labels them the wrong way round would not be seen): " + "; ".join(parts) +
+            "; name the pairing with bind= or a modelparity_bind fixture to check it")
 
 
 _PARTS = ("conversion", "quantisation", "float16 weights", "float16 textures")  # checks/quantized.py and float16_textures.py

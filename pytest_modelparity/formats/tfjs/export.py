@@ -11,7 +11,9 @@ only and removes them afterwards.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -19,14 +21,14 @@ import sys
 import tempfile
 import types
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 
 from ...errors import ExportError, ModelLoadError, RuntimeMissing
 from ...runtime.scratch import owned_prefix
 from ..common import TF_INSTALL, ConverterLog, probe_note, quiet, record_route, run_probe
 from . import rewrite as tfjs_rewrite
-from .load import (NAME, STRING_INPUT_FIX, check_input_dtypes, load, model_json_path, read_model_json,
+from .load import (NAME, RECORD_KEY, STRING_INPUT_FIX, check_input_dtypes, load, model_json_path, read_model_json,
                    signature_specs)
 
 CONVERTS_SAVED_MODEL = True  # export() also takes a SavedModel directory
@@ -194,9 +196,11 @@ def export(model: Any, path: Path, *, quantization: str | None = None, validate_
                                      "export a functional or Sequential Keras model built on keras.Input(...)") from exc
         staged = Path(tmp) / "tfjs"
         log = ConverterLog(NAME)
+        converted: dict[str, str] = {}  # the signature's output names -> their tensors in the graph
         try:
             try:
-                with log.capture(), tfjs_rewrite.patched_converter(converter, rewrites):
+                with log.capture(), tfjs_rewrite.patched_converter(converter, rewrites), \
+                        _signature_outputs(converter, converter_options.get("signature_def"), converted):
                     converter.convert_tf_saved_model(str(saved_model), str(staged), **converter_options)
             except Exception as exc:  # noqa: BLE001
                 unsupported = re.search(r"Unsupported Ops in the model (?:before|after) optimization\s*(.*)", str(exc))
@@ -211,6 +215,7 @@ def export(model: Any, path: Path, *, quantization: str | None = None, validate_
                                   "check the model's ops against the converter's supported ops "
                                   "(tfjs-converter/docs/supported_ops.md in the tfjs repository)",
                                   log_path=log.keep()) from exc
+            write_output_record(staged / "model.json", converted)
             if validate_export:
                 try:
                     validate(staged / "model.json")
@@ -227,6 +232,54 @@ def export(model: Any, path: Path, *, quantization: str | None = None, validate_
             shutil.move(str(item), str(target))
     record_route(out_dir / "model.json", NAME, _route(converter_options, rewrites))
     return out_dir / "model.json"
+
+
+@contextlib.contextmanager
+def _signature_outputs(converter: Any, signature: str | None, found: dict[str, str]) -> Iterator[None]:
+    """While converting, fill ``found`` with ``{output name: its tensor's name}`` of the signature
+    the converter traces (read from the SavedModel the converter itself loads: no second load).
+    tfjs keeps those names only where an output's shape is unique; this is what tells two heads
+    of one shape apart afterwards (:func:`write_output_record`)."""
+    import tensorflow as tf
+
+    original = converter._load_model
+
+    def load_model(*args: Any, **kwargs: Any) -> Any:
+        model = original(*args, **kwargs)
+        with contextlib.suppress(Exception):  # a record missed is only a record missed: binding says so
+            function = model.signatures[signature or "serving_default"]
+            structure = function.structured_outputs
+            tensors = [t.name for t in function.outputs]
+            # A function's outputs are its structured outputs flattened: how TensorFlow itself packs
+            # a call's results back into the signature's dict (keys flatten in sorted order).
+            if isinstance(structure, dict) and len(tf.nest.flatten(structure)) == len(structure) == len(tensors):
+                found.update(zip(map(str, tf.nest.flatten({k: k for k in structure})), tensors))
+        return model
+
+    converter._load_model = load_model
+    try:
+        yield
+    finally:
+        converter._load_model = original
+
+
+def write_output_record(model_json: Path, converted: dict[str, str]) -> dict[str, str]:
+    """Write which tfjs output holds which source output into ``model.json``'s
+    ``userDefinedMetadata`` (``RECORD_KEY``), where the converter's signature lost the names (two
+    outputs of one shape come out as ``Identity:0``, ``Identity_1:0``); return that record.
+
+    ``converted``: the source signature's ``{output name: tensor name}``; each entry of the
+    converted signature names its tensor, so the record is read off, never guessed by order or
+    values. Only written where some tfjs name differs from its source name, and only whole."""
+    spec = json.loads(model_json.read_text())
+    entries = (spec.get("signature") or {}).get("outputs") or {}
+    by_tensor = {tensor: name for name, tensor in converted.items()}
+    record = {by_tensor[e.get("name")]: key for key, e in entries.items() if e.get("name") in by_tensor}
+    if not entries or len(record) != len(entries) or all(k == v for k, v in record.items()):
+        return {}
+    spec.setdefault("userDefinedMetadata", {})[RECORD_KEY] = {"outputs": record}
+    model_json.write_text(json.dumps(spec))
+    return record
 
 
 def _route(converter_options: dict[str, Any], rewrites: dict[str, int]) -> str:

@@ -168,6 +168,30 @@ def signature_specs(entries: dict[str, Any]) -> list[TensorSpec]:
     return specs
 
 
+# Where a tfjs export of the plugin records which output holds which source output, in
+# model.json's userDefinedMetadata (export.write_output_record): {"outputs": {source name: tfjs name}}.
+RECORD_KEY = "modelparity"
+
+
+def output_record(spec: dict[str, Any], names: list[str]) -> tuple[dict[str, str], str]:
+    """``{source output name: tfjs output name}`` as ``model.json`` says it, and where it says it:
+    the plugin's own record (``RECORD_KEY``), else tensorflowjs' ``structuredOutputKeys`` (written
+    with ``--use_structured_outputs_names``: the k-th key names the k-th output). ``names``: the
+    outputs as the runner lists them; a record naming anything else is not used ({}, "")."""
+    meta = spec.get("userDefinedMetadata")
+    if not isinstance(meta, dict):
+        return {}, ""
+    own = meta.get(RECORD_KEY)
+    kept = own.get("outputs") if isinstance(own, dict) else None
+    if isinstance(kept, dict) and kept and all(isinstance(v, str) and v in names for v in kept.values()) \
+            and len(set(kept.values())) == len(kept):
+        return {str(k): v for k, v in kept.items()}, f"model.json's userDefinedMetadata.{RECORD_KEY}, written at export"
+    keys = meta.get("structuredOutputKeys")
+    if isinstance(keys, list) and len(keys) == len(names) and len(set(map(str, keys))) == len(keys):
+        return dict(zip(map(str, keys), names)), "model.json's structuredOutputKeys (k-th key, k-th output)"
+    return {}, ""
+
+
 def _meta_specs(entries: list[dict[str, Any]]) -> list[TensorSpec]:
     specs = []
     for e in entries:
@@ -344,6 +368,9 @@ class TFJSModel(LoadedModel):
             known = {s.name: s for s in outputs}
             outputs = [known.get(e["name"]) or _meta_specs([e])[0] for e in meta["outputs"]]
         super().__init__(device=device, inputs=inputs, outputs=outputs, source=path)
+        # which output holds which source output, as the file says (formats/binding.py's "export record")
+        record, self.export_record_how = output_record(spec, [s.name for s in outputs])
+        self.export_record = {"outputs": record} if record else None
 
     @property
     def format_variant(self) -> str:
