@@ -409,7 +409,7 @@ class OutcomeRecorder:
         if isinstance(fmt, str):
             self.state.matrix_outcomes[report.nodeid] = {
                 "format": fmt, "device": device, "outcome": outcome, "reason": entry.get("reason"),
-                "when": entry.get("when"), "named_by": getattr(report, "modelparity_named_by", None),
+                "named_by": getattr(report, "modelparity_named_by", None),
                 "itself": getattr(report, "modelparity_itself", None)}
 
 
