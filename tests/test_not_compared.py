@@ -185,3 +185,34 @@ def test_the_same_file_on_another_device_is_a_comparison() -> None:
                                               "reason": "Skipped: onnxruntime is not available", "named_by": None,
                                               "itself": None}})
     assert not only_itself_compared(missing)  # a missing runtime: its own line, the run kept as it was
+
+
+def test_zero_code_skips_only_the_comparison_of_the_file_with_itself(pytester: pytest.Pytester) -> None:
+    """--modelparity-model=frozen.pb: its graphdef form is the file itself, so test_outputs_close
+    skips while the checks of the file alone (determinism, batch invariance) run; with nothing
+    else selected the run compared nothing."""
+    import tf1_graphs
+
+    tf1_graphs.freeze(pytester.path, dropout=False)
+    result = pytester.runpytest("-p", "no:cacheprovider", "-rs", "--modelparity-model=frozen.pb", "-k", "graphdef")
+    result.assert_outcomes(passed=2, skipped=1)
+    result.stdout.fnmatch_lines(["modelparity: NOT COMPARED: graphdef (the default matrix): compared with itself*; "
+                                 "2 test(s) of that file alone ran",
+                                 "modelparity: NOTHING WAS COMPARED*"])
+    result.stdout.fnmatch_lines(["SKIPPED*format 'graphdef' on cpu compared with itself*"])
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+
+
+def test_under_xdist_the_controller_names_what_the_workers_did_not_compare(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    pytest.importorskip("xdist", reason="pip install pytest-xdist")
+    empty = tmp_path / "empty-path"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    pytester.makeconftest(TINY_SOURCE_CONFTEST)
+    pytester.makepyfile("def test_export(parity_candidate): pass")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "--modelparity-formats=tfjs,keras",
+                                           "--modelparity-report=r.json", timeout=300)
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["modelparity: NOT COMPARED: tfjs (--modelparity-formats): Node.js is not available*"])
+    assert [n["format"] for n in json.loads((pytester.path / "r.json").read_text())["not_compared"]] == ["tfjs"]

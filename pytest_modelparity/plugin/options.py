@@ -49,7 +49,8 @@ _OPTIONS: tuple[tuple[str, Literal["string", "bool"], str], ...] = (
     ("cache-dir", "string",
      "where exported models are cached (default: $MODELPARITY_CACHE_DIR, else <rootdir>/.modelparity-cache)"),
     ("no-cache", "bool", "export every model afresh into a temporary directory"),
-    ("strict", "bool", "a missing runtime (LiteRT, onnxruntime, Node.js...) or device fails instead of skipping"),
+    ("strict", "bool", "a missing runtime (LiteRT, onnxruntime, Node.js...) or device fails instead of skipping, "
+                       "and a format the run was meant to compare and did not (the NOT COMPARED lines) fails the session"),
     ("reference-device", "string",
      "run the reference (the source model) on this device (cpu, gpu, gpu:N) and the candidates on "
      "--modelparity-device, e.g. cpu to check a GPU serving path against the CPU (default: same as the candidate)"),
