@@ -216,3 +216,23 @@ def test_under_xdist_the_controller_names_what_the_workers_did_not_compare(
     result.assert_outcomes(passed=1, skipped=1)
     result.stdout.fnmatch_lines(["modelparity: NOT COMPARED: tfjs (--modelparity-formats): Node.js is not available*"])
     assert [n["format"] for n in json.loads((pytester.path / "r.json").read_text())["not_compared"]] == ["tfjs"]
+
+
+def test_a_default_matrix_format_whose_runtime_is_missing_is_named_though_it_had_no_test(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    empty = tmp_path / "empty-path"  # without Node.js the default matrix holds no tfjs test at all
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    pytester.makeconftest(TINY_SOURCE_CONFTEST)
+    pytester.makepyfile("def test_export(parity_candidate): pass")
+    result = pytester.runpytest("-p", "no:cacheprovider", "-k", "keras", "--modelparity-report=r.json")
+    result.assert_outcomes(passed=1)
+    assert "tfjs" not in " ".join(t for t in result.stdout.lines if "::" in t)
+    result.stdout.fnmatch_lines(["modelparity: NOT COMPARED: tfjs (the default matrix): not in the matrix: Node.js is "
+                                 "not available; install it with: *"])
+    assert result.ret == pytest.ExitCode.OK
+    (entry,) = json.loads((pytester.path / "r.json").read_text())["not_compared"]
+    assert entry["kind"] == "not_in_matrix" and entry["format"] == "tfjs"
+    strict = pytester.runpytest("-p", "no:cacheprovider", "-k", "keras", "--modelparity-strict")
+    assert strict.ret == pytest.ExitCode.TESTS_FAILED
+    strict.stdout.fnmatch_lines(["modelparity: --modelparity-strict: 1 format(s) not compared fail this session*"])
