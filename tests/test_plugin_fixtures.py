@@ -198,11 +198,17 @@ def test_a_saved_file_is_a_source_and_is_never_rewritten(pytester: pytest.Pytest
             before = os.stat(modelparity_source).st_mtime_ns
             assert parity_reference.source == str(modelparity_source.resolve())
             assert_outputs_close(parity_candidate, parity_reference, inputs=parity_batch)
-            if modelparity_format == "keras":  # same format: loaded in place, not exported
-                assert parity_candidate.source == parity_reference.source
             assert os.stat(modelparity_source).st_mtime_ns == before
+
+        def test_in_place(modelparity_source, parity_candidate, modelparity_format):
+            if modelparity_format == "keras":  # same format: loaded in place, not exported
+                assert parity_candidate.source == str(modelparity_source.resolve())
     ''')
-    pytester.runpytest("--modelparity-formats=keras,saved_model").assert_outcomes(passed=2)
+    result = pytester.runpytest("-rs", "--modelparity-formats=keras,saved_model")
+    # the .keras file as the keras candidate is the source compared with itself: skipped, said so
+    result.assert_outcomes(passed=3, skipped=1)
+    result.stdout.fnmatch_lines(["modelparity: NOT COMPARED: keras (--modelparity-formats): compared with itself*"])
+    result.stdout.fnmatch_lines(["SKIPPED*format 'keras' on cpu compared with itself*"])
 
 
 def test_cache_dir_option_and_no_cache(suite: pytest.Pytester) -> None:

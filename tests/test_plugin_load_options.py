@@ -74,16 +74,26 @@ def test_ambiguous_graph_fails_clearly_without_load_options(pytester: pytest.Pyt
 def test_load_options_name_the_tensors_for_reference_and_candidate(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(TWO_SINKS + OPTIONS)
     pytester.makepyfile(test_graph=TEST + textwrap.dedent('''
-        def test_options_reach_both(parity_candidate, parity_reference, modelparity_format):
+        def _loaded_with_the_options(model):
+            assert model.format == "graphdef"
+            assert len(model.outputs) == 1 and model.outputs[0].shape[-1] == 3, model.outputs
+            assert len(model.inputs) == 1
+
+        def test_options_reach_the_candidate(parity_candidate, modelparity_format):
             assert modelparity_format == "graphdef"
-            for model in (parity_reference, parity_candidate):
-                assert model.format == "graphdef"
-                assert len(model.outputs) == 1 and model.outputs[0].shape[-1] == 3, model.outputs
-                assert len(model.inputs) == 1
+            _loaded_with_the_options(parity_candidate)
+
+        def test_options_reach_the_reference(parity_reference):
+            _loaded_with_the_options(parity_reference)
     '''))
     result = pytester.runpytest("-v", "--modelparity-formats=graphdef", "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(["*test_export[[]graphdef-cpu[]] PASSED*"])
+    # the .pb as its own graphdef candidate is the file compared with itself: that comparison is
+    # skipped and the run compared nothing (not_compared.py); the options reach both all the same
+    result.assert_outcomes(passed=2, skipped=1)
+    result.stdout.fnmatch_lines(["*test_export[[]graphdef-cpu[]] SKIPPED*",
+                                 "*test_options_reach_the_candidate[[]graphdef-cpu[]] PASSED*"])
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["modelparity: NOTHING WAS COMPARED*"])
 
 
 def test_an_option_the_loader_lacks_is_named(pytester: pytest.Pytester) -> None:
@@ -114,14 +124,16 @@ def test_a_format_the_graph_cannot_reach_fails_once_without_a_misleading_fix(pyt
 
 def test_default_formats_a_graph_cannot_become_are_skipped_not_errors(pytester: pytest.Pytester) -> None:
     """With the default matrix, formats a frozen .pb cannot be converted to are not
-    applicable: skipped with the reason, while the graph's own format runs."""
+    applicable: skipped with the reason, and so is the graph's own format (the file compared
+    with itself): the run compared nothing and says so (tests/test_not_compared.py)."""
     pytester.makeconftest(TWO_SINKS + OPTIONS)
     pytester.makepyfile(test_graph=TEST)
     result = pytester.runpytest("-p", "no:cacheprovider", "-rs")
     outcomes = result.parseoutcomes()
-    assert outcomes.get("passed") == 1 and "error" not in outcomes and "errors" not in outcomes
-    assert outcomes.get("skipped", 0) >= 3
+    assert "passed" not in outcomes and "error" not in outcomes and "errors" not in outcomes
+    assert outcomes.get("skipped", 0) >= 4
     result.stdout.fnmatch_lines(["*format 'tflite' cannot be made from this source*cannot convert*"])
+    result.stdout.fnmatch_lines(["modelparity: NOTHING WAS COMPARED*"])
 
 
 def test_a_graph_the_converters_cannot_read_says_so_and_its_fix_works(tmp_path) -> None:

@@ -48,7 +48,8 @@ ROW = {"nodeid": str, "format": (str, type(None)), "device": (str, type(None)), 
        "tolerance_source": (str, type(None)), "tolerance_rule": (str, type(None)), "rtol": NUM, "atol": NUM,
        "scale": NUM, "error_histogram": (dict, type(None)), "quantized": (dict, type(None)), "paired_with": (dict, type(None))}
 TOP = {"schema": str, "schema_version": int, "created": str, "command": str, "environment": dict,
-       "options": dict, "workers": int, "summary": dict, "tests": list, "artifacts": list, "rows": list}
+       "options": dict, "workers": int, "summary": dict, "tests": list, "artifacts": list, "rows": list,
+       "not_compared": list}
 
 
 def check_document(doc: dict) -> None:

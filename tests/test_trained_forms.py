@@ -94,7 +94,9 @@ def test_keras2_saved_model_with_optimizer_slots_loads_and_exports(pytester: pyt
     result = pytester.runpytest_subprocess(CACHE_ARG, "-v", "-p", "no:cacheprovider",
                                            "--modelparity-formats=saved_model,tflite,tfjs",
                                            "--modelparity-report=r.json", timeout=400)
-    result.assert_outcomes(passed=5)  # onnx converts through the same frozen signature as tflite
+    # onnx converts through the same frozen signature as tflite; saved_model is the directory
+    # compared with itself: skipped as no comparison (tests/test_not_compared.py)
+    result.assert_outcomes(passed=4, skipped=1)
     result.stdout.fnmatch_lines(["*test_forms[[]tflite-cpu[]] PASSED*", "*test_forms[[]tfjs-cpu[]] PASSED*"])
     doc = json.loads((pytester.path / "r.json").read_text())
     routes = {a["format"]: a.get("route") or "" for a in doc["artifacts"]}

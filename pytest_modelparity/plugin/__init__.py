@@ -25,6 +25,8 @@ from .fixtures import (modelparity_bind, modelparity_device,  # noqa: F401 - fix
 from .session import STATE_KEY, ParitySession, get_state
 from .matrix import (item_matrix, left_out_line, matrix_pairs, nothing_compared_line, nothing_on_gpu_line,
                      select_matrix)
+from .not_compared import (as_json, item_itself, named_by, not_compared, not_compared_lines,
+                           self_comparison_skip)
 from .options import add_options, parse_options, strict_gpu_problem
 # Imported here, not when a failure is reported: a report made short of memory must not need
 # an import (CI saw `from .scope_hint import ...` raise MemoryError under `ulimit -v`).
@@ -289,6 +291,10 @@ def _escaped_reports(exc: BaseException) -> list[Any]:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Any:
+    state = _state_or_none(item.config)
+    itself = self_comparison_skip(item, state) if state is not None else None
+    if itself is not None:  # the candidate is the reference's own file: a pass would compare nothing
+        raise _skip_at_item(itself)
     with collecting(item):
         try:
             return (yield)
@@ -334,9 +340,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Any:
             explained = None
         if explained:  # pytest's bare ScopeMismatch names neither the cause nor the fix
             report.longrepr = explained
-    device = item_matrix(item)[1]
+    fmt, device = item_matrix(item)
     if device:  # a plain attribute: pytest-xdist carries it to the controller's OutcomeRecorder
         report.modelparity_device = device
+    state = _state_or_none(item.config)
+    if isinstance(fmt, str) and state is not None:  # what not_compared.py reads, on the controller too
+        report.modelparity_format = fmt
+        report.modelparity_named_by = named_by(item, state.options)
+        report.modelparity_itself = item_itself(item, state)
     if report.when == "call" and (report.passed or hasattr(report, "wasxfail")):
         why = (f"xfail: {report.wasxfail}".rstrip(": ") if hasattr(report, "wasxfail")
                else "the test expected this failure (it caught it, e.g. pytest.raises)")
@@ -395,6 +406,12 @@ class OutcomeRecorder:
         device = getattr(report, "modelparity_device", None)
         if isinstance(device, str):
             self.state.device_outcomes[report.nodeid] = (device, outcome, entry.get("reason"))
+        fmt = getattr(report, "modelparity_format", None)
+        if isinstance(fmt, str):
+            self.state.matrix_outcomes[report.nodeid] = {
+                "format": fmt, "device": device, "outcome": outcome, "reason": entry.get("reason"),
+                "named_by": getattr(report, "modelparity_named_by", None),
+                "itself": getattr(report, "modelparity_itself", None)}
 
 
 REASON_CHARS = 500
@@ -503,7 +520,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         workeroutput[_ROWS_KEY] = {"rows": state.rows, "artifacts": state.artifacts, "left_out": state.left_out,
                                    "browsers": state.browsers}
         return
-    if nothing_compared_line(state.device_outcomes) and session.exitstatus == pytest.ExitCode.OK:
+    unchecked = not_compared(state.matrix_outcomes, state.options)
+    if (nothing_compared_line(state.device_outcomes, state.matrix_outcomes) or (state.options.strict and unchecked)) \
+            and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED  # said in the terminal summary
     if not state.rows and not (state.options.report or state.options.html):
         return
@@ -511,6 +530,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
     doc = build_document(rows=state.rows, tests=state.tests, artifacts=state.artifacts,
                          options=_options_doc(state), workers=state.workers, browsers=state.browsers)
+    doc["not_compared"] = as_json(unchecked)  # docs/report-schema.md
     state.document = doc
     from ..reports.html import write_html
 
@@ -595,7 +615,9 @@ def _terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     no_gpu = nothing_on_gpu_line(state.device_outcomes)
     if no_gpu:
         terminalreporter.write_line(no_gpu, yellow=True, bold=True)
-    nothing = nothing_compared_line(state.device_outcomes)
+    for line in not_compared_lines(not_compared(state.matrix_outcomes, state.options), state.options.strict):
+        terminalreporter.write_line(line, yellow=not state.options.strict, red=state.options.strict)
+    nothing = nothing_compared_line(state.device_outcomes, state.matrix_outcomes)
     if nothing:
         terminalreporter.write_line(nothing, red=True, bold=True)
     # Once per damaged entry, even when several xdist workers found and repaired it.

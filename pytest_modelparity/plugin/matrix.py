@@ -18,7 +18,8 @@ from .options import expand_devices
 if TYPE_CHECKING:
     from .session import ParitySession
 
-__all__ = ["exportable", "select_matrix", "matrix_pairs", "left_out_line", "item_matrix", "nothing_compared_line"]
+__all__ = ["exportable", "select_matrix", "matrix_pairs", "left_out_line", "item_matrix", "nothing_compared_line",
+           "matrix_entries", "only_itself_compared", "SELF_COMPARED", "UNREACHABLE"]
 
 
 def _marker_list(marker: Any, key: str) -> list[str] | None:
@@ -110,12 +111,41 @@ def nothing_on_gpu_line(outcomes: dict[str, tuple[str, str, str | None]]) -> str
 
 # The skips of a default-matrix format this source cannot become (session.skip_if_unreachable).
 UNREACHABLE = ("cannot be made from this source", "does not apply to this model")
+# The words of the skip of a comparison whose candidate is the source's own file (not_compared.py).
+SELF_COMPARED = "compared with itself"
 
 
-def nothing_compared_line(outcomes: dict[str, tuple[str, str, str | None]]) -> str | None:
+def matrix_entries(matrix_outcomes: dict[str, dict]) -> list[dict]:
+    """The matrix tests with a format (``ParitySession.matrix_outcomes``), leaving out GPU tests
+    that skipped: "NOTHING RAN ON A GPU" says those, and the format's CPU tests say the rest."""
+    return [e for e in matrix_outcomes.values() if isinstance(e.get("format"), str)
+            and not (str(e.get("device") or "").startswith("gpu") and e.get("outcome") == "skipped")]
+
+
+def only_itself_compared(matrix_outcomes: dict[str, dict]) -> bool:
+    """Whether the run's only "passes" compared the source's own file with itself: every matrix
+    test with a format ran on that file or skipped because the source cannot become the format
+    (a missing runtime is not that: its skip carries the install hint and keeps the run as it was)."""
+    entries = matrix_entries(matrix_outcomes)
+    if not any(e.get("itself") for e in entries):
+        return False
+    return all(e.get("itself") or (e.get("outcome") == "skipped" and
+                                   any(u in (e.get("reason") or "") for u in UNREACHABLE + (SELF_COMPARED,)))
+               for e in entries)
+
+
+def nothing_compared_line(outcomes: dict[str, tuple[str, str, str | None]],
+                          matrix_outcomes: dict[str, dict] | None = None) -> str | None:
     """When every matrix test skipped because the source can become none of the formats in
     the default matrix, the run compared nothing: a green run of such skips read as a pass
-    (a TF1 checkpoint source ran no export test). The session then fails with this line."""
+    (a TF1 checkpoint source ran no export test). So did a run whose only passes compared the
+    source's own file with itself (a frozen ``.pb`` as ``graphdef``, ``matrix_outcomes``).
+    The session then fails with this line."""
+    if matrix_outcomes and only_itself_compared(matrix_outcomes):
+        return ("modelparity: NOTHING WAS COMPARED: the only candidate that ran was the source's own file, "
+                f"{SELF_COMPARED} (see the NOT COMPARED lines); the other formats were skipped because this source "
+                "cannot become them. Name formats it can become with --modelparity-formats (a SavedModel or a TF1 "
+                "graph converts to tflite, onnx, tfjs)")
     if not outcomes or any(outcome != "skipped" or not any(u in (reason or "") for u in UNREACHABLE)
                            for _, outcome, reason in outcomes.values()):
         return None

@@ -49,7 +49,8 @@ _OPTIONS: tuple[tuple[str, Literal["string", "bool"], str], ...] = (
     ("cache-dir", "string",
      "where exported models are cached (default: $MODELPARITY_CACHE_DIR, else <rootdir>/.modelparity-cache)"),
     ("no-cache", "bool", "export every model afresh into a temporary directory"),
-    ("strict", "bool", "a missing runtime (LiteRT, onnxruntime, Node.js...) or device fails instead of skipping"),
+    ("strict", "bool", "a missing runtime (LiteRT, onnxruntime, Node.js...) or device fails instead of skipping, "
+                       "and a format the run was meant to compare and did not (the NOT COMPARED lines) fails the session"),
     ("power", "bool",
      "show the run's power: plant small known bugs in each Keras reference (kernel x1.01, input x255/256, "
      "two same-shape outputs swapped) and say whether the bound that passed each candidate would fail on "

@@ -112,6 +112,11 @@ class ParitySession:
     # the formats the session's tests export to, in test order (a serial session: the export
     # worker converts the next one ahead of its test)
     export_order: list[str] = field(default_factory=list)
+    # (id(source), format, device) -> the source's path, where that candidate is the source's own
+    # file on the reference's device: comparing the two compares the file with itself (not_compared.py)
+    itself: dict[tuple[int, str, str], str] = field(default_factory=dict)
+    # node id -> {format, device, outcome, reason, named_by, itself} of every matrix test with a format
+    matrix_outcomes: dict[str, dict] = field(default_factory=dict)
     _precision_set: bool = False
     _tf32_before: bool | None = None  # TF's TF32 setting before --modelparity-tf32=off changed it
 
@@ -227,6 +232,7 @@ class ParitySession:
                 if _variant is not None:  # tfjs:webgl...: a page of headless Chromium runs it
                     load_opts["backend"] = _variant
             loaded = _load_source(path, base, device, load_opts)
+            self._note_itself(obj, src, format, device, path)
             ranges = self.calibration_ranges.get(format)
             if ranges:  # diagnosis names inputs outside them (diagnose.calibration)
                 with contextlib.suppress(AttributeError):
@@ -244,6 +250,16 @@ class ParitySession:
         return self._once(self.candidates, (id(obj), format, device, _options_key(opts), _options_key(conv),
                                             repr(elements), _dataset_key(dataset), repr(bind)),
                           self._quietly(f"exporting to {format} and loading on {device}", build))
+
+    def _note_itself(self, obj: Any, src: Source, format: str, device: str, path: Path) -> None:
+        """Remember a candidate that is the source's own file (its path, or the same bytes) loaded
+        on the reference's device: a comparison of the two is not one (not_compared.py)."""
+        if self.reference_device(device) == device and _same_file(path, src.path):
+            self.itself[(id(obj), format, device)] = str(src.path)
+
+    def candidate_itself(self, obj: Any, format: str, device: str) -> str | None:
+        """The source's path when the candidate of ``format`` on ``device`` is that file itself."""
+        return self.itself.get((id(obj), format, device))
 
     def _bound(self, loaded: Any, obj: Any, device: str, load_options: dict, elements: Any,
                bind: dict | None, exported: Path | None) -> Any:
@@ -669,6 +685,30 @@ def _load_reference(src: Source, device: str, options: dict | None = None) -> An
         return _load_source(src.keras_model, "keras", device, dict(options or {}))
     assert src.path_format is not None
     return _load_source(src.path, src.path_format, device, dict(options or {}))
+
+
+# Reading more than this to compare two files' bytes is not worth it (paths compare first).
+_SAME_FILE_HASH_LIMIT = 256 * 1024 * 1024
+
+
+def _same_file(a: Path | None, b: Path | None) -> bool:
+    """Whether two paths are one model file: the same path, or two files with the same bytes
+    (sizes compared first, so different files cost one ``stat`` each)."""
+    if a is None or b is None:
+        return False
+    try:
+        if Path(a).resolve() == Path(b).resolve():
+            return True
+        if not (Path(a).is_file() and Path(b).is_file()):
+            return False
+        size = Path(a).stat().st_size
+        if size != Path(b).stat().st_size or size > _SAME_FILE_HASH_LIMIT:
+            return False
+        import hashlib
+
+        return hashlib.sha256(Path(a).read_bytes()).digest() == hashlib.sha256(Path(b).read_bytes()).digest()
+    except OSError:
+        return False
 
 
 def _fail(text: str) -> NoReturn:
