@@ -9,73 +9,17 @@ and at 2.8e-2 it was taken as the model's own float32 error), an adapted lookup'
 
 from __future__ import annotations
 
+import json
+import textwrap
+
 import numpy as np
 import pytest
 
+from preprocessed import preprocessed
 from pytest_modelparity import load_model
 from pytest_modelparity.floor import measure as shadow
 
 pytest.importorskip("tensorflow", reason="the twins need TensorFlow: pip install 'pytest-modelparity[tensorflow]'")
-
-WORDS = np.array(["red apple", "green pear", "blue sky", "red sky", "green apple pie", "yellow sun"] * 3)
-
-
-def _head(keras, x):
-    x = keras.layers.Dense(8, activation="relu")(x)
-    return keras.layers.Dense(3, name="head")(x)
-
-
-def preprocessed(kind: str, seed: int = 0):
-    """``(model, batch)``: a small Keras model whose first layer is the preprocessing ``kind``,
-    adapted where the layer adapts."""
-    import keras
-
-    layers, rng = keras.layers, np.random.default_rng(seed)
-    keras.utils.set_random_seed(seed)
-    if kind == "normalization+discretization":
-        num = rng.normal(3, 2, (64, 2)).astype("float32")
-        raw = rng.uniform(0, 10, (64, 1)).astype("float32")
-        norm, disc = layers.Normalization(), layers.Discretization(num_bins=6)
-        norm.adapt(num)
-        disc.adapt(raw)
-        a, b = keras.Input((2,), name="num"), keras.Input((1,), name="raw")
-        merged = layers.Concatenate()([norm(a), layers.Flatten()(layers.Embedding(6, 4)(disc(b)))])
-        return keras.Model([a, b], _head(keras, merged)), {"num": num[:8], "raw": raw[:8]}
-    if kind == "discretization one_hot":
-        raw = rng.uniform(0, 10, (64, 1)).astype("float32")
-        disc = layers.Discretization(num_bins=5, output_mode="one_hot")
-        disc.adapt(raw)
-        a = keras.Input((1,), name="raw")
-        return keras.Model(a, _head(keras, disc(a))), raw[:8]
-    if kind.startswith(("StringLookup", "IntegerLookup")):
-        cls, mode = kind.split(" ")
-        data = (np.array([w.split()[0] for w in WORDS]).reshape(-1, 1) if cls == "StringLookup"
-                else rng.integers(0, 20, (18, 1)).astype("int64"))
-        lookup = getattr(layers, cls)(output_mode=mode)
-        lookup.adapt(data)
-        a = keras.Input((1,), dtype="string" if cls == "StringLookup" else "int64", name="tokens")
-        x = lookup(a)
-        x = layers.Flatten()(layers.Embedding(30, 4)(x)) if mode == "int" else x
-        return keras.Model(a, _head(keras, x)), data[:8]
-    if kind.startswith("TextVectorization"):
-        mode = kind.split(" ")[1]
-        vectorize = layers.TextVectorization(max_tokens=20, output_mode=mode,
-                                             output_sequence_length=4 if mode == "int" else None)
-        vectorize.adapt(WORDS)
-        a = keras.Input((1,), dtype="string", name="text")
-        x = vectorize(a)
-        x = layers.GlobalAveragePooling1D()(layers.Embedding(20, 4)(x)) if mode == "int" else x
-        return keras.Model(a, _head(keras, x)), WORDS[:8].reshape(-1, 1)
-    if kind == "Hashing":
-        a = keras.Input((1,), dtype="int64", name="ids")
-        x = layers.Flatten()(layers.Embedding(7, 4)(layers.Hashing(num_bins=7, salt=3)(a)))
-        return keras.Model(a, _head(keras, x)), rng.integers(0, 20, (8, 1)).astype("int64")
-    if kind == "CategoryEncoding":
-        a = keras.Input((2,), dtype="int64", name="ids")
-        x = layers.CategoryEncoding(num_tokens=20, output_mode="count")(a)
-        return keras.Model(a, _head(keras, x)), rng.integers(0, 20, (8, 2)).astype("int64")
-    raise ValueError(kind)
-
 
 KINDS = ["normalization+discretization", "discretization one_hot", "StringLookup int", "StringLookup tf_idf",
          "IntegerLookup multi_hot", "TextVectorization int", "TextVectorization tf_idf", "Hashing", "CategoryEncoding"]
@@ -100,3 +44,58 @@ def test_the_float16_weights_twin_carries_it_too():
     assert twin.model is not None, twin.reason
     err = shadow.relative_error(ref.predict(batch)["head"], twin.model(batch)["head"])
     assert 0 < err < 5e-3                   # what float16 weights cost, not a lost bucket
+
+
+# -- through the plugin's fixtures ---------------------------------------------------------------
+
+FORMS = ("keras", "saved_model", "tflite")
+
+CONFTEST = textwrap.dedent('''
+    import pytest
+    from preprocessed import preprocessed
+
+    @pytest.fixture(scope="session")
+    def modelparity_source():
+        return preprocessed("normalization+discretization")[0]
+
+    @pytest.fixture(scope="session")
+    def modelparity_dataset():
+        return preprocessed("normalization+discretization", rows=32)[1]
+''')
+
+SUITE = textwrap.dedent('''
+    import pytest
+    from preprocessed import preprocessed
+    from pytest_modelparity import assert_outputs_close, export_model, load_model
+
+    def test_export(parity_candidate, parity_reference, parity_batch):
+        assert_outputs_close(parity_candidate, parity_reference, inputs=parity_batch)
+
+    @pytest.mark.parametrize("form", FORMS)
+    def test_head_kernel_times_1_01(form, parity_reference, parity_batch, tmp_path):
+        bad = preprocessed("normalization+discretization", kernel_factor=1.01)[0]
+        path = tmp_path / ("bad.keras" if form == "keras" else f"bad.{form}")
+        assert_outputs_close(load_model(export_model(bad, form, path)), parity_reference, inputs=parity_batch)
+''').replace("FORMS", repr(FORMS))
+
+
+@pytest.mark.usefixtures("_heavy_modules_stay_loaded")
+def test_every_form_of_a_preprocessed_model_is_judged_by_a_faithful_floor_and_a_planted_bug_fails(pytester):
+    from pytest_modelparity.formats import missing_runtime
+
+    missing = [f for f in FORMS if missing_runtime(f, export=True) is not None]
+    if missing:
+        pytest.skip(f"runtimes missing for {missing}: bash scripts/install.sh installs them all")
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_suite=SUITE)
+    result = pytester.runpytest(f"--modelparity-formats={','.join(FORMS)}", "--modelparity-report=r.json",
+                                "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=len(FORMS), failed=len(FORMS))
+    rows = json.loads((pytester.path / "r.json").read_text())["rows"]
+    for row in rows:
+        assert row["noise_floor_missing"] is None, row
+        assert "x the model's own float32 error" in row["tolerance_source"], row
+        assert row["scale"] <= 1e-4, row          # the twin lost no bucket: rounding, not 0.22-0.28
+    assert {r["format"] for r in rows if r["verdict"] == "pass"} == set(FORMS)
+    failed = [r for r in rows if r["verdict"] == "fail"]
+    assert len(failed) == len(FORMS) and all(r["max_abs"] > 100 * r["scale"] * r["output_scale"] for r in failed)
