@@ -48,7 +48,7 @@ def test_the_float16_weights_twin_carries_it_too():
 
 # -- through the plugin's fixtures ---------------------------------------------------------------
 
-FORMS = ("keras", "saved_model", "tflite")
+FORMS = ("keras", "saved_model", "tflite", "onnx")
 
 CONFTEST = textwrap.dedent('''
     import pytest
@@ -99,3 +99,20 @@ def test_every_form_of_a_preprocessed_model_is_judged_by_a_faithful_floor_and_a_
     assert {r["format"] for r in rows if r["verdict"] == "pass"} == set(FORMS)
     failed = [r for r in rows if r["verdict"] == "fail"]
     assert len(failed) == len(FORMS) and all(r["max_abs"] > 100 * r["scale"] * r["output_scale"] for r in failed)
+
+
+def test_a_discretization_has_an_onnx_form_bucket_for_bucket(tmp_path):
+    """ONNX has no Bucketize: the exporter writes it as a count of boundaries <= x (rows exactly
+    on a boundary included, where an off-by-one would move them a bucket)."""
+    from pytest_modelparity import export_model
+    from pytest_modelparity.formats import missing_runtime
+
+    if missing_runtime("onnx", export=True) is not None:
+        pytest.skip("onnx runtimes missing: bash scripts/install.sh installs them")
+    model, batch = preprocessed("normalization+discretization", rows=32)
+    disc = next(layer for layer in model.layers if "discretization" in layer.name)
+    edges = np.asarray(disc.bin_boundaries, np.float32).reshape(-1, 1)
+    on_edges = {"num": np.zeros((len(edges), 2), np.float32), "raw": edges}
+    ref, onnx = load_model(model), load_model(export_model(model, "onnx", tmp_path / "m.onnx"))
+    for rows in (batch, on_edges):
+        assert shadow.relative_error(onnx.predict(rows)["head"], ref.predict(rows)["head"]) < 1e-6
