@@ -66,7 +66,7 @@ def test_one_twin_is_proven_by_the_reordered_float32_twin_or_its_outputs_stay_un
 def test_an_unproven_floor_gives_way_to_the_fixed_rule_and_says_why():
     tol = shadow_tolerance("float32", 1e-3, format="tfjs", twin="graph twin", unproven="nothing confirms it")
     assert tol.scale == FIXED
-    assert tol.source.endswith(": not 8 x the 1.0e-03 of scale a float64 run of its graph twin measured, which "
+    assert tol.source.endswith(": not 8 x the 1.0e-03 of scale its graph twin measured in float64, which "
                                "no second estimate confirms (nothing confirms it)")
     # where the reordered float32 spread judges (a CPU float32 form), it judges as before
     cpu = shadow_tolerance("float32", 1e-3, format="onnx", reordered=1e-6, unproven="nothing confirms it")

@@ -363,8 +363,9 @@ def shadow_tolerance(dtype: Any, measured: float, *, device: str = "cpu", format
     if unproven is not None and not judged_by:
         fixed = default_tolerance(dt, device=device, format=format)
         if fixed.scale < tol.scale:
-            return replace(fixed, source=f"{fixed.source}: not {SHADOW_MULTIPLE:g} x the {measured:.1e} of scale a "
-                                         f"float64 run of its {twin} measured, which no second estimate confirms "
+            # (worded without "run of its": the row's ``twin`` names a twin that judged, and none did)
+            return replace(fixed, source=f"{fixed.source}: not {SHADOW_MULTIPLE:g} x the {measured:.1e} of scale its "
+                                         f"{twin} measured in float64, which no second estimate confirms "
                                          f"({unproven})")
     if fmt == "tflite:float16" and float16_weights is not None:
         f16 = SHADOW_F16_MULTIPLE * max(float(float16_weights), floor)
