@@ -162,9 +162,11 @@ REORDERED_MIN_SHARE = 1.0 / 1024
 # Normalization + Discretization net: 1.8e-7 and 1.8e-7), so TWINS_AGREE_WITHIN; a twin that lost
 # a layer's state measured 2.8e-2 .. 6.6e-2 where the graph twin measured 9.2e-8. The reordered
 # float32 twin measures what two float32 orders differ by, 0.2x..5x the float64 error on the nets
-# measured: it supports the float64 figure when at least 1/REORDERED_SUPPORTS of it.
+# measured: it supports the float64 figure when at least 1/REORDERED_SUPPORTS of it, the share
+# under which the sharper floor judges instead (REORDERED_AT_MOST), so an unproven figure's CPU
+# float32 forms are always judged by the reordered spread.
 TWINS_AGREE_WITHIN = 2.0
-REORDERED_SUPPORTS = 8.0
+REORDERED_SUPPORTS = 1.0 / REORDERED_AT_MOST  # 16
 
 
 def needs_proof(dtype: Any, measured: float) -> bool:
