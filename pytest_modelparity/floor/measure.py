@@ -17,7 +17,9 @@ sum it cannot reorder, nothing to reorder) the float64 floor judges as before.
 
 Twins come in two builds behind one interface (``floor/twins.py``): a Keras model rebuilt
 from its config, or the reference's frozen TensorFlow graph rewritten to float64 (SavedModel,
-GraphDef, TF1 checkpoint, subclassed Keras models). The first faithful one measures.
+GraphDef, TF1 checkpoint, subclassed Keras models). The first faithful one measures, and a
+figure whose bound would be looser than the fixed rule counts only when a second estimate
+agrees (``prove``, issue 36: a twin within 5% of its model can still not be its model).
 
 The twin is built once per model (a weak reference keys it) and its outputs are kept per
 batch (a digest of the input bytes keys them), so every format in a matrix shares one
