@@ -62,7 +62,7 @@ SUITE = textwrap.dedent('''
         assert_batch_invariant(parity_candidate, parity_batch, batch_sizes=(1, 3))
 ''')
 
-FORMS = ("saved_model", "graphdef", "tflite", "onnx")
+FORMS = ("saved_model", "graphdef", "tflite", "onnx", "tfjs")
 
 
 @pytest.mark.usefixtures("_heavy_modules_stay_loaded")
