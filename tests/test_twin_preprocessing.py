@@ -64,6 +64,9 @@ def test_the_float16_weights_twin_carries_it_too():
 # -- through the plugin's fixtures ---------------------------------------------------------------
 
 FORMS = ("keras", "saved_model", "tflite", "onnx")
+# seed 3: the twin that lost the bin boundaries differs from this model by 3.0e-2 of scale, under
+# the 5% faithfulness limit, as in the issue: at the code before it, that figure set a 0.24 bound
+# and the head kernel x1.01 passed in keras, saved_model and tflite (onnx had no Bucketize).
 
 CONFTEST = textwrap.dedent('''
     import pytest
@@ -71,11 +74,11 @@ CONFTEST = textwrap.dedent('''
 
     @pytest.fixture(scope="session")
     def modelparity_source():
-        return preprocessed("normalization+discretization")[0]
+        return preprocessed("normalization+discretization", seed=3)[0]
 
     @pytest.fixture(scope="session")
     def modelparity_dataset():
-        return preprocessed("normalization+discretization", rows=32)[1]
+        return preprocessed("normalization+discretization", seed=3, rows=32)[1]
 ''')
 
 SUITE = textwrap.dedent('''
@@ -88,7 +91,7 @@ SUITE = textwrap.dedent('''
 
     @pytest.mark.parametrize("form", FORMS)
     def test_head_kernel_times_1_01(form, parity_reference, parity_batch, tmp_path):
-        bad = preprocessed("normalization+discretization", kernel_factor=1.01)[0]
+        bad = preprocessed("normalization+discretization", seed=3, kernel_factor=1.01)[0]
         path = tmp_path / ("bad.keras" if form == "keras" else f"bad.{form}")
         assert_outputs_close(load_model(export_model(bad, form, path)), parity_reference, inputs=parity_batch)
 ''').replace("FORMS", repr(FORMS))
