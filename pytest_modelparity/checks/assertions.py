@@ -485,7 +485,7 @@ def _memo_key(fn: Any, *parts: Any) -> tuple:
 
 def _tolerance_fn(actual: Any, tolerance: Tolerance | None, *, rtol, atol, device, fmt, compute=None,
                   floors: dict[str, dict[str, float]] | None = None, allow_vacuous: bool = False,
-                  floor_missing: str | None = None, twin: str | None = None):
+                  floor_missing: str | None = None, twin: str | None = None, unproven: str | None = None):
     """A ``(expected_dtype, path) -> Tolerance`` using the less precise of the two dtypes
     (and of ``compute``, the dtype a mixed-precision model computes its float outputs in).
 
@@ -516,7 +516,8 @@ def _tolerance_fn(actual: Any, tolerance: Tolerance | None, *, rtol, atol, devic
             tol = tol_mod.shadow_tolerance(dtype, measured[floor.FLOAT64], device=device, format=fmt,
                                            float16_weights=measured.get(floor.FLOAT16_WEIGHTS),
                                            compute=compute, twin=floor.method_name(twin),
-                                           reordered=measured.get(floor.FLOAT32_REORDERED))
+                                           reordered=measured.get(floor.FLOAT32_REORDERED),
+                                           unproven=unproven if floor.UNPROVEN in measured else None)
         else:
             if compute is not None and np.dtype(dtype).kind == "f":
                 dtype = tol_mod.less_precise(dtype, compute)
@@ -531,7 +532,8 @@ def _tolerance_fn(actual: Any, tolerance: Tolerance | None, *, rtol, atol, devic
 def _floor_of(meta: dict[str, Any]) -> dict[str, Any]:
     """What ``_shadow_floors`` left in ``meta`` that ``_tolerance_fn`` words: why no twin
     measured (``floor_missing``) and which one did (``twin``)."""
-    return {"floor_missing": meta.get("noise_floor_missing"), "twin": meta.get("shadow", {}).get("twin")}
+    return {"floor_missing": meta.get("noise_floor_missing"), "twin": meta.get("shadow", {}).get("twin"),
+            "unproven": meta.get("shadow", {}).get("unproven")}
 
 
 def _uses_default(tolerance: Any, rtol: float | None, atol: float | None) -> bool:
@@ -587,6 +589,10 @@ def _shadow_floors(model: Any, inputs: Any, reference: Any, paths: list[str], fm
         info.setdefault("twin", measured.method)
         for path, err in measured.errors.items():
             found.setdefault(path, {})[kind] = err
+        if measured.unproven:  # no second estimate confirms them: the fixed rule judges (issue 36)
+            info["unproven"] = measured.reason
+            for path in measured.unproven:
+                found.setdefault(path, {})[floor.UNPROVEN] = 1.0
     info["seconds"] = round(seconds, 4)
     meta["shadow"] = info
     if floor.FLOAT64 not in {k for v in found.values() for k in v}:

@@ -10,8 +10,9 @@ Key: the export cache's content key of the model (architecture, input names, wei
 versions of Python, TensorFlow, Keras and the converters: ``ExportCache.key``), with the
 twin kind, the digest of the batch and the digest of the reference's own outputs on it (so
 a reference run elsewhere, on a GPU say, that computed other float32 outputs never reuses a
-floor measured against these). Value: the per-output errors, the twin that measured them and
-its note. Only measured floors are kept (a reference no twin can measure is tried again).
+floor measured against these). Value: the per-output errors, the twin that measured them, the
+outputs no second estimate confirmed (issue 36) and its note. Only measured floors are kept (a
+reference no twin can measure is tried again).
 
 Each entry is one JSON file ``<cache root>/floor/<key>.json``, written atomically, with the
 SHA-256 of its payload: an entry that does not parse, whose digest differs, or whose errors
@@ -40,7 +41,9 @@ from ..runtime.scratch import owned_prefix
 __all__ = ["FLOOR_DIR", "FROM_CACHE", "FloorCache", "measured", "restore", "take_notes", "use"]
 
 FROM_CACHE = "read from the floor cache, where an earlier run on this model and batch kept it"
-_VERSION = 1
+# 2: a float64 figure looser than the fixed rule needs a second estimate (issue 36); the twin of a
+# bound model speaks its binding; floors measured before may have come from an unfaithful twin.
+_VERSION = 2
 _log = logging.getLogger("pytest_modelparity.floor_cache")
 
 T = TypeVar("T")
@@ -93,9 +96,13 @@ class FloorCache:
         self.hits += 1
         return payload
 
-    def put(self, key: str, errors: dict[str, float], method: str | None, reason: str | None) -> None:
+    def put(self, key: str, errors: dict[str, float], method: str | None, reason: str | None,
+            unproven: tuple[str, ...] = ()) -> None:
         """Keep a measured floor (atomically; a cache that cannot be written only loses the saving)."""
-        payload = {"errors": {str(k): float(v) for k, v in errors.items()}, "method": method, "reason": reason}
+        payload: dict[str, Any] = {"errors": {str(k): float(v) for k, v in errors.items()}, "method": method,
+                                   "reason": reason}
+        if unproven:
+            payload["unproven"] = [str(p) for p in unproven]
         body = json.dumps({"payload": payload, "sha256": _digest(payload)}, indent=1, sort_keys=True)
         tmp = self.folder / owned_prefix(f".{key[:16]}.tmp-{os.getpid()}-")
         try:
@@ -174,7 +181,8 @@ def take_notes() -> list[str]:
 def measured(model: Any, parts: Callable[[], tuple], measure: Callable[[], T], rebuild: Callable[..., T]) -> T:
     """``measure()`` (a ``floor.measure.Floor``), or the floor an earlier session measured for
     this model and ``parts()`` (twin kind, batch digest, reference outputs' digest), rebuilt as
-    ``rebuild(errors, method, reason, seconds)`` with ``FROM_CACHE`` in its reason."""
+    ``rebuild(errors, method, reason, seconds)`` with ``FROM_CACHE`` in its reason (and
+    ``unproven=``, the outputs no second estimate confirmed, where there are any)."""
     store = _ACTIVE
     key = store.key(model, parts) if store is not None else None
     if store is None or key is None:
@@ -184,10 +192,13 @@ def measured(model: Any, parts: Callable[[], tuple], measure: Callable[[], T], r
     if kept is not None:
         _log.info("noise floor of %s from the floor cache (%s): no twin built", type(model).__name__, key[:12])
         reason = "; ".join(r for r in (FROM_CACHE, kept.get("reason")) if r)
-        return rebuild(dict(kept["errors"]), kept.get("method"), reason, time.perf_counter() - start)
+        unproven = tuple(str(p) for p in kept.get("unproven") or ())
+        return rebuild(dict(kept["errors"]), kept.get("method"), reason, time.perf_counter() - start,
+                       **({"unproven": unproven} if unproven else {}))
     store.misses += 1
     found = measure()
     errors = getattr(found, "errors", None)
     if errors and all(math.isfinite(v) for v in errors.values()):
-        store.put(key, errors, getattr(found, "method", None), getattr(found, "reason", None))
+        store.put(key, errors, getattr(found, "method", None), getattr(found, "reason", None),
+                  tuple(getattr(found, "unproven", ())))
     return found

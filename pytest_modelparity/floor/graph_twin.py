@@ -494,6 +494,37 @@ def _op_of(nodes: Any, name: str) -> str:
     return next((n.op for n in nodes if n.name == name), "?")
 
 
+def carry_tables(graph_def: Any, tables: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> list[str]:
+    """Each table placeholder of ``graph_def`` (``FrozenGraph.tables``: a lookup table's handle,
+    fed from a capture) made a ``HashTableV2`` of its own, filled with the captured table's keys
+    and values by an ``InitializeTableV2`` node; returns the names of those nodes (run them once).
+
+    Why: a freeze makes variables constants, not tables, so the graph twin of a model with an
+    adapted ``StringLookup``/``IntegerLookup``/``TextVectorization`` failed on an unfed table
+    handle ("running the rewritten graph failed") and had no second estimate to give."""
+    tf = import_tf()
+    inits = []
+    for node in graph_def.node:
+        found = tables.get(f"{node.name}:0")
+        if node.op != "Placeholder" or found is None:
+            continue
+        keys, values = found
+        base = node.name
+        node.ClearField("attr")
+        node.op = "HashTableV2"
+        node.attr["key_dtype"].type = tf.as_dtype(keys.dtype).as_datatype_enum
+        node.attr["value_dtype"].type = tf.as_dtype(values.dtype).as_datatype_enum
+        node.attr["shared_name"].s = f"modelparity_twin_{base}".encode()
+        new = [_const(f"{base}/mp64_keys", keys), _const(f"{base}/mp64_values", values)]
+        init = _node(f"{base}/mp64_init", "InitializeTableV2", [base, f"{base}/mp64_keys", f"{base}/mp64_values"])
+        init.ClearField("attr")
+        init.attr["Tkey"].type = node.attr["key_dtype"].type
+        init.attr["Tval"].type = node.attr["value_dtype"].type
+        graph_def.node.extend([*new, init])
+        inits.append(init.name)
+    return inits
+
+
 # -- running ------------------------------------------------------------------------------
 
 class GraphTwin:
@@ -502,6 +533,7 @@ class GraphTwin:
     def __init__(self, frozen: FrozenGraph, graph_def: Any, input_dtype: Any) -> None:
         tf = import_tf()
         self.graph = tf.Graph()
+        inits = carry_tables(graph_def, frozen.tables) if frozen.tables else []
         try:
             with quiet(), self.graph.as_default():
                 tf.graph_util.import_graph_def(graph_def, name="")
@@ -513,6 +545,12 @@ class GraphTwin:
         self.input_dtype = input_dtype
         config = tf.compat.v1.ConfigProto(device_count={"GPU": 0})
         self.session = tf.compat.v1.Session(graph=self.graph, config=config)
+        if inits:
+            try:
+                self.session.run([self.graph.get_operation_by_name(n) for n in inits])
+            except Exception as exc:  # noqa: BLE001
+                raise GraphUnavailable(f"filling its lookup tables failed ({type(exc).__name__}: "
+                                       f"{_first(exc)})") from exc
 
     def run(self, xs: list[np.ndarray]) -> list[np.ndarray]:
         feeds = {}

@@ -17,7 +17,9 @@ sum it cannot reorder, nothing to reorder) the float64 floor judges as before.
 
 Twins come in two builds behind one interface (``floor/twins.py``): a Keras model rebuilt
 from its config, or the reference's frozen TensorFlow graph rewritten to float64 (SavedModel,
-GraphDef, TF1 checkpoint, subclassed Keras models). The first faithful one measures.
+GraphDef, TF1 checkpoint, subclassed Keras models). The first faithful one measures, and a
+figure whose bound would be looser than the fixed rule counts only when a second estimate
+agrees (``prove``, issue 36: a twin within 5% of its model can still not be its model).
 
 The twin is built once per model (a weak reference keys it) and its outputs are kept per
 batch (a digest of the input bytes keys them), so every format in a matrix shares one
@@ -41,6 +43,8 @@ FLOAT16_WEIGHTS = "float16 weights"
 # implementation could compute; what it differs by judges where it is far below the float64 error.
 FLOAT32_REORDERED = "float32 reordered"
 KINDS = (FLOAT64, FLOAT16_WEIGHTS, FLOAT32_REORDERED)
+# Beside the kinds in a floor's figures: the float64 figure of that output is unproven (``prove``).
+UNPROVEN = "unproven"
 _OUTPUTS_KEPT = 16   # batches whose shadow outputs are kept per twin
 # A float64 twin further than this (share of the output's scale) from its float32 model is
 # not a faithful copy: float32 rounding measured <= 1.8e-4 on the deepest nets tried, mixed
@@ -72,12 +76,15 @@ class Twin:
 @dataclass
 class Floor:
     """What the twins of a reference measured on one batch: ``errors`` by output path (None
-    when no twin could run), the twin that measured them, and why the others were not used."""
+    when no twin could run), the twin that measured them, and why the others were not used.
+    ``unproven``: the outputs whose float64 figure would give a bound looser than the fixed rule
+    and that no second estimate confirms (``reason`` says why); the fixed rule judges them."""
 
     errors: dict[str, float] | None
     method: str | None
     reason: str | None
     seconds: float
+    unproven: tuple[str, ...] = ()
 
 
 METHODS = ("keras", "graph")  # tried in this order: the first faithful twin measures
@@ -146,11 +153,16 @@ def measure_floor(model: Any, kind: str, inputs: Any, reference: Mapping[str, np
     the model bitwise on every output (part of it stayed float32). ``leaves`` flattens
     outputs to ``(path, array)`` pairs; twin outputs whose paths differ from the reference's
     are matched by position.
+
+    No twin without proof: a float64 figure whose bound would be looser than the fixed rule is
+    taken only when a second estimate agrees (``prove``): the next twin that builds, else the
+    reordered float32 twin.
     """
     import time
 
     start = time.perf_counter()
     why: list[str] = []
+    estimates: list[tuple[str, dict[str, float]]] = []
     for method in METHODS:
         twin = twin_of(model, kind, method)
         label = method_name(method)
@@ -170,10 +182,98 @@ def measure_floor(model: Any, kind: str, inputs: Any, reference: Mapping[str, np
         if problem:
             why.append(f"{label}: {problem}")
             continue
-        return Floor(found, method, "; ".join(why) or None, time.perf_counter() - start)
+        estimates.append((method, found))
+        if kind != FLOAT64 or not _needing_proof(found, reference):
+            break  # a bound within the fixed rule needs no second estimate
+        if len(estimates) == 2:
+            break
+    if estimates and kind != FLOAT64:  # float16 weights, the reordered spread: what they measure is meant
+        return Floor(estimates[0][1], estimates[0][0], "; ".join(why) or None, time.perf_counter() - start)
+    if estimates:
+        second = None
+        if len(estimates) == 1 and _needing_proof(estimates[0][1], reference):
+            second = _reordered_estimate(model, inputs, reference, leaves)
+        floor = prove(estimates, reference, second)
+        floor.reason = "; ".join(r for r in (*why, floor.reason) if r) or None
+        floor.seconds = time.perf_counter() - start
+        return floor
     reasons = {w.split(": ", 1)[-1] for w in why}
     reason = next(iter(reasons)) if len(reasons) == 1 else "; ".join(why)  # said once when all agree
     return Floor(None, None, reason or "no twin", time.perf_counter() - start)
+
+
+def _needing_proof(errors: Mapping[str, float], reference: Mapping[str, np.ndarray]) -> list[str]:
+    """The outputs whose float64 figure would give a bound looser than the fixed rule."""
+    from ..verdict.tolerances import needs_proof
+
+    return [p for p, e in errors.items() if needs_proof(_dtype_of(reference, p), e)]
+
+
+def _dtype_of(reference: Mapping[str, np.ndarray], path: str) -> Any:
+    arr = np.asarray(reference[path]) if path in reference else None
+    return arr.dtype if arr is not None and arr.dtype.kind == "f" else np.float32
+
+
+def _reordered_estimate(model: Any, inputs: Any, reference: Mapping[str, np.ndarray],
+                        leaves: Callable[[Any], Any]) -> tuple[dict[str, float] | None, str | None]:
+    """The reordered float32 twin's figures (the second estimate where one float64 twin measured),
+    or None with why it could not measure."""
+    found = measure_floor(model, FLOAT32_REORDERED, inputs, reference, leaves)
+    return found.errors, found.reason
+
+
+def prove(estimates: list[tuple[str, dict[str, float]]], reference: Mapping[str, np.ndarray],
+          reordered: tuple[dict[str, float] | None, str | None] | None = None) -> Floor:
+    """The floor the faithful float64 ``estimates`` (``[(method, {path: error})]``, one or two, in
+    the order tried) prove: no twin without proof (issue 36).
+
+    A figure whose bound would be within the fixed rule is taken as it is. A looser one is taken
+    when a second estimate agrees: the other float64 twin within ``TWINS_AGREE_WITHIN``, else the
+    ``reordered`` float32 twin's figure (``(errors, why none)``) at least 1/``REORDERED_SUPPORTS``
+    of it. Two float64 twins that disagree: the smaller judges where its own bound needs no proof
+    (the larger twin is not the model), else neither does (``errors`` None). One twin that no
+    estimate confirms keeps its figures, with the outputs it cannot prove in ``unproven``."""
+    from ..verdict.tolerances import REORDERED_SUPPORTS, TWINS_AGREE_WITHIN
+
+    method, first = estimates[0]
+    need = _needing_proof(first, reference)
+    label = method_name(method)
+    if not need or (len(estimates) == 1 and reordered is None):
+        return Floor(first, method, None, 0.0)
+    if len(estimates) == 2:
+        other_method, other = estimates[1]
+        other_label = method_name(other_method)
+        disagree = [p for p in need if other.get(p) is None or not (
+            first[p] / TWINS_AGREE_WITHIN <= other[p] <= first[p] * TWINS_AGREE_WITHIN)]
+        if not disagree:
+            return Floor(first, method, f"confirmed by the {other_label}, which measured "
+                                        f"{_figures(other, need)} of scale", 0.0)
+        if not _needing_proof(other, reference):
+            return Floor(other, other_method, f"{label}: rejected, it measured {_figures(first, disagree)} of scale "
+                                              f"where the {other_label} measured {_figures(other, disagree)}, more "
+                                              "than rounding can explain (a layer whose state it lost?)", 0.0)
+        return Floor(None, None, f"the {label} measured {_figures(first, disagree)} of scale and the {other_label} "
+                                 f"{_figures(other, disagree)}: they disagree, so neither is proof of the model's own "
+                                 "float32 error, and either bound would be looser than the fixed rule", 0.0)
+    errors, why_none = reordered if reordered is not None else (None, None)
+    if errors is None:
+        return Floor(first, method, f"no second estimate confirms {_figures(first, need)} of scale: the reordered "
+                                    f"float32 twin could not measure ({why_none})", 0.0, unproven=tuple(need))
+    unproven = [p for p in need if errors.get(p) is None or errors[p] < first[p] / REORDERED_SUPPORTS]
+    if not unproven:
+        return Floor(first, method, f"confirmed by the reordered float32 twin, which measured "
+                                    f"{_figures(errors, need)} of scale", 0.0)
+    return Floor(first, method, f"the reordered float32 twin measured {_figures(errors, unproven)} of scale, under "
+                                f"1/{REORDERED_SUPPORTS:g} of the {_figures(first, unproven)} the {label} measured, "
+                                "so nothing confirms that figure", 0.0, unproven=tuple(unproven))
+
+
+def _figures(errors: Mapping[str, float], paths: list[str]) -> str:
+    values = [errors[p] for p in paths if errors.get(p) is not None]
+    if not values:
+        return "nothing"
+    low, high = min(values), max(values)
+    return f"{high:.1e}" if low == high else f"{low:.1e} to {high:.1e}"
 
 
 def _errors(reference: Mapping[str, np.ndarray], twin: Mapping[str, np.ndarray]) -> dict[str, float | None]:
@@ -263,7 +363,7 @@ def from_session(model: Any, inputs: Any, paths: list[str], meta: dict[str, Any]
     """The floor of a candidate with no TensorFlow graph (ONNX, TFLite, TFJS) from a session
     that has a reference (the plugin's fixtures attach ``floor_reference``): the reference's
     own float32 error on the same rows (``measure``), when its outputs have the candidate's
-    ``paths``; what it measured goes into ``meta`` (``floor_from`` names the reference)."""
+    ``paths`` (by name, in any order); what it measured goes into ``meta`` (``floor_from`` names the reference)."""
     get = getattr(model, "floor_reference", None)
     if not callable(get):
         return None
@@ -272,10 +372,13 @@ def from_session(model: Any, inputs: Any, paths: list[str], meta: dict[str, Any]
         ref_out = run(ref, inputs)
     except Exception:  # noqa: BLE001 - the floor is extra evidence; without it the fixed rule stands
         return None
-    if ref is model or paths_of(ref_out) != paths:
+    ref_paths = paths_of(ref_out)
+    # the same outputs, matched by name: a bound candidate answers in its own form's order (a
+    # TFLite file's), and floors paired by position would swap two heads of one shape (issue 36)
+    if ref is model or sorted(ref_paths) != sorted(paths):
         return None
     found: dict[str, Any] = {}
-    floors = measure(ref, ref_out, paths, found)
+    floors = measure(ref, ref_out, ref_paths, found)
     if floors is None:
         return None
     meta.pop("noise_floor_missing", None)

@@ -40,9 +40,10 @@ def export(model: Any, path: Path, *, opset: int = DEFAULT_OPSET,
     functions marked never to be inlined (Keras runs grouped convolutions under XLA) is
     converted from its GraphDef with those marks cleared (``...-inlined``).
     ``Erfc`` (exact GELU) is converted as ``1 - Erf(x)``, ``ComplexAbs`` of an FFT (an STFT's
-    magnitude) as ``sqrt(re^2 + im^2)``.
+    magnitude) as ``sqrt(re^2 + im^2)``, ``Bucketize`` (a Keras ``Discretization``) as the count
+    of boundaries ``<= x``.
     ``converter_options``: ``opset``, ``lower_control_flow`` (bool: force a route),
-    ``custom_op_handlers`` (added to the built-in Erfc and ComplexAbs handlers; ``{"Erfc": None}`` removes one) and any other keyword of
+    ``custom_op_handlers`` (added to the built-in Erfc, ComplexAbs and Bucketize handlers; ``{"Erfc": None}`` removes one) and any other keyword of
     ``tf2onnx.convert.from_function`` (``custom_ops``, ``extra_opset``, ``optimizers``, ...).
     """
     import tf2onnx
@@ -50,7 +51,8 @@ def export(model: Any, path: Path, *, opset: int = DEFAULT_OPSET,
     options = dict(converter_options or {})
     opset = int(options.pop("opset", opset))
     lower = options.pop("lower_control_flow", None)
-    handlers: dict[str, Any] = {"Erfc": (_erfc_as_one_minus_erf, []), "ComplexAbs": (_complex_abs, [])}
+    handlers: dict[str, Any] = {"Erfc": (_erfc_as_one_minus_erf, []), "ComplexAbs": (_complex_abs, []),
+                                "Bucketize": (_bucketize, [])}
     handlers.update(options.pop("custom_op_handlers", None) or {})
     handlers = {op: h for op, h in handlers.items() if h is not None}  # {"Erfc": None} turns ours off
     known = set(inspect.signature(tf2onnx.convert.from_function).parameters) - {"function", "input_signature"}
@@ -140,6 +142,35 @@ def _complex_abs(ctx: Any, node: Any, name: str, args: Any) -> Any:
     root = ctx.make_node("Sqrt", inputs=squeezed.output[:1], name=utils.make_name(f"{name}_abs"))
     ctx.replace_all_inputs(node.output[0], root.output[0])
     return root
+
+
+def _bucketize(ctx: Any, node: Any, name: str, args: Any) -> Any:
+    """tf2onnx handler: ``Bucketize(x, boundaries)`` (a Keras ``Discretization``) as the count of
+    boundaries ``<= x``: ``ReduceSum(Cast(Unsqueeze(x, -1) >= boundaries), -1)``.
+
+    ONNX has no Bucketize and tf2onnx no mapping for it at any opset ("No Op registered for
+    Bucketize"), so a model with a Discretization layer had no ONNX form. The boundaries are
+    sorted (Keras and TensorFlow require it), so the count is the bucket index exactly.
+    """
+    from onnx import TensorProto
+    from tf2onnx import utils
+    from tf2onnx.graph_builder import GraphBuilder
+
+    boundaries = np.asarray(node.get_attr_value("boundaries"), dtype=np.float32)
+    x, out = node.input[0], node.output[0]
+    dtype = ctx.get_dtype(x)
+    bounds = ctx.make_const(utils.make_name(f"{name}_boundaries"),
+                            boundaries.astype(utils.map_onnx_to_numpy_type(dtype)))
+    builder = GraphBuilder(ctx)
+    column = builder.make_unsqueeze({"data": x, "axes": [-1]}, name=utils.make_name(f"{name}_column"))
+    above = ctx.make_node("GreaterOrEqual", inputs=[column, bounds.output[0]], name=utils.make_name(f"{name}_ge"))
+    counted = ctx.make_node("Cast", inputs=above.output, attr={"to": TensorProto.INT32},
+                            name=utils.make_name(f"{name}_int"))
+    shape, out_dtype = ctx.get_shape(out), ctx.get_dtype(out)
+    ctx.remove_node(node.name)
+    builder.make_reduce_sum({"data": counted.output[0], "axes": [-1], "keepdims": 0, "outputs": [out]},
+                            name=utils.make_name(f"{name}_count"), shapes=[shape], dtypes=[out_dtype])
+    return None
 
 
 def _constant_captures(concrete: Any) -> int:

@@ -10,7 +10,7 @@ no import circle, lazy imports included (``tests/test_layering.py``).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -285,12 +285,16 @@ class FrozenGraph:
     """A reference's inference graph with its weights as constants, and where to feed/fetch.
 
     ``inputs``/``outputs`` are tensor names (``"x:0"``) in the order of the reference's
-    ``LoadedModel.inputs``/``.outputs``.
+    ``LoadedModel.inputs``/``.outputs``. ``tables``: the lookup tables the graph reads (a
+    ``StringLookup``'s vocabulary), by the placeholder its handle is fed through: ``(keys,
+    values)`` exported from the traced function's captures, which a freeze does not make
+    constants (``lookup_tables``).
     """
 
     graph_def: Any
     inputs: list[str]
     outputs: list[str]
+    tables: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
 
     def op_types(self) -> set[str]:
         ops = {node.op for node in self.graph_def.node}
@@ -313,7 +317,68 @@ def freeze_concrete(fn: Any, input_order: list[int] | None = None) -> FrozenGrap
     inputs = [t.name for t in frozen.inputs if t.dtype.name != "resource"]
     if input_order is not None:
         inputs = [inputs[i] for i in input_order]
-    return FrozenGraph(frozen.graph.as_graph_def(), inputs, [t.name for t in frozen.outputs])
+    return FrozenGraph(frozen.graph.as_graph_def(), inputs, [t.name for t in frozen.outputs],
+                       tables=lookup_tables(fn, frozen))
+
+
+def lookup_tables(fn: Any, frozen: Any) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """``{placeholder tensor name: (keys, values)}`` of each lookup table ``frozen`` (``fn``
+    frozen) still reads through a resource placeholder: the table's contents, exported from
+    ``fn``'s captured handle. A freeze turns variables into constants, not tables, so without
+    them a twin of the graph had an uninitialised table (an adapted ``StringLookup``,
+    ``IntegerLookup`` or ``TextVectorization``). A resource that is no table, or one that does
+    not export, is left out (the graph then cannot run on its own)."""
+    tf = import_tf()
+    captured = list(getattr(fn, "captured_inputs", ()))
+    own = list(fn.inputs)[:len(fn.inputs) - len(captured)] if captured else list(fn.inputs)
+    handles = {t.name: h for t, h in zip(list(fn.inputs)[len(own):], captured)}
+    tables: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    graph_def = frozen.graph.as_graph_def()
+    for tensor in frozen.inputs:
+        if tensor.dtype.name != "resource" or tensor.name not in handles:
+            continue
+        dtypes = _table_dtypes(graph_def, tensor.name.split(":")[0])
+        if dtypes is None:  # no table read from it (never guessed: a wrong dtype aborts the process)
+            continue
+        try:
+            keys, values = tf.raw_ops.LookupTableExportV2(table_handle=handles[tensor.name], Tkeys=dtypes[0],
+                                                          Tvalues=dtypes[1])
+        except Exception:  # noqa: BLE001 - not an exportable table: the graph keeps its placeholder
+            continue
+        tables[tensor.name] = (keys.numpy(), values.numpy())
+    return tables
+
+
+_CALLS = ("StatefulPartitionedCall", "PartitionedCall")
+
+
+def _table_dtypes(graph_def: Any, source: str) -> tuple[Any, Any] | None:
+    """``(key dtype, value dtype)`` of the ``LookupTableFindV2`` that reads the table handle
+    ``source`` (a node name), followed through identities and into the functions it is passed
+    to (a SavedModel signature calls the model's function); None when no lookup reads it."""
+    tf = import_tf()
+    library = {f.signature.name: f for f in graph_def.library.function}
+
+    def search(nodes: Any, name: str, depth: int) -> tuple[Any, Any] | None:
+        for node in nodes:
+            for index, inp in enumerate(node.input):
+                if inp.startswith("^") or inp.split(":")[0] != name:
+                    continue
+                if node.op == "LookupTableFindV2" and index == 0:
+                    return tf.as_dtype(node.attr["Tin"].type), tf.as_dtype(node.attr["Tout"].type)
+                if node.op == "Identity" and depth < 32:  # an inlined call's input
+                    found = search(nodes, node.name, depth + 1)
+                    if found is not None:
+                        return found
+                    continue
+                function = library.get(node.attr["f"].func.name) if node.op in _CALLS else None
+                if function is not None and depth < 32 and index < len(function.signature.input_arg):
+                    found = search(function.node_def, function.signature.input_arg[index].name, depth + 1)
+                    if found is not None:
+                        return found
+        return None
+
+    return search(graph_def.node, source, 0)
 
 
 def freeze_session(session: Any, graph: Any, inputs: list[str], outputs: list[str]) -> FrozenGraph:
