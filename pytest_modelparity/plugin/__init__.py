@@ -247,7 +247,8 @@ def collecting(item: pytest.Item) -> Iterator[None]:
     try:
         with tolerances.tolerance_layers(_layers(item, state)), tolerances.gpu_tf32(state.options.tf32), \
                 quantized.budget_layers(_budget_layers(item, state)), \
-                quantized.class_scores(*_class_scores(item), source="marker"):
+                quantized.class_scores(*_class_scores(item), source="marker"), \
+                quantized.inconclusive_fails(state.options.strict):
             yield
     except BaseException as exc:
         raised.extend(_escaped_reports(exc))
@@ -552,7 +553,7 @@ def _terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
         shown = rows
         if len(rows) > SUMMARY_ROWS and config.getoption("verbose") < 1:
             # A long table buries the failures: keep them, count the rest (-v shows all).
-            shown = [r for r in rows if r["verdict"] == "fail"][:SUMMARY_ROWS]
+            shown = [r for r in rows if r["verdict"] in ("fail", "inconclusive")][:SUMMARY_ROWS]
         terminalreporter.write_sep("=", "model parity summary")
         for line in format_table(shown) if shown else ():
             terminalreporter.write_line(line)
@@ -572,6 +573,11 @@ def _terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     without_floor = floor_line(state.rows)
     if without_floor:
         terminalreporter.write_line(without_floor, yellow=True)
+    from ..reports.summary import inconclusive_line
+
+    short = inconclusive_line(state.rows)
+    if short:
+        terminalreporter.write_line(short, yellow=True, bold=True)
     for line in route_lines(state.artifacts):
         terminalreporter.write_line(line)
     for run in state.browsers:  # tfjs:webgl ran in Chrome/156... (headless), WebGL 2 on '...', float32 textures

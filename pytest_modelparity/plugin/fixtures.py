@@ -134,6 +134,11 @@ def parity_candidate(request: pytest.FixtureRequest, modelparity_source: Any, mo
 
     with contextlib.suppress(AttributeError):
         candidate.floor_reference = floor_reference
+    from ..checks import quant_rows, quantized
+
+    if quantized.variant_of(candidate) is not None:  # a decision over rows draws the rows it needs
+        with contextlib.suppress(AttributeError):
+            candidate.judging_rows = quant_rows.JudgingRows(floor_reference, modelparity_dataset, modelparity_elements)
     return candidate
 
 
