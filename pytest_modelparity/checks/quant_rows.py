@@ -9,7 +9,8 @@ beyond, fails with probability ``POWER``), and when the given rows fall short it
 quantised file, its float32 sibling and the reference on more rows from the candidate's
 ``judging_rows`` (``JudgingRows``, attached by the plugin's ``parity_candidate``): the rows of
 ``modelparity_dataset`` after its calibration rows, then seeded rows in the session's input
-range. Rows equal to a given row are dropped (a row counted twice is not twice the evidence).
+range (``modelparity_elements``; without a dataset, the dtype's default range parity_batch
+draws from too). Rows equal to a given row are dropped (a row counted twice is not twice the evidence).
 Where no more rows can be had (the reference is arrays, no row source), the decision that did
 not fail is inconclusive and says why (``quantized.settle``). Nothing here imports TensorFlow.
 """
@@ -173,7 +174,8 @@ def _join(given: Any, extra: dict[str, np.ndarray]) -> Any:
 class JudgingRows:
     """The rows a quantised verdict may add (``candidate.judging_rows``): the rows of
     ``dataset`` after its calibration rows, then rows seeded with ``JUDGING_SEED`` in
-    ``elements`` (else the dataset's own span per input, else each dtype's default range).
+    ``elements``, the session's input range; without a dataset, in each dtype's default range
+    (where ``parity_batch`` draws too); a dataset with no declared range adds real rows only.
     ``reference``: a callable giving the model whose inputs the rows fit."""
 
     def __init__(self, reference: Callable[[], Any], dataset: Any = None, elements: Any = None) -> None:
@@ -201,14 +203,15 @@ class JudgingRows:
             if got:
                 parts.append(real)
                 said.append(f"{got} row(s) of modelparity_dataset {data.label} after its calibration rows")
-            if elements is None:
-                elements = {k: (float(v.min()), float(v.max())) for k, v in arrays.items()
-                            if v.dtype.kind in "fiu" and v.size}
         rest = n - sum(len(next(iter(p.values()))) for p in parts)
-        if rest > 0:
+        if rest > 0 and data is not None and elements is None:
+            # Real rows only: uniform rows in the data's span are not the data (on the digits
+            # two-head CNN they failed its good int8 file's box head), and no range was declared.
+            said.append(f"no more: modelparity_dataset has no further rows and no modelparity_elements "
+                        f"(--modelparity-input-range) says where to draw {rest} more")
+        elif rest > 0:
             parts.append(dict(seeded_batch(specs, batch_size=rest, seed=JUDGING_SEED, elements=elements)))
-            where = ("modelparity_elements" if self._elements is not None else
-                     "the dataset's own span" if data is not None else "each input dtype's default range")
+            where = "modelparity_elements" if elements is not None else "each input dtype's default range"
             said.append(f"{rest} seeded row(s) drawn from {where}")
         joined = {k: np.concatenate([np.asarray(p[k]) for p in parts]) for k in parts[0]} if parts else None
         return joined, " and ".join(said) or "no rows"

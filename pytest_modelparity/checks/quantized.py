@@ -12,7 +12,9 @@ file of the same source (its *sibling*: same graph, same op names) separates the
   output kind (``judge_cost``): class scores (a softmax, or declared ``class_scores=``) by
   top-k agreement over rows that are not near-ties, regression outputs by the share of
   elements beyond a share of the output's scale, each with the binomial margin of the batch's
-  size; relative RMS is reported, it does not decide. Defaults measured on trained models
+  size, on enough rows that a file clearly outside the budget could fail (``trials_needed``;
+  fewer, and a decision that did not fail is inconclusive: ``settle``, ``checks/quant_rows.py``);
+  relative RMS is reported, it does not decide. Defaults measured on trained models
   (docs/tolerances.md "Quantised forms"); ``--modelparity-quant-budget``, the marker's
   ``quant_budget=`` or the ini key loosen one variant's budget without touching conversion.
 - ``tflite:float16`` adds a third line: the file against its sibling with weights rounded to
