@@ -5,10 +5,12 @@ inconclusive, never a pass; the threshold stated is the one applied."""
 from __future__ import annotations
 
 import json
+import math
 import textwrap
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from pytest_modelparity.checks import quantized
 from pytest_modelparity.verdict.tolerances import Tolerance
@@ -64,6 +66,38 @@ def test_too_few_rows_are_inconclusive_not_a_pass_and_misses_still_fail():
     failed = _report(flipped, sibling)
     assert not failed.passed and not failed.inconclusive
     assert failed.outputs[-1].decision["verdict"] == "fail"
+
+
+def test_drawn_rows_do_not_outvote_the_given_rows():
+    """8 given rows, 6 of them flipped (fails alone: at most 3 of 8), then 56 drawn rows that
+    agree: over 64 rows 6 misses would pass (at most 8), but the given rows' failure stands."""
+    sibling = np.tile(np.array([[4.0, 0.0, 0.0]], np.float32), (64, 1))
+    quant = sibling.copy()
+    quant[:6] = [0.0, 4.0, 0.0]
+    conversion = lambda dtype, path: Tolerance(0.0, 0.0, scale=1e-6)  # noqa: E731
+    for given, passed in ((8, False), (64, True)):
+        note = {"given": given, "drawn": 64 - given, "source": "test rows"}
+        with quantized.budget_layers([("test", {"int8": {"scale": 0.2}})]), \
+                quantized.class_scores(True, source="test"):
+            report = quantized.two_part_report(quantized=quant, sibling=sibling, reference=sibling, variant="int8",
+                                               conversion_tolerance=conversion, rows_note=note)
+        out = report.outputs[-1]
+        assert out.decision["trials"] == 64 and out.decision["observed"] == 6 and out.decision["allowed"] >= 6
+        assert report.passed is passed and not report.inconclusive, str(report)
+        if not passed:
+            assert out.decision["given_alone"] == {"unit": "rows", "trials": 8, "observed": 6, "allowed": 3}
+            assert "FAILS on the given rows alone: 6 of 8 rows differ, at most 3 may" in str(report)
+
+
+@settings(max_examples=60, deadline=None, database=None)
+@given(n=st.integers(1, 400), rate=st.floats(0.005, 0.3), bad=st.floats(0.0, 1.0))
+def test_fail_probability_is_the_binomial_tail_beyond_the_allowed_misses(n, rate, bad):
+    """P(X > allowed_misses(n, rate)) at a true rate ``bad``, summed exactly; at the budget's own
+    rate it is at most ALPHA (a file at the budget fails that rarely, whatever n)."""
+    k = quantized.allowed_misses(n, rate)
+    exact = sum(math.comb(n, i) * bad ** i * (1 - bad) ** (n - i) for i in range(k + 1, n + 1))
+    assert quantized.fail_probability(n, rate, bad) == pytest.approx(exact, abs=1e-9)
+    assert quantized.fail_probability(n, rate, rate) <= quantized.ALPHA * (1 + 1e-9)
 
 
 GOOD_OR_BAD = textwrap.dedent('''

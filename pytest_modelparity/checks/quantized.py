@@ -422,6 +422,9 @@ def judge_cost(outputs: list[tuple[Any, str]], flat_q: Mapping, flat_f: Mapping,
                    rate=budget.beyond, bad=clearly_outside(budget.beyond),
                    outside=f"{clearly_outside(budget.beyond):.1%} of elements beyond (twice the budget)",
                    rows_note=rows_note)
+        given = int((rows_note or {}).get("given") or 0)
+        if (rows_note or {}).get("drawn") and 0 < given < rows:
+            _given_alone(o, info, q[:given], f[:given], kind, k, budget)
         o.passed = o.passed and not o.vacuous  # a budget whose scale reaches the output's own cannot fail
         info["passed"] = o.passed
         info["verdict"] = "inconclusive" if o.inconclusive and o.passed else ("pass" if o.passed else "fail")
@@ -429,6 +432,29 @@ def judge_cost(outputs: list[tuple[Any, str]], flat_q: Mapping, flat_f: Mapping,
             o.decision["verdict"] = info["verdict"]
         found[inner] = info
     return found
+
+
+def _given_alone(o: Any, info: dict[str, Any], q: np.ndarray, f: np.ndarray, kind: str, k: int,
+                 budget: "Budget") -> None:
+    """Judge the rows the test gave alone as well, by the same budget and margin: rows drawn
+    from the session's data must not outvote them (16 rows of 0-255 pixels fed to an int8 file
+    calibrated on [-1, 1] passed once 262 in-range rows were added). Their failure stands."""
+    if kind == CLASS_SCORES:
+        agree, trials, _ = _decisions(q, f, k, budget.scale)
+        observed, allowed, unit = trials - agree, allowed_misses(trials, 1.0 - budget.top1), "rows"
+    else:
+        bound = budget.scale * float(o.scale or 0.0)
+        with np.errstate(invalid="ignore"):
+            observed = int(np.sum(np.abs(q.astype(np.float64) - f.astype(np.float64)) > bound))
+        trials, allowed, unit = int(q.size), allowed_misses(int(q.size), budget.beyond), "elements"
+    alone = {"unit": unit, "trials": trials, "observed": observed, "allowed": allowed}
+    info["given_alone"] = alone
+    if o.decision is not None:
+        o.decision["given_alone"] = alone
+    if observed > allowed:
+        o.passed, o.inconclusive = False, None
+        o.notes.append(f"FAILS on the given rows alone: {observed} of {trials} {unit} differ, at most {allowed} may "
+                       "(rows drawn to decide do not outvote the rows the test gave)")
 
 
 def _applied(trials: int, allowed: int, agreement: bool = False) -> str:
