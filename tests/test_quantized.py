@@ -261,8 +261,12 @@ def test_zero_code_data_option_feeds_calibration_and_batches(pytester, _heavy_mo
     np.savez(pytester.path / "rows.npz", image=np.concatenate([x_train[:100], x_test]))
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--modelparity-model=digits.keras",
                                           "--modelparity-data=rows.npz", "--modelparity-formats=tflite:int8",
-                                          "-k", "outputs_close")
+                                          "-k", "outputs_close", "--modelparity-report=r.json")
     result.assert_outcomes(passed=1)
+    # each drawn batch (1-16 rows) is decided on rows drawn from the data (278 for 10 logits), not inconclusive
+    rows = [r for r in json.loads((pytester.path / "r.json").read_text())["rows"] if r["decision"]]
+    assert rows and {r["verdict"] for r in rows} == {"pass"}, [r["inconclusive"] for r in rows]
+    assert all(r["decision"]["trials"] >= r["decision"]["needed"] for r in rows)
 
 
 def test_data_and_budget_options_are_checked_at_start(pytester, _heavy_modules_stay_loaded):

@@ -53,6 +53,11 @@ class ParityCheck(pytest.Item):
                                             explain=explain, elements=state.options.input_range,
                                             dataset=state.options.data)
         reference = state.reference_or_skip(source, state.reference_device(device), explain=explain)
+        from ..checks import quant_rows, quantized
+
+        if quantized.variant_of(candidate) is not None:  # a decision over rows draws the rows it needs
+            candidate.judging_rows = quant_rows.JudgingRows(lambda: reference, state.options.data,
+                                                            state.options.input_range)
         getattr(self, f"_{self.check}")(reference, candidate)
 
     @property
