@@ -196,8 +196,11 @@ def test_two_rows_against_arrays_are_inconclusive_with_a_summary_line_and_fail_u
         pytester, _heavy_modules_stay_loaded, request):
     pytester.makeconftest(digits_conftest(str(request.path.parent)))
     pytester.makepyfile(test_arrays=ARRAYS_REFERENCE)
-    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--modelparity-report=r.json")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--modelparity-report=r.json",
+                                          "--modelparity-html=r.html")
     result.assert_outcomes(passed=1)
+    html = (pytester.path / "r.html").read_text()
+    assert '<td class="inconclusive"><b>INCONCLUSIVE</b>' in html and "1 inconclusive (too few rows" in html
     out = result.stdout.str()
     assert "1 quantised verdict(s) in 1 test(s) INCONCLUSIVE, not passed" in out, out
     assert "the reference is arrays, so it cannot be run on more rows: pass inputs= with at least" in out
