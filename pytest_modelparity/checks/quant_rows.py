@@ -17,6 +17,7 @@ not fail is inconclusive and says why (``quantized.settle``). Nothing here impor
 
 from __future__ import annotations
 
+import hashlib
 import math
 import warnings
 from typing import Any, Callable
@@ -26,6 +27,7 @@ import numpy as np
 from . import quantized
 from .batches import batch_length, concat, leaves
 from ..errors import InconclusiveVerdict
+from ..verdict import tree
 
 # Rows judged at most, and the most bytes of extra input rows drawn (beyond either the decision
 # stays inconclusive, and says so): a 4-value regression head on 224 px images would want 700.
@@ -33,6 +35,8 @@ MAX_ROWS = 2048
 MAX_INPUT_BYTES = 256 << 20
 # Extra rows run through the models this many at a time.
 CHUNK_ROWS = 256
+# Outputs on drawn rows kept per row source (candidate and reference of the latest draws).
+MEMO_ENTRIES = 8
 # Draws at most (near-ties among drawn rows can leave fewer judged rows than estimated).
 ROUNDS = 3
 # The seed of the seeded rows drawn for a verdict (parity_batch is 0, int8 calibration 1).
@@ -87,15 +91,19 @@ def widen(cand: Any, ref_model: Any, inputs: Any, act: Any, exp: Any,
     for _ in range(ROUNDS):  # near-ties among the drawn rows may leave fewer judged: draw again
         have = batch_length(inputs)
         limit = min(wanted, MAX_ROWS) - have
-        extra, said = source(min(wanted, MAX_ROWS) + given + note["drawn"]) if limit > 0 else (None, said)
-        extra = _without(extra, inputs, limit)
-        joined = _join(inputs, extra) if extra else None
-        if joined is None or extra is None:
+        block, said = source(min(wanted, MAX_ROWS) + given + note["drawn"]) if limit > 0 else (None, said)
+        keep = _kept(block, inputs, limit)
+        if block is None or keep is None:
             break
-        drawn = batch_length(extra)
-        act = concat([act, *(run(cand, _chunk(extra, i)) for i in range(0, drawn, CHUNK_ROWS))], where="quantised outputs")
-        exp = concat([exp, *(run(ref_model, _chunk(extra, i)) for i in range(0, drawn, CHUNK_ROWS))],
-                     where="reference outputs")
+        block = {k: np.asarray(v)[:keep[-1] + 1] for k, v in block.items()}
+        extra = {k: v[keep] for k, v in block.items()}
+        joined = _join(inputs, extra)
+        if joined is None:
+            break
+        drawn = len(keep)
+        pick = lambda path, arr: np.asarray(arr)[keep]  # noqa: E731
+        act = concat([act, tree.map_paths(pick, _outputs(source, cand, block, run))], where="quantised outputs")
+        exp = concat([exp, tree.map_paths(pick, _outputs(source, ref_model, block, run))], where="reference outputs")
         inputs = joined
         note.update(drawn=note["drawn"] + drawn, source=said)
         wanted = max(wanted, rows_wanted(exp, variant) if variant else 0)
@@ -137,15 +145,38 @@ def _inputs_in_order(batch: Any) -> list[tuple[str, Any]]:
     return [("", batch)]
 
 
-def _without(extra: dict[str, np.ndarray] | None, given: Any, limit: int) -> dict[str, np.ndarray] | None:
-    """``extra``'s rows that are not among ``given``'s, at most ``limit`` and ``MAX_INPUT_BYTES``."""
-    if not extra or limit <= 0:
+def _kept(block: dict[str, np.ndarray] | None, given: Any, limit: int) -> list[int] | None:
+    """Indices of ``block``'s rows that are not among ``given``'s, at most ``limit`` and
+    ``MAX_INPUT_BYTES``; None when none is left."""
+    if not block or limit <= 0:
         return None
-    seen = set(_row_keys(given)) if len(_inputs_in_order(given)) == len(extra) else set()
-    keys = _row_keys(extra)
-    per_row = sum(np.asarray(v)[:1].nbytes for v in extra.values()) or 1
-    keep = [i for i, key in enumerate(keys) if key not in seen][:min(limit, MAX_INPUT_BYTES // per_row)]
-    return {k: np.asarray(v)[keep] for k, v in extra.items()} if keep else None
+    seen = set(_row_keys(given)) if len(_inputs_in_order(given)) == len(block) else set()
+    per_row = sum(np.asarray(v)[:1].nbytes for v in block.values()) or 1
+    keep = [i for i, key in enumerate(_row_keys(block)) if key not in seen][:min(limit, MAX_INPUT_BYTES // per_row)]
+    return keep or None
+
+
+def _outputs(source: Any, model: Any, block: dict[str, np.ndarray], run: Callable[[Any, Any], Any]) -> Any:
+    """``model``'s outputs on ``block`` (run ``CHUNK_ROWS`` at a time), kept on the row source
+    for the next call: every example of a Hypothesis test draws the same block."""
+    memo = getattr(source, "memo", None)
+    key = None
+    if isinstance(memo, dict):
+        h = hashlib.blake2b(digest_size=16)
+        for name in sorted(block):
+            h.update(f"{name}{block[name].shape}{block[name].dtype}".encode())
+            h.update(np.ascontiguousarray(block[name]).tobytes())
+        key = (id(model), h.hexdigest())
+        hit = memo.get(key)
+        if hit is not None and hit[0] is model:
+            return hit[1]
+    rows = batch_length(block)
+    out = concat([run(model, _chunk(block, i)) for i in range(0, rows, CHUNK_ROWS)], where="outputs on drawn rows")
+    if key is not None and isinstance(memo, dict):
+        while len(memo) >= MEMO_ENTRIES:
+            memo.pop(next(iter(memo)))
+        memo[key] = (model, out)  # the model is held, so its id is not reused while the entry lives
+    return out
 
 
 def _join(given: Any, extra: dict[str, np.ndarray]) -> Any:
@@ -182,6 +213,7 @@ class JudgingRows:
         self._reference = reference
         self._dataset = dataset
         self._elements = elements
+        self.memo: dict[tuple, tuple[Any, Any]] = {}  # outputs on drawn rows (_outputs)
 
     def __call__(self, n: int) -> tuple[dict[str, np.ndarray] | None, str]:
         from .dataset import CALIBRATION_ROWS, as_dataset
