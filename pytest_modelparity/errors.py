@@ -140,3 +140,9 @@ class InvalidArgumentError(ValueError):
     batch size below 1, an empty batch. Raised by ``validators`` for every such mistake,
     wherever it is made (assertion arguments, markers, strategies); the plugin turns the
     same mistake in an ini key or option into ``pytest.UsageError``."""
+
+
+class InconclusiveVerdict(UserWarning):
+    """A quantised decision made on too few rows to fail a file outside its budget, and no
+    more rows to be had (``checks/quant_rows.py``): not a pass. ``--modelparity-strict`` makes
+    it a failure; the plugin's end-of-run summary counts them."""

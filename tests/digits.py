@@ -77,7 +77,8 @@ def digits_two_heads(seed: int = 0, *, epochs: int = 4):
 def digits_conftest(tests_dir: str, builder: str = "digits_cnn") -> str:
     """A pytester conftest whose source is the trained digits model ``builder`` (a function of
     this module returning ``(model, x_train, x_test)``), trained once per session, and whose
-    dataset is 100 calibration rows then the held-out rows (a list of arrays is batches)."""
+    dataset is 100 calibration rows, the held-out rows, then the other training rows (a list of
+    arrays is batches; a quantised verdict draws the rows its budget needs from them)."""
     return textwrap.dedent(f'''
         import sys
         sys.path.insert(0, {tests_dir!r})
@@ -98,5 +99,5 @@ def digits_conftest(tests_dir: str, builder: str = "digits_cnn") -> str:
         @pytest.fixture(scope="session")
         def modelparity_dataset():
             model, x_train, x_test = _trained()
-            return [x_train[:100], x_test]
+            return [x_train[:100], x_test, x_train[100:]]  # the rest: rows enough to judge every budget
     ''')

@@ -46,7 +46,8 @@ ROW = {"nodeid": str, "format": (str, type(None)), "device": (str, type(None)), 
        "mismatched": (int, type(None)), "shape": (list, type(None)), "dtype": (str, type(None)),
        "problem": (str, type(None)), "notes": list, "hints": list, "reported": bool, "tolerance": (str, type(None)), "calibration": (str, type(None)),
        "tolerance_source": (str, type(None)), "tolerance_rule": (str, type(None)), "rtol": NUM, "atol": NUM,
-       "scale": NUM, "error_histogram": (dict, type(None)), "quantized": (dict, type(None)), "paired_with": (dict, type(None))}
+       "scale": NUM, "error_histogram": (dict, type(None)), "quantized": (dict, type(None)), "paired_with": (dict, type(None)),
+       "decision": (dict, type(None)), "inconclusive": (str, type(None))}
 TOP = {"schema": str, "schema_version": int, "created": str, "command": str, "environment": dict,
        "options": dict, "workers": int, "summary": dict, "tests": list, "artifacts": list, "rows": list,
        "not_compared": list}
@@ -55,15 +56,17 @@ TOP = {"schema": str, "schema_version": int, "created": str, "command": str, "en
 def check_document(doc: dict) -> None:
     for key, kind in TOP.items():
         assert isinstance(doc.get(key), kind), (key, doc.get(key))
-    assert doc["schema"] == "pytest-modelparity/report" and doc["schema_version"] == 2
+    assert doc["schema"] == "pytest-modelparity/report" and doc["schema_version"] == 3
     env = doc["environment"]
     assert set(env["packages"]) >= {"tensorflow", "keras", "numpy", "ai-edge-litert", "onnxruntime", "tf2onnx",
                                     "tensorflowjs", "pytest-modelparity"}
     assert set(doc["summary"]) == {"tests", "passed", "failed", "error", "skipped", "xfailed", "xpassed",
-                                   "comparisons", "rows", "rows_passed", "rows_failed", "rows_expected"}
+                                   "comparisons", "rows", "rows_passed", "rows_failed", "rows_expected",
+                                   "rows_inconclusive"}
     summary = doc["summary"]
     assert summary["rows"] == len(doc["rows"])
-    assert summary["rows_passed"] + summary["rows_failed"] + summary["rows_expected"] == len(doc["rows"])
+    assert summary["rows_passed"] + summary["rows_failed"] + summary["rows_expected"] + summary["rows_inconclusive"] \
+        == len(doc["rows"])
     assert summary["tests"] == len(doc["tests"]) == sum(summary[k] for k in ("passed", "failed", "error", "skipped",
                                                                              "xfailed", "xpassed"))
     for test in doc["tests"]:
@@ -73,7 +76,7 @@ def check_document(doc: dict) -> None:
     for row in doc["rows"]:
         for key, kind in ROW.items():
             assert isinstance(row.get(key), kind), (key, row.get(key))
-        assert row["verdict"] in ("pass", "fail", "expected") and row["check"] in ("outputs_close", "deterministic",
+        assert row["verdict"] in ("pass", "fail", "expected", "inconclusive") and row["check"] in ("outputs_close", "deterministic",
                                                                       "batch_invariant")
         for key in ("max_abs", "max_rel", "max_ulp"):
             assert not isinstance(row[key], str) or row[key] in ("inf", "-inf", "nan")

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from .. import diagnose
-from . import float16_textures, power, quantized
+from . import float16_textures, power, quant_rows, quantized
 from ..floor import measure as floor
 from .batches import (batch_length as _batch_length, check_rows as _check_rows, concat as _concat, leaves as _leaves,
                       max_abs_tree as _max_abs_tree, reverse as _reverse, reverse_tree as _reverse_tree,
@@ -87,6 +87,11 @@ def assert_outputs_close(actual: Any, expected: Any, *, inputs: Any = None, rtol
     else:
         act = _run(actual_model, inputs) if actual_model is not None else _to_numpy(actual)
         exp = _run(expected_model, inputs) if expected_model is not None else _to_numpy(expected)
+    rows_note = None
+    if actual_model is not None and inputs is not None and _uses_default(tolerance, rtol, atol) \
+            and (quantized.sibling_of(actual_model) is not None or quantized.judged_alone(actual_model)):
+        # a decision over rows needs rows enough to fail (checks/quant_rows.py)
+        inputs, act, exp, rows_note = quant_rows.widen(actual_model, expected_model, inputs, act, exp, _run)
     exp_raw, act_raw = exp, act
     act, exp, alignment, pairs = align_structures(act, exp, from_models=actual_model is not None or expected_model is not None,
                                                    models=(actual_model, expected_model), bind=bind)
@@ -106,14 +111,14 @@ def assert_outputs_close(actual: Any, expected: Any, *, inputs: Any = None, rtol
     if actual_model is not None and inputs is not None and _uses_default(tolerance, rtol, atol) \
             and quantized.sibling_of(actual_model) is not None:
         return _quantized_two_part(actual_model, expected_model, inputs, act, exp_raw, device, meta, msg,
-                                   equal_nan, allow_vacuous)
+                                   equal_nan, allow_vacuous, rows_note)
     if actual_model is not None and inputs is not None and _uses_default(tolerance, rtol, atol) \
             and float16_textures.sibling_of(actual_model) is not None:
         return _textures_two_part(actual_model, expected_model, inputs, act, exp_raw, device, meta, msg,
                                   equal_nan, allow_vacuous)
     if actual_model is not None and inputs is not None and _uses_default(tolerance, rtol, atol) \
             and quantized.judged_alone(actual_model):
-        return _quantized_alone(actual_model, expected_model, inputs, act, exp, meta, msg, equal_nan)
+        return _quantized_alone(actual_model, expected_model, inputs, act, exp, meta, msg, equal_nan, rows_note)
     calibration = None
     if isinstance(tolerance, str):
         _check_calibrated(tolerance, rtol, atol)
@@ -154,7 +159,8 @@ def assert_outputs_close(actual: Any, expected: Any, *, inputs: Any = None, rtol
 
 
 def _quantized_two_part(cand: Any, ref_model: Any, inputs: Any, act: Any, exp_raw: Any, device: str,
-                        meta: dict[str, Any], msg: str | None, equal_nan: bool, allow_vacuous: bool) -> ComparisonReport:
+                        meta: dict[str, Any], msg: str | None, equal_nan: bool, allow_vacuous: bool,
+                        rows_note: dict | None = None) -> ComparisonReport:
     """A quantised TFLite candidate with its float32 sibling (``checks/quantized.py``): conversion
     judged by this module's default (float64 floor) path, quantisation cost by the budget."""
     __tracebackhide__ = True
@@ -169,7 +175,7 @@ def _quantized_two_part(cand: Any, ref_model: Any, inputs: Any, act: Any, exp_ra
     twin = quantized.float16_twin_of(sibling) if variant == "float16" else None
     report = quantized.two_part_report(quantized=act, sibling=sib, reference=exp, variant=variant,
                                        conversion_tolerance=conv_tol, equal_nan=equal_nan,
-                                       calibration=getattr(cand, "calibration", None),
+                                       calibration=getattr(cand, "calibration", None), rows_note=rows_note,
                                        twin=None if twin is None else
                                        align_structures(_run(twin, inputs), exp_raw, from_models=True,
                                                          models=(twin, ref_model))[0])
@@ -184,6 +190,7 @@ def _quantized_two_part(cand: Any, ref_model: Any, inputs: Any, act: Any, exp_ra
                                                variant=variant, twin=twin)
         return hints + quant if "conversion" in report.meta["quantized"]["failed_parts"] else quant + hints
 
+    quant_rows.warn_inconclusive(report)
     return _finish("outputs_close", report, msg, why)
 
 
@@ -213,14 +220,14 @@ def _textures_two_part(cand: Any, ref_model: Any, inputs: Any, act: Any, exp_raw
 
 
 def _quantized_alone(cand: Any, ref_model: Any, inputs: Any, act: Any, exp: Any, meta: dict[str, Any],
-                     msg: str | None, equal_nan: bool) -> ComparisonReport:
+                     msg: str | None, equal_nan: bool, rows_note: dict | None = None) -> ComparisonReport:
     """An int8/dynamic-range TFLite candidate without a float32 sibling: the variant's budget
     against the reference (``quantized.alone_report``), not the fixed ``tflite:*`` rule."""
     __tracebackhide__ = True
     variant = quantized.variant_of(cand)
     assert variant is not None
     report = quantized.alone_report(quantized=act, reference=exp, variant=variant, equal_nan=equal_nan,
-                                    calibration=getattr(cand, "calibration", None))
+                                    calibration=getattr(cand, "calibration", None), rows_note=rows_note)
     report.title = f"{_name(cand)} vs {_name(ref_model) if ref_model is not None else 'expected'}"
     report.meta.update({k: v for k, v in meta.items() if k != "summary"})
 
@@ -228,6 +235,7 @@ def _quantized_alone(cand: Any, ref_model: Any, inputs: Any, act: Any, exp: Any,
         return diagnose.diagnose_comparison(report, actual=act, expected=exp, actual_model=cand,
                                             expected_model=ref_model, inputs=inputs)
 
+    quant_rows.warn_inconclusive(report)
     return _finish("outputs_close", report, msg, why)
 
 

@@ -12,7 +12,9 @@ file of the same source (its *sibling*: same graph, same op names) separates the
   output kind (``judge_cost``): class scores (a softmax, or declared ``class_scores=``) by
   top-k agreement over rows that are not near-ties, regression outputs by the share of
   elements beyond a share of the output's scale, each with the binomial margin of the batch's
-  size; relative RMS is reported, it does not decide. Defaults measured on trained models
+  size, on enough rows that a file clearly outside the budget could fail (``trials_needed``;
+  fewer, and a decision that did not fail is inconclusive: ``settle``, ``checks/quant_rows.py``);
+  relative RMS is reported, it does not decide. Defaults measured on trained models
   (docs/tolerances.md "Quantised forms"); ``--modelparity-quant-budget``, the marker's
   ``quant_budget=`` or the ini key loosen one variant's budget without touching conversion.
 - ``tflite:float16`` adds a third line: the file against its sibling with weights rounded to
@@ -27,6 +29,7 @@ reference (``alone_report``). Nothing here imports TensorFlow.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import re
 from contextvars import ContextVar
@@ -264,6 +267,69 @@ def allowed_misses(n: int, rate: float, alpha: float = ALPHA) -> int:
     return int(np.nonzero(logtail >= math.log(alpha))[0].max())
 
 
+# How many rows (class scores) or elements (regression) a verdict needs before it can fail:
+# at the budget a file passes with probability >= 1 - ALPHA (allowed_misses), and a file
+# clearly outside it (half the required agreement, or twice the allowed share beyond) fails
+# with probability >= POWER. POWER = 1 - ALPHA: both errors as rare as each other, so 10 runs
+# of a file at half the agreement all fail with probability >= 99% (docs/tolerances.md).
+POWER = 1 - ALPHA
+
+
+def clearly_outside(rate: float) -> float:
+    """The miss rate of a file clearly outside a budget whose miss rate is ``rate``: twice
+    the share beyond, or (for 1 - top1) half the required agreement, capped at 1."""
+    return min(1.0, 2.0 * rate)
+
+
+def outside_top1(top1: float) -> float:
+    """Half the required top-1 agreement, as a miss rate."""
+    return 1.0 - top1 / 2.0
+
+
+def fail_probability(n: int, rate: float, bad: float, alpha: float = ALPHA) -> float:
+    """P(more than ``allowed_misses(n, rate)`` misses out of ``n``) at a true miss rate ``bad``."""
+    k = allowed_misses(n, rate, alpha)
+    if k >= n or bad <= 0:
+        return 0.0
+    if bad >= 1:
+        return 1.0
+    j = np.arange(1, n + 1, dtype=np.float64)
+    log0 = n * math.log1p(-bad)
+    logpmf = np.concatenate([[log0], log0 + np.cumsum(np.log(n - j + 1) - np.log(j) + math.log(bad / (1 - bad)))])
+    return float(min(1.0, np.exp(np.logaddexp.reduce(logpmf[k + 1:]))))
+
+
+def trials_needed(rate: float, bad: float, alpha: float = ALPHA, power: float = POWER) -> int:
+    """The fewest rows (or elements) from which on a file at miss rate ``bad`` fails with
+    probability >= ``power`` (the default budgets' answers are known; others are computed once);
+    0 when the budget cannot tell (``rate`` 0 or >= 1, or ``bad`` no worse than ``rate``)."""
+    if rate <= 0 or rate >= 1 or bad <= rate:
+        return 0
+    known = _KNOWN_NEEDS.get((round(rate, 12), round(bad, 12))) if (alpha, power) == (ALPHA, POWER) else None
+    return known if known is not None else _trials_needed(rate, bad, alpha, power)
+
+
+@functools.lru_cache(maxsize=64)
+def _trials_needed(rate: float, bad: float, alpha: float, power: float) -> int:
+    """The search behind ``trials_needed``: the binomial power is a sawtooth in n (it dips
+    after each step of ``allowed_misses``), so n must hold on the next quarter as well."""
+    z = 3.09 if alpha <= 1e-3 else 2.33  # start below the normal approximation's answer
+    n = max(1, int(0.5 * ((z * math.sqrt(rate * (1 - rate)) + z * math.sqrt(bad * (1 - bad))) / (bad - rate)) ** 2))
+    while True:
+        while fail_probability(n, rate, bad, alpha) < power:
+            n += 1
+        short = next((m for m in range(n + 1, n + n // 4 + 2) if fail_probability(m, rate, bad, alpha) < power), None)
+        if short is None:
+            return n
+        n = short + 1
+
+
+# _trials_needed's answers for the built-in budgets (tests/test_quantized_rows.py recomputes
+# them): top-1 >= 95% / 97% need 28 / 23 judged rows; <= 2% / 1% beyond need 2777 / 5627 elements.
+_KNOWN_NEEDS: dict[tuple[float, float], int] = {(0.05, 0.525): 28, (0.03, 0.515): 23, (0.02, 0.04): 2777,
+                                                 (0.01, 0.02): 5627}
+
+
 def _decisions(q: np.ndarray, f: np.ndarray, k: int, share: float) -> tuple[int, int, int]:
     """(rows whose float top-1 is among the quantised top-k, rows judged, near-ties left out).
     A row whose float top-1 beats its (k+1)-th class by at most twice what the budget lets an
@@ -284,16 +350,24 @@ def _decisions(q: np.ndarray, f: np.ndarray, k: int, share: float) -> tuple[int,
     return int(agree[judged].sum()), int(judged.sum()), int((~judged).sum())
 
 
+def judged_share(f: np.ndarray, k: int, share: float) -> float:
+    """The share of rows of float class scores ``f`` that are not near-ties (``_decisions``)."""
+    _, judged, ties = _decisions(f, f, k, share)
+    return judged / (judged + ties) if judged + ties else 1.0
+
+
 def _rows(shape: tuple[int, ...]) -> int:
     return int(shape[0]) if len(shape) else 1
 
 
 def judge_cost(outputs: list[tuple[Any, str]], flat_q: Mapping, flat_f: Mapping, budget: "Budget", variant: str,
-               against: str, source: str) -> dict[str, dict[str, Any]]:
+               against: str, source: str, rows_note: Mapping | None = None) -> dict[str, dict[str, Any]]:
     """Judge each ``(OutputComparison, inner path)`` of the quantised file against its float
     values (``against``: the float32 sibling or the reference) by the budget for its kind;
     sets each comparison's verdict, its tolerance (the one threshold applied) and notes, and
-    returns what was judged per output (``meta["quantized"]["parts"]["quantisation"]["outputs"]``)."""
+    returns what was judged per output (``meta["quantized"]["parts"]["quantisation"]["outputs"]``).
+    A decision on fewer rows than ``trials_needed`` that did not fail is inconclusive (``settle``);
+    ``rows_note`` says how the rows were had (``checks/quant_rows.py``)."""
     found: dict[str, dict[str, Any]] = {}
     for o, inner in outputs:
         q, f = flat_q.get(inner), flat_f.get(inner)
@@ -319,7 +393,7 @@ def judge_cost(outputs: list[tuple[Any, str]], flat_q: Mapping, flat_f: Mapping,
             o.top1_rows, o.top1_near_ties = judged, ties
             o.passed = misses <= allowed
             rule = (f"{word} agreement >= {budget.top1:.0%} over rows that are not near-ties (on {judged} row(s) "
-                    f"at most {allowed} may differ)")
+                    f"at most {allowed} may differ{_applied(judged, allowed, True)})")
             o.tolerance = Tolerance(0.0, 0.0, scale=budget.scale, min_top1=budget.top1, default=True,
                                     source=f"tflite:{variant} quantisation budget for class scores vs {against}: "
                                            f"{rule}; "
@@ -329,22 +403,104 @@ def judge_cost(outputs: list[tuple[Any, str]], flat_q: Mapping, flat_f: Mapping,
                            + f"; {'passes' if o.passed else 'FAILS'}: {rule}")
             o.notes.append(f"relative RMS vs {against} {rms:.3g}, {o.mismatched} element(s) beyond "
                            f"{budget.scale:.3g} of scale (they explain, they do not decide)")
+            settle(o, info, unit="rows", trials=judged, observed=misses, allowed=allowed, rate=1.0 - budget.top1,
+                   bad=outside_top1(budget.top1), outside=f"{word} agreement {budget.top1 / 2:.1%} (half the budget)",
+                   rows_note=rows_note)
         else:
             allowed = allowed_misses(int(o.size), budget.beyond)
             o.passed = int(o.mismatched) <= allowed
             info.update(allowed_beyond=allowed)
             rule = (f"<= {budget.beyond:.1%} of elements beyond {budget.scale:.3g} of scale (of {o.size} at most "
-                    f"{allowed})")
+                    f"{allowed}{_applied(int(o.size), allowed)})")
             o.tolerance = Tolerance(0.0, 0.0, scale=budget.scale, max_mismatch_fraction=budget.beyond, default=True,
                                     source=f"tflite:{variant} quantisation budget for regression outputs vs "
                                            f"{against}: {rule}; "
                                            f"relative RMS explains; {source}")
             o.notes.append(f"{o.mismatched} of {o.size} element(s) beyond {budget.scale:.3g} of scale (at most "
                            f"{allowed} on this batch); relative RMS vs {against} {rms:.3g} (explains, does not decide)")
+            settle(o, info, unit="elements", trials=int(o.size), observed=int(o.mismatched), allowed=allowed,
+                   rate=budget.beyond, bad=clearly_outside(budget.beyond),
+                   outside=f"{clearly_outside(budget.beyond):.1%} of elements beyond (twice the budget)",
+                   rows_note=rows_note)
+        given = int((rows_note or {}).get("given") or 0)
+        if (rows_note or {}).get("drawn") and 0 < given < rows:
+            _given_alone(o, info, q[:given], f[:given], kind, k, budget)
         o.passed = o.passed and not o.vacuous  # a budget whose scale reaches the output's own cannot fail
         info["passed"] = o.passed
+        info["verdict"] = "inconclusive" if o.inconclusive and o.passed else ("pass" if o.passed else "fail")
+        if o.decision is not None:
+            o.decision["verdict"] = info["verdict"]
         found[inner] = info
     return found
+
+
+def _given_alone(o: Any, info: dict[str, Any], q: np.ndarray, f: np.ndarray, kind: str, k: int,
+                 budget: "Budget") -> None:
+    """Judge the rows the test gave alone as well, by the same budget and margin: rows drawn
+    from the session's data must not outvote them (16 rows of 0-255 pixels fed to an int8 file
+    calibrated on [-1, 1] passed once 262 in-range rows were added). Their failure stands."""
+    if kind == CLASS_SCORES:
+        agree, trials, _ = _decisions(q, f, k, budget.scale)
+        observed, allowed, unit = trials - agree, allowed_misses(trials, 1.0 - budget.top1), "rows"
+    else:
+        bound = budget.scale * float(o.scale or 0.0)
+        with np.errstate(invalid="ignore"):
+            observed = int(np.sum(np.abs(q.astype(np.float64) - f.astype(np.float64)) > bound))
+        trials, allowed, unit = int(q.size), allowed_misses(int(q.size), budget.beyond), "elements"
+    alone = {"unit": unit, "trials": trials, "observed": observed, "allowed": allowed}
+    info["given_alone"] = alone
+    if o.decision is not None:
+        o.decision["given_alone"] = alone
+    if observed > allowed:
+        o.passed, o.inconclusive = False, None
+        o.notes.append(f"FAILS on the given rows alone: {observed} of {trials} {unit} differ, at most {allowed} may "
+                       "(rows drawn to decide do not outvote the rows the test gave)")
+
+
+def _applied(trials: int, allowed: int, agreement: bool = False) -> str:
+    """The threshold applied on this many trials, said beside the headline it comes from."""
+    if not trials:
+        return ""
+    return (f", so >= {(trials - allowed) / trials:.1%} agreement applied" if agreement
+            else f", so <= {allowed / trials:.1%} applied")
+
+
+# Whether an inconclusive decision fails the test (--modelparity-strict; the plugin sets it).
+_STRICT: ContextVar[bool] = ContextVar("modelparity_inconclusive_fails", default=False)
+
+
+@contextlib.contextmanager
+def inconclusive_fails(strict: bool) -> Iterator[None]:
+    """Within the block an inconclusive decision is a failure (``--modelparity-strict``)."""
+    token = _STRICT.set(bool(strict))
+    try:
+        yield
+    finally:
+        _STRICT.reset(token)
+
+
+def settle(o: Any, info: dict[str, Any], *, unit: str, trials: int, observed: int, allowed: int, rate: float,
+           bad: float, outside: str, rows_note: Mapping | None) -> None:
+    """Record the decision (the threshold applied: at most ``allowed`` of ``trials``) on ``o``
+    and ``info``; a decision that passed on fewer than ``trials_needed`` trials is
+    inconclusive, a failure under ``inconclusive_fails``. A decision that failed on few trials
+    stands: the misses are evidence whatever the batch's size."""
+    needed = trials_needed(rate, bad)
+    note = dict(rows_note or {})
+    decision = {"unit": unit, "trials": trials, "observed": observed, "allowed": allowed,
+                "applied_rate": (allowed / trials) if trials else None, "budget_rate": rate, "needed": needed,
+                "outside_rate": bad, "alpha": ALPHA, "power": POWER, "rows_judged": info["rows"],
+                **{f"rows_{k}": v for k, v in note.items() if k in ("given", "drawn", "source")}}
+    o.decision = decision
+    info["decision"] = decision
+    if not o.passed or trials >= needed:
+        return
+    why = note.get("missing") or "no more rows were drawn"
+    o.inconclusive = (f"INCONCLUSIVE: {trials} {unit} judged, {needed} needed to fail a file at {outside} with "
+                      f"probability {POWER:g}; {why}")
+    o.notes.append(o.inconclusive + (" (a failure under --modelparity-strict)" if _STRICT.get() else ""))
+    if _STRICT.get():
+        o.passed = False
 
 
 # -- the verdict ----------------------------------------------------------------------------
@@ -358,7 +514,8 @@ def _cost_tolerance(budget: "Budget", variant: str, against: str, source: str) -
 
 def two_part_report(*, quantized: Any, sibling: Any, reference: Any, variant: str,
                     conversion_tolerance: Callable[[Any, str], Tolerance], twin: Any = None,
-                    equal_nan: bool = False, calibration: Mapping | None = None) -> ComparisonReport:
+                    equal_nan: bool = False, calibration: Mapping | None = None,
+                    rows_note: Mapping | None = None) -> ComparisonReport:
     """One report whose outputs are ``['conversion']...`` (sibling vs reference, by
     ``conversion_tolerance`` keyed by the reference's paths), ``['quantisation']...``
     (quantised vs sibling, by the variant's budget for the output's kind: ``judge_cost``) and,
@@ -384,20 +541,20 @@ def two_part_report(*, quantized: Any, sibling: Any, reference: Any, variant: st
 
     report = compare(actual, expected, tolerance=tolerance, equal_nan=equal_nan, full_stats=True)
     judged = judge_cost([(o, _split_path(o.path)[1]) for o in report.outputs if _split_path(o.path)[0] == COST],
-                        tree.flatten(quantized), tree.flatten(sibling), budget, variant, against, source)
+                        tree.flatten(quantized), tree.flatten(sibling), budget, variant, against, source, rows_note)
     parts: dict[str, dict[str, Any]] = {}
     for part in (CONVERSION, COST, FLOAT16_TWIN):
         outs = [o for o in report.outputs if _split_path(o.path)[0] == part]
         if outs:
             parts[part] = _part(outs)
-    _finish_cost(parts[COST], judged)
-    _meta(report, variant, budget, source, parts, calibration, against)
+    _finish_cost(parts[COST], judged, rows_note)
+    _meta(report, variant, budget, source, parts, calibration, against, rows_note)
     report.meta["summary"] = summary_text(variant, parts, budget, calibration)
     return report
 
 
 def alone_report(*, quantized: Any, reference: Any, variant: str, equal_nan: bool = False,
-                 calibration: Mapping | None = None) -> ComparisonReport:
+                 calibration: Mapping | None = None, rows_note: Mapping | None = None) -> ComparisonReport:
     """A quantised file with no float32 sibling, judged against the reference by the same
     budget as its quantisation part would be (conversion and quantisation together: the
     conversion of a correct file costs ~1e-6 of scale, far under any budget)."""
@@ -406,10 +563,10 @@ def alone_report(*, quantized: Any, reference: Any, variant: str, equal_nan: boo
     report = compare(quantized, reference, tolerance=_cost_tolerance(budget, variant, against, source),
                      equal_nan=equal_nan, full_stats=True)
     judged = judge_cost([(o, o.path) for o in report.outputs], tree.flatten(quantized), tree.flatten(reference),
-                        budget, variant, against, source)
+                        budget, variant, against, source, rows_note)
     parts = {COST: _part(report.outputs)}
-    _finish_cost(parts[COST], judged)
-    _meta(report, variant, budget, source, parts, calibration, against)
+    _finish_cost(parts[COST], judged, rows_note)
+    _meta(report, variant, budget, source, parts, calibration, against, rows_note)
     report.meta["summary"] = summary_text(variant, parts, budget, calibration, sibling=False)
     return report
 
@@ -422,11 +579,13 @@ def judged_alone(model: Any) -> bool:
 
 
 def _part(outs: list) -> dict[str, Any]:
-    return {"passed": all(o.passed for o in outs),
+    return {"passed": all(o.passed for o in outs), "inconclusive": any(o.inconclusive for o in outs),
             "max_rel_of_scale": max(((o.max_abs or 0.0) / o.scale if o.scale else 0.0) for o in outs)}
 
 
-def _finish_cost(cost: dict[str, Any], judged: dict[str, dict[str, Any]]) -> None:
+def _finish_cost(cost: dict[str, Any], judged: dict[str, dict[str, Any]], rows_note: Mapping | None = None) -> None:
+    if rows_note:
+        cost["rows"] = dict(rows_note)
     cost["relative_rms"] = max((v["relative_rms"] for v in judged.values()), default=0.0)
     tops = [v["agreement"] for v in judged.values() if v.get("agreement") is not None]
     cost["top1_agreement"] = min(tops) if tops else None
@@ -434,10 +593,12 @@ def _finish_cost(cost: dict[str, Any], judged: dict[str, dict[str, Any]]) -> Non
 
 
 def _meta(report: ComparisonReport, variant: str, budget: "Budget", source: str, parts: dict,
-          calibration: Mapping | None, against: str) -> None:
+          calibration: Mapping | None, against: str, rows_note: Mapping | None = None) -> None:
     report.meta["quantized"] = {"variant": variant, "budget": {k: getattr(budget, k) for k in _KEYS},
                                 "budget_source": source, "against": against, "parts": parts,
-                                "failed_parts": [p for p, v in parts.items() if not v["passed"]]}
+                                "failed_parts": [p for p, v in parts.items() if not v["passed"]],
+                                "inconclusive": [o.path for o in report.outputs if o.inconclusive],
+                                "rows": dict(rows_note or {})}
     if calibration:
         report.meta["quantized"]["calibration"] = dict(calibration)
 
@@ -470,16 +631,27 @@ def _output_line(inner: str, info: dict[str, Any], budget: "Budget") -> str:
         ties = f", {info['near_ties']} near-tie(s) left out" if info["near_ties"] else ""
         return (f"{name} as class scores ({info['why']}): {word} {agreement} over {info['judged_rows']} row(s){ties}; "
                 f"budget {word} >= {budget.top1:.0%} (at most {info['allowed_misses']} of {info['judged_rows']} "
-                f"may differ), relative RMS {info['relative_rms']:.2g} explains")
+                f"may differ{_applied(info['judged_rows'], info['allowed_misses'], True)}), relative RMS "
+                f"{info['relative_rms']:.2g} explains{_short(info)}")
     rms = f"relative RMS {info['relative_rms']:.2g} explains"
     return (f"{name} as regression ({info['why']}): {info['beyond']} of {info['elements']} element(s) beyond "
-            f"{budget.scale:.3g} of scale, budget <= {budget.beyond:.1%} (at most {info['allowed_beyond']}); {rms}")
+            f"{budget.scale:.3g} of scale, budget <= {budget.beyond:.1%} (at most {info['allowed_beyond']}"
+            f"{_applied(info['elements'], info['allowed_beyond'])}); {rms}{_short(info)}")
+
+
+def _short(info: dict[str, Any]) -> str:
+    """What a summary line adds for a decision made on too few rows."""
+    if info.get("verdict") != "inconclusive":
+        return ""
+    d = info["decision"]
+    return f"; INCONCLUSIVE: {d['trials']} {d['unit']} judged of {d['needed']} needed"
 
 
 def summary_text(variant: str, parts: dict, budget: Budget, calibration: Mapping | None = None,
                  sibling: bool = True) -> str:
     cost = parts[COST]
     word = {True: "passed", False: "FAILED"}
+    head_word = "INCONCLUSIVE" if cost["passed"] and cost.get("inconclusive") else word[cost["passed"]]
     lines = []
     if sibling:
         conv = parts[CONVERSION]
@@ -491,7 +663,12 @@ def summary_text(variant: str, parts: dict, budget: Budget, calibration: Mapping
                      "conversion and quantisation are judged together (load_model(..., float_sibling=PATH) "
                      "separates them)")
         head = f"quantisation cost (tflite:{variant} vs reference)"
-    lines.append(f"{head} {word[cost['passed']]}, max {cost['max_rel_of_scale']:.2g} of scale")
+    lines.append(f"{head} {head_word}, max {cost['max_rel_of_scale']:.2g} of scale")
+    rows = cost.get("rows") or {}
+    if rows:
+        lines.append(f"  judged on {rows.get('given', 0) + rows.get('drawn', 0)} row(s): {rows.get('given', 0)} given"
+                     + (f", {rows['drawn']} drawn ({rows.get('source')})" if rows.get("drawn") else "")
+                     + (f"; {rows['missing']}" if rows.get("missing") else ""))
     lines += [f"  {_output_line(inner, info, budget)}" for inner, info in cost.get("outputs", {}).items()]
     if FLOAT16_TWIN in parts:
         twin = parts[FLOAT16_TWIN]

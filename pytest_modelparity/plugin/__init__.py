@@ -250,7 +250,8 @@ def collecting(item: pytest.Item) -> Iterator[None]:
         with tolerances.tolerance_layers(_layers(item, state)), tolerances.gpu_tf32(state.options.tf32), \
                 quantized.budget_layers(_budget_layers(item, state)), \
                 quantized.class_scores(*_class_scores(item), source="marker"), \
-                power.planting(state.options.power):
+                power.planting(state.options.power), \
+                quantized.inconclusive_fails(state.options.strict):
             yield
     except BaseException as exc:
         raised.extend(_escaped_reports(exc))
@@ -573,7 +574,7 @@ def _terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
         shown = rows
         if len(rows) > SUMMARY_ROWS and config.getoption("verbose") < 1:
             # A long table buries the failures: keep them, count the rest (-v shows all).
-            shown = [r for r in rows if r["verdict"] == "fail"][:SUMMARY_ROWS]
+            shown = [r for r in rows if r["verdict"] in ("fail", "inconclusive")][:SUMMARY_ROWS]
         terminalreporter.write_sep("=", "model parity summary")
         for line in format_table(shown) if shown else ():
             terminalreporter.write_line(line)
@@ -588,7 +589,7 @@ def _terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     left_out = left_out_line(state.left_out, cpu_in_matrix=not devices_run or "cpu" in devices_run)
     if left_out:
         terminalreporter.write_line(left_out)
-    from ..reports.summary import browser_line, floor_line, power_lines, route_lines, values_line
+    from ..reports.summary import browser_line, floor_line, inconclusive_line, power_lines, route_lines, values_line
 
     without_floor = floor_line(state.rows)
     if without_floor:
@@ -598,6 +599,9 @@ def _terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     by_values = values_line(state.rows)
     if by_values:
         terminalreporter.write_line(by_values, yellow=True)
+    short = inconclusive_line(state.rows)
+    if short:
+        terminalreporter.write_line(short, yellow=True, bold=True)
     for line in route_lines(state.artifacts):
         terminalreporter.write_line(line)
     for run in state.browsers:  # tfjs:webgl ran in Chrome/156... (headless), WebGL 2 on '...', float32 textures

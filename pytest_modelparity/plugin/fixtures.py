@@ -134,6 +134,11 @@ def parity_candidate(request: pytest.FixtureRequest, modelparity_source: Any, mo
 
     with contextlib.suppress(AttributeError):
         candidate.floor_reference = floor_reference
+    from ..checks import quant_rows, quantized
+
+    if quantized.variant_of(candidate) is not None:  # a decision over rows draws the rows it needs
+        with contextlib.suppress(AttributeError):
+            candidate.judging_rows = quant_rows.JudgingRows(floor_reference, modelparity_dataset, modelparity_elements)
     return candidate
 
 
@@ -185,7 +190,8 @@ def modelparity_dataset(request: pytest.FixtureRequest) -> Any:
     """Override in conftest.py (session scope) to return real rows: an array, a tuple of arrays
     (one per input), a dict by input name, an ``.npz`` path, a ``tf.data.Dataset`` or an
     iterable of batches (``dataset.py``). They feed a ``tflite:int8`` candidate's calibration
-    (the first rows), ``parity_batch`` (up to 64 rows after those) and
+    (the first rows), ``parity_batch`` (up to 64 rows after those), the rows a quantised
+    verdict draws when its batch is too small to decide (``checks/quant_rows.py``) and
     ``strategies.dataset_batches``. Default: ``--modelparity-data=PATH.npz``, else None
     (random rows, and an int8 calibration the report calls default rows).
     """

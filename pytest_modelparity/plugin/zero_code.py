@@ -58,6 +58,11 @@ class ParityCheck(pytest.Item):
             from .not_compared import self_comparison_reason
 
             pytest.skip(self_comparison_reason(fmt, device, itself))
+        from ..checks import quant_rows, quantized
+
+        if quantized.variant_of(candidate) is not None:  # a decision over rows draws the rows it needs
+            candidate.judging_rows = quant_rows.JudgingRows(lambda: reference, state.options.data,
+                                                            state.options.input_range)
         getattr(self, f"_{self.check}")(reference, candidate)
 
     @property

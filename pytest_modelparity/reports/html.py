@@ -20,7 +20,7 @@ body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px;col
 h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 8px}
 .meta{color:#57606a;margin-bottom:16px} .meta code{background:#f3f4f6;padding:1px 4px;border-radius:3px}
 .counts span{display:inline-block;margin-right:14px;font-weight:600}
-.pass{color:#1a7f37} .fail{color:#cf222e} .expected{color:#57606a}
+.pass{color:#1a7f37} .fail{color:#cf222e} .expected{color:#57606a} .inconclusive{color:#9a6700}
 table{border-collapse:collapse;width:100%;margin-top:8px}
 th,td{border-bottom:1px solid #d0d7de;padding:4px 8px;text-align:left;vertical-align:middle}
 th{background:#f6f8fa;position:sticky;top:0;white-space:nowrap}
@@ -70,7 +70,7 @@ def histogram_svg(hist: dict | None, *, width: int = 220, height: int = 64, fail
     return "".join(parts)
 
 
-_VERDICT_CLASS = {"fail": "fail", "expected": "expected", "pass": "pass"}
+_VERDICT_CLASS = {"fail": "fail", "expected": "expected", "pass": "pass", "inconclusive": "inconclusive"}
 
 
 def _row_html(row: dict) -> str:
@@ -136,7 +136,7 @@ def render_html(document: dict) -> str:
     header = "".join(f"<th>{h}</th>" for h in ("test", "format", "device", "check", "output", "verdict",
                                                 "max abs", "max rel", "max ULP", "tolerance", "error histogram"))
     # Failing comparisons first: they are what a reader opens the page for.
-    ordered = sorted(rows, key=lambda r: {"fail": 0, "expected": 1}.get(str(r.get("verdict")), 2))
+    ordered = sorted(rows, key=lambda r: {"fail": 0, "inconclusive": 1, "expected": 2}.get(str(r.get("verdict")), 3))
     body = "\n".join(_row_html(r) for r in ordered) or '<tr><td colspan="11">no comparisons were made</td></tr>'
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -150,7 +150,8 @@ def render_html(document: dict) -> str:
 <span>{len(rows)} outputs compared:</span>
 <span class="pass">{verdicts.get("pass", 0)} pass</span>
 <span class="fail">{verdicts.get("fail", 0)} fail</span>
-{f'<span class="expected">{verdicts["expected"]} failed as expected</span>' if verdicts.get("expected") else ""}</div>
+{f'<span class="expected">{verdicts["expected"]} failed as expected</span>' if verdicts.get("expected") else ""}
+{f'<span class="inconclusive">{verdicts["inconclusive"]} inconclusive (too few rows to decide)</span>' if verdicts.get("inconclusive") else ""}</div>
 {_not_passed_html(tests)}
 <h2>Comparisons</h2>
 <table><thead><tr>{header}</tr></thead><tbody>

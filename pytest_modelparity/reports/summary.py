@@ -22,7 +22,7 @@ from typing import Any, Iterable, Sequence
 
 from ..verdict.formatting import json_value, table_number
 
-SCHEMA_VERSION = 2  # 2: summary counts tests and rows apart; verdict "expected"; test reasons
+SCHEMA_VERSION = 3  # 2: summary counts tests and rows apart; verdict "expected"; test reasons; 3: "inconclusive"
 # Distributions whose versions explain a parity result (first installed name wins).
 _PACKAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("tensorflow", ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tf-nightly")),
@@ -81,7 +81,8 @@ def rows_from_report(report: Any, *, nodeid: str, format: str | None, device: st
             "title": title,
             "seq": seq,
             "output": d["path"] or "",
-            "verdict": "pass" if d["passed"] else "fail",
+            # a decision made on too few rows (checks/quant_rows.py) is neither a pass nor a failure
+            "verdict": ("inconclusive" if d["inconclusive"] else "pass") if d["passed"] else "fail",
             "max_abs": d["max_abs"],
             "max_abs_index": d["max_abs_index"],
             "output_scale": d["scale"],
@@ -109,6 +110,9 @@ def rows_from_report(report: Any, *, nodeid: str, format: str | None, device: st
             "atol": tol.get("atol"),
             "scale": tol.get("scale"),
             "quantized": _quantized_row(meta, d["path"] or ""),
+            # the decision over rows and the threshold it applied (at most "allowed" of "trials")
+            "decision": d["decision"],
+            "inconclusive": d["inconclusive"],
             # which tensor of the other form this output was compared with, and on what basis
             # (formats/binding.py): None where the two forms' outputs were not paired
             "paired_with": _paired_row(paired, d["path"] or ""),
@@ -204,7 +208,7 @@ def _badness(row: dict) -> tuple:
     m = row.get("max_abs")
     m = float("inf") if isinstance(m, str) else (m or 0.0)
     # the failure the test reported (with its diagnosis) before a larger one it did not
-    return (row["verdict"] == "fail", bool(row.get("reported")), m)
+    return (row["verdict"] == "fail", row["verdict"] == "inconclusive", bool(row.get("reported")), m)
 
 
 def merge_rows(rows: Sequence[dict]) -> list[dict]:
@@ -221,6 +225,20 @@ def merge_rows(rows: Sequence[dict]) -> list[dict]:
             merged[key] = dict(row)
         merged[key]["runs"] = runs
     return list(merged.values())
+
+
+def inconclusive_line(rows: Sequence[dict]) -> str | None:
+    """The end-of-run line counting quantised decisions made on too few rows to fail (verdict
+    ``inconclusive``): a green run must not read as judged. None when there are none."""
+    short = [r for r in rows if r["verdict"] == "inconclusive"]
+    if not short:
+        return None
+    first = short[0]
+    tests = len({r["nodeid"] for r in short})
+    return (f"modelparity: {len(short)} quantised verdict(s) in {tests} test(s) INCONCLUSIVE, not passed: too few "
+            f"rows to fail a file outside the budget (first: {first['nodeid']} {first['output'] or 'output'}: "
+            f"{str(first.get('inconclusive') or '').removeprefix('INCONCLUSIVE: ')}); --modelparity-strict makes "
+            "them failures")
 
 
 def floor_line(rows: Sequence[dict]) -> str | None:
@@ -327,12 +345,14 @@ def hidden_rows_line(rows: Sequence[dict], shown: Sequence[dict]) -> str:
     """What a shortened table left out, counted by verdict. When nothing was shown (a green
     run), it says so: "N more rows not shown" above no row at all read as a lost table."""
     hidden = [r for r in rows if not any(r is s for s in shown)]
-    counts = {v: sum(r["verdict"] == v for r in hidden) for v in ("pass", "expected", "fail")}
+    counts = {v: sum(r["verdict"] == v for r in hidden) for v in ("pass", "expected", "fail", "inconclusive")}
     parts = [f"{counts['pass']} passed"] if counts["pass"] else []
     if counts["expected"]:
         parts.append(f"{counts['expected']} failed as the test expected")
     if counts["fail"]:
         parts.append(f"{counts['fail']} more failed")
+    if counts["inconclusive"]:
+        parts.append(f"{counts['inconclusive']} more inconclusive")
     what = ", ".join(parts) or "no verdict"
     where = "-v shows every row, --modelparity-report/--modelparity-html write them all"
     if not shown:
@@ -367,7 +387,7 @@ def sort_rows(rows: Iterable[dict]) -> list[dict]:
 
 
 TEST_OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
-ROW_VERDICTS = ("pass", "fail", "expected")
+ROW_VERDICTS = ("pass", "fail", "expected", "inconclusive")
 
 
 def build_document(*, rows: Sequence[dict], tests: dict[str, dict], artifacts: Sequence[dict],

@@ -44,6 +44,11 @@ class OutputComparison:
     top1_near_ties: int = 0                # rows left out: reference top-1 margin within the bound
     vacuous: bool = False                  # the bound reached the output's own magnitude
     error_histogram: tuple[list[int], list[float]] | None = None
+    # A decision over rows (a quantised budget): what it counted and the threshold applied
+    # ({"unit", "trials", "observed", "allowed", "needed", ...}), and why it could not
+    # decide (too few rows to fail a file outside the budget): not a pass, not a failure.
+    decision: dict | None = None
+    inconclusive: str | None = None
 
     @property
     def mismatched_fraction(self) -> float:
@@ -85,6 +90,8 @@ class OutputComparison:
             "top1_rows": self.top1_rows,
             "top1_near_ties": self.top1_near_ties,
             "vacuous": self.vacuous,
+            "decision": None if self.decision is None else json_value(self.decision),
+            "inconclusive": self.inconclusive,
             "error_histogram": None if self.error_histogram is None else {
                 "counts": list(self.error_histogram[0]),
                 "log10_edges": [json_number(x) for x in self.error_histogram[1]],
@@ -109,10 +116,17 @@ class ComparisonReport:
     def failed(self) -> list[OutputComparison]:
         return [o for o in self.outputs if not o.passed]
 
+    @property
+    def inconclusive(self) -> list[OutputComparison]:
+        """Outputs whose decision had too few rows to fail a file outside its budget: the
+        report is not a pass (``passed`` only says nothing failed); see ``decision``."""
+        return [o for o in self.outputs if o.inconclusive]
+
     def to_dict(self) -> dict:
         return {
             "title": self.title,
             "passed": self.passed,
+            "inconclusive": [o.path for o in self.inconclusive],
             "outputs": [o.to_dict() for o in self.outputs],
             "hints": [_hint_dict(h) for h in self.hints],
             "meta": json_value(self.meta),
