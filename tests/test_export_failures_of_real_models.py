@@ -58,7 +58,7 @@ L2NORM_CONFTEST = textwrap.dedent('''
 
     @pytest.fixture(scope="session")
     def modelparity_dataset():
-        return np.random.default_rng(5).normal(size=(6, 8)).astype("float32")
+        return np.random.default_rng(5).normal(size=(1200, 8)).astype("float32")
 ''')
 
 USER_FILE_TEST = '''
