@@ -170,3 +170,15 @@ def call_with_deadline(fn, seconds: float, unblock):
         unblock()
         thread.join(10)
     return hung, time.monotonic() - start, box
+
+
+def skip_unless_exportable(formats) -> None:
+    """Skip the calling test, naming the install step, when any of ``formats`` cannot be exported
+    and loaded here (its converter or runtime is missing)."""
+    import pytest
+
+    from pytest_modelparity.formats import missing_runtime
+
+    missing = [f for f in formats if missing_runtime(f, export=True) is not None]
+    if missing:
+        pytest.skip(f"runtimes missing for {missing}: bash scripts/install.sh installs them all")

@@ -16,6 +16,7 @@ import textwrap
 import numpy as np
 import pytest
 
+from models import skip_unless_exportable
 from preprocessed import two_heads
 from pytest_modelparity import export_model, load_model
 from pytest_modelparity.floor import measure as shadow
@@ -67,11 +68,7 @@ FORMS = ("saved_model", "graphdef", "tflite", "onnx", "tfjs")
 
 @pytest.mark.usefixtures("_heavy_modules_stay_loaded")
 def test_every_form_of_a_two_head_net_keeps_its_names_and_batch_invariance_is_judged_by_the_floor(pytester):
-    from pytest_modelparity.formats import missing_runtime
-
-    missing = [f for f in FORMS if missing_runtime(f, export=True) is not None]
-    if missing:
-        pytest.skip(f"runtimes missing for {missing}: bash scripts/install.sh installs them all")
+    skip_unless_exportable(FORMS)
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_suite=SUITE)
     result = pytester.runpytest(f"--modelparity-formats={','.join(FORMS)}", "--modelparity-report=r.json",

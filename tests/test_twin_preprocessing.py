@@ -15,6 +15,7 @@ import textwrap
 import numpy as np
 import pytest
 
+from models import skip_unless_exportable
 from preprocessed import preprocessed
 from pytest_modelparity import load_model
 from pytest_modelparity.floor import measure as shadow
@@ -99,11 +100,7 @@ SUITE = textwrap.dedent('''
 
 @pytest.mark.usefixtures("_heavy_modules_stay_loaded")
 def test_every_form_of_a_preprocessed_model_is_judged_by_a_faithful_floor_and_a_planted_bug_fails(pytester):
-    from pytest_modelparity.formats import missing_runtime
-
-    missing = [f for f in FORMS if missing_runtime(f, export=True) is not None]
-    if missing:
-        pytest.skip(f"runtimes missing for {missing}: bash scripts/install.sh installs them all")
+    skip_unless_exportable(FORMS)
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_suite=SUITE)
     result = pytester.runpytest(f"--modelparity-formats={','.join(FORMS)}", "--modelparity-report=r.json",
