@@ -134,8 +134,9 @@ def _power_row(meta: dict, path: str) -> dict | None:
 
 
 def power_lines(rows: Sequence[dict]) -> list[str]:
-    """End-of-run lines of ``--modelparity-power``: per candidate, how many planted bugs its
-    passing bounds caught, and each one missed (a PASS that could not have failed it)."""
+    """End-of-run lines of ``--modelparity-power``: one line for the comparisons whose bounds
+    caught every planted bug that reached them, and one per comparison that missed one (a PASS
+    that could not have failed such a bug)."""
     found: dict[str, dict[str, dict[str, str]]] = {}
     for r in rows:
         power = r.get("power")
@@ -145,17 +146,24 @@ def power_lines(rows: Sequence[dict]) -> list[str]:
         who = f"{test} ({r.get('title') or r.get('check')})" if test else str(r.get("title") or r.get("check"))
         for bug, verdict in power.items():
             found.setdefault(who, {}).setdefault(bug, {})[str(r.get("output") or "")] = verdict
+    caught_all: dict[str, int] = {}
     lines = []
     for who, bugs in found.items():
         judged = {b: v for b, v in bugs.items() if any(x != "not reached" for x in v.values())}
         missed = {b: [o for o, x in v.items() if x == "missed"] for b, v in judged.items()}
         missed = {b: o for b, o in missed.items() if o}
-        caught = len(judged) - len(missed)
-        line = f"modelparity: power of {who}: {caught} of {len(judged)} planted bug(s) caught"
-        if missed:
-            line += "; MISSED " + "; ".join(f"{b} on {', '.join(o) or 'the output'}" for b, o in missed.items())
-            line += " (these bounds would pass such a bug: see docs/tolerances.md)"
-        lines.append(line)
+        if not missed:
+            for b in judged:
+                caught_all[b] = caught_all.get(b, 0) + 1
+            continue
+        lines.append(f"modelparity: power of {who}: {len(judged) - len(missed)} of {len(judged)} planted bug(s) "
+                     "caught; MISSED " + "; ".join(f"{b} on {', '.join(o) or 'the output'}" for b, o in missed.items())
+                     + " (these bounds would pass such a bug: see docs/tolerances.md)")
+    full = len(found) - len(lines)
+    if full:
+        each = ", ".join(f"{b} in {n}" for b, n in caught_all.items())
+        lines.insert(0, f"modelparity: power: {full} of {len(found)} comparison(s) caught every planted bug that "
+                        f"reached them ({each or 'none reached'})")
     return lines
 
 
