@@ -213,3 +213,22 @@ def test_unreadable_meta_is_corrupt_but_a_refused_one_is_not(plain, tmp_path):
     err = _load_error(refused)
     assert "refuses the .meta MetaGraph" in err.problem, err
     assert "corrupt" not in str(err), err
+
+
+def test_a_file_that_is_no_checkpoint_says_what_it_is(tmp_path):
+    path = tmp_path / "weights.bin"
+    path.write_bytes(b"\x00" * 16)
+    err = _load_error(path, format="checkpoint")
+    assert "a file named 'weights.bin' with no weights.bin.meta or weights.bin.index beside it" in err.problem, err
+
+
+def test_the_retry_reaches_what_converts_the_checkpoint(shipped):
+    # The frozen, wrapped graph the converters take (graph_source) carries the retry in its route.
+    from pytest_modelparity.formats.tensorflow.graph_source import graph_function
+
+    graph = graph_function(shipped[0])
+    try:
+        assert graph.route.startswith("TF1 checkpoint frozen, wrapped; old MetaGraph"), graph.route
+        assert "_output_shapes" in graph.route
+    finally:
+        graph.loaded.close()
