@@ -255,10 +255,11 @@ def finish_export(path: Path, content: bytes, format: str, route: str, log: Conv
     record_route(path, format, route)
 
 
-def record_route(path: Path, format: str, route: str) -> None:
-    """Remember (and log at INFO) how ``path`` was converted, e.g. ``static_batch 1``."""
+def record_route(path: Path, format: str, route: str, *, action: str = "export") -> None:
+    """Remember (and log at INFO) how ``path`` was converted, e.g. ``static_batch 1``, or,
+    with ``action="load"``, how it had to be read (e.g. an old MetaGraph's retried import)."""
     _ROUTES[str(Path(path).resolve())] = route
-    _route_log.info("%s export %s: route %s", format, path, route)
+    _route_log.info("%s %s %s: route %s", format, action, path, route)
 
 
 def export_route(path: str | Path) -> str | None:

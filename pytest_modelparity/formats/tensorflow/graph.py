@@ -199,8 +199,11 @@ class SessionModel(LoadedModel):
     """A TF1 graph in its own ``tf.Graph`` and ``tf.compat.v1.Session`` (checkpoint, graphdef).
 
     Placeholders with an unknown batch dim take any batch size: no retracing, one graph.
-    ``native`` is ``(graph, session)``.
+    ``native`` is ``(graph, session)``. ``load_route`` says how the file had to be read when
+    not as it is (an old MetaGraph imported again without attributes TF 2 refuses).
     """
+
+    load_route: str | None = None
 
     def __init__(self, *, format: str, graph: Any, session: Any, in_tensors: Sequence[Any],
                  out_tensors: Sequence[Any], device: str, source: Path,

@@ -75,6 +75,8 @@ def graph_function(path: Path, **load_options: Any) -> GraphFunction:
     shapes = {s.name: [d for d in s.shape] for s in loaded.outputs if s.shape}
     function, holder = wrap_frozen(frozen.graph_def, inputs, outputs, shapes)
     route = "TF1 graph wrapped as a function" if source_kind == "graphdef" else "TF1 checkpoint frozen, wrapped"
+    if getattr(loaded, "load_route", None):  # an old MetaGraph imported on a retry
+        route += f"; {loaded.load_route}"
     return GraphFunction(function, holder, loaded, route)
 
 
