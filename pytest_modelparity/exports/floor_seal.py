@@ -67,7 +67,8 @@ def read_small_regular(path: Path, limit: int = MAX_ENTRY_BYTES, *, private: boo
             raise UnsafeFile(f"{kind}, not a regular file")
         if info.st_size > limit:
             raise UnsafeFile(f"{info.st_size} bytes, more than the {limit} an entry may hold")
-        if private and (info.st_uid != os.geteuid() or info.st_mode & 0o077):
+        owner = getattr(os, "geteuid", lambda: info.st_uid)()
+        if private and (info.st_uid != owner or info.st_mode & 0o077):
             raise UnsafeFile(f"not private (owner uid {info.st_uid}, mode {stat.S_IMODE(info.st_mode):o}; "
                              f"must be this user's, mode 600)")
         os.set_blocking(fd, True)

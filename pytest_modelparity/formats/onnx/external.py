@@ -52,6 +52,8 @@ def _tensors(graph: Any) -> Iterator[Any]:
 def _locations(content: bytes) -> list[tuple[str, str]] | None:
     """``(tensor name, location)`` of every tensor kept in external data; None when this cannot
     be told here (no ``onnx`` package, or bytes it cannot parse: onnxruntime says why)."""
+    if b"location" not in content:  # the key every external-data entry has: no parse of a plain model
+        return []
     try:
         import onnx
     except ImportError:
