@@ -87,14 +87,14 @@ def test_a_warm_session_reads_the_floor_and_a_damaged_entry_is_measured_again(py
     assert second["floor_cached"] is True
     assert _tolerance(second) == _tolerance(first)  # the same Tolerance line, to the digit
 
-    # A planted corruption: the recorded float64 error is edited, its digest left as written.
+    # A planted corruption: the recorded float64 error is edited, its signature left as written.
     entry = json.loads(keras[0].read_text())
     kept = dict(entry["payload"]["errors"])
     path = next(iter(kept))
     entry["payload"]["errors"][path] *= 1000
     keras[0].write_text(json.dumps(entry))
     repaired, third = _run(pytester)
-    repaired.stdout.fnmatch_lines(["*float64 twins built: 1*", "*floor cache: the entry*damaged (its SHA-256 differs*"
+    repaired.stdout.fnmatch_lines(["*float64 twins built: 1*", "*floor cache: the entry*damaged (its HMAC differs*"
                                    "measured again*"])
     assert third["floor_cached"] is False and _tolerance(third) == _tolerance(first)
 
@@ -107,7 +107,7 @@ def test_an_unreadable_or_implausible_entry_is_dropped(tmp_path) -> None:
     cache = FloorCache(tmp_path)
     cache.put("k1", {"['probs']": 1.5e-7}, "keras", None)
     assert cache.get("k1") == {"errors": {"['probs']": 1.5e-7}, "method": "keras", "reason": None}
-    for planted, problem in (("{not json", "not a floor entry"), ('{"payload": {}, "sha256": "0"}', "SHA-256 differs")):
+    for planted, problem in (("{not json", "not a floor entry"), ('{"payload": {}, "hmac": "0"}', "HMAC differs")):
         cache.path("k1").write_text(planted)
         assert cache.get("k1") is None and not cache.path("k1").exists()
         assert problem in cache.notes[-1]

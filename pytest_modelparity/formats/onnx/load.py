@@ -1,7 +1,8 @@
 """ONNX: load a ``.onnx`` file with onnxruntime (CPU, or CUDA when asked and present).
 
 Loading needs only ``onnxruntime``; the ``onnx`` package, when installed, adds the
-diagnosis hooks ``weights()`` (initializers) and ``op_types()``.
+diagnosis hooks ``weights()`` (initializers) and ``op_types()``. External data is read from
+the model file's folder only (``external.py``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import numpy as np
 from ...errors import DeviceUnavailable, ModelLoadError
 from ..base import LoadedModel, TensorSpec
 from ..common import first_line, read_model_bytes
+from .external import check_external_data, folder_options, ort_external_error
 
 if TYPE_CHECKING:  # imported lazily at run time: onnx is optional
     import onnx
@@ -70,9 +72,14 @@ def load(source: Any, *, device: str = "cpu", session_options: Any = None, **opt
 
     device, providers = providers_for(device)
     path, content = read_model_bytes(source, NAME, ".onnx", _check_magic)
+    uses_external = check_external_data(path, content)  # refuses locations outside the model's folder
+    session_options = folder_options(path, session_options, uses_external)
     try:
         session = ort.InferenceSession(content, sess_options=session_options, providers=providers)
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own untyped errors
+        refused = ort_external_error(path, exc)
+        if refused is not None:
+            raise refused from exc
         raise ModelLoadError(
             path, NAME, f"onnxruntime cannot load the model: {first_line(exc)} (file size {len(content)} bytes)",
             "the file is corrupt, truncated or uses an opset/operator this onnxruntime lacks: re-export it "
@@ -82,7 +89,7 @@ def load(source: Any, *, device: str = "cpu", session_options: Any = None, **opt
         raise DeviceUnavailable(
             f"onnxruntime could not start its CUDA provider for {str(path)!r} (session runs on "
             f"{session.get_providers()}); check CUDA/cuDNN versions against onnxruntime-gpu's, or use device='cpu'")
-    return ONNXModel(session, content, path=path, device=device)
+    return ONNXModel(session, content, path=path, device=device, session_options=session_options)
 
 
 def ort_spec(arg: Any) -> TensorSpec:
@@ -95,9 +102,12 @@ class ONNXModel(LoadedModel):
 
     format = NAME
 
-    def __init__(self, session: Any, content: bytes, *, path: Path | None, device: str) -> None:
+    def __init__(self, session: Any, content: bytes, *, path: Path | None, device: str,
+                 session_options: Any = None) -> None:
         self.native = session
         self._content = content
+        # the options that point external data at the model's folder: the debug session needs them too
+        self._session_options = session_options
         self._proto: onnx.ModelProto | None = None
         self._debug: onnxruntime.InferenceSession | None = None   # every tensor an output
         super().__init__(device=device, inputs=[ort_spec(a) for a in session.get_inputs()],
@@ -145,7 +155,9 @@ class ONNXModel(LoadedModel):
             return None
         from onnx import numpy_helper
 
-        return {init.name: numpy_helper.to_array(init) for init in proto.graph.initializer}
+        # external data from the model's folder (checked at load), never the current directory
+        folder = str(Path(self.source).parent) if self.source is not None else ""
+        return {init.name: numpy_helper.to_array(init, base_dir=folder) for init in proto.graph.initializer}
 
     def intermediates(self, batch: Any) -> list[tuple[str, str, np.ndarray]] | None:
         """Every node's outputs for ``batch``, in graph (topological) order.
@@ -168,7 +180,8 @@ class ONNXModel(LoadedModel):
                     if name and name not in existing:
                         debug.graph.output.append(onnx.ValueInfoProto(name=name))
                         existing.add(name)
-            self._debug = ort.InferenceSession(debug.SerializeToString(), providers=self.native.get_providers())
+            self._debug = ort.InferenceSession(debug.SerializeToString(), sess_options=self._session_options,
+                                               providers=self.native.get_providers())
         feeds = self.prepare_batch(batch)
         names = [o.name for o in self._debug.get_outputs()]
         values = dict(zip(names, self._debug.run(names, feeds)))
