@@ -91,16 +91,9 @@ def planted_model(model, bug: str, x):
         named = ({k: keras.layers.Identity(name=k)(v) for k, v in out.items()} if isinstance(out, dict)
                  else keras.layers.Identity(name=model.layers[-1].name)(out))
         return keras.Model(inp, named)
-    ref = clone(x, training=False)
-    best = None
-    for w in power._kernels(clone):  # noqa: SLF001 - the bench plants what --modelparity-power plants
-        original = w.numpy()
-        w.assign(original * power.KERNEL_FACTOR)
-        effect = power._effect(clone(x, training=False), ref)  # noqa: SLF001
-        w.assign(original)
-        if best is None or effect > best[0]:
-            best = (effect, w)
-    best[1].assign(best[1].numpy() * power.KERNEL_FACTOR)
+    run = lambda m, batch: m(batch, training=False)  # noqa: E731
+    kernel, _ = power.most_influential_kernel(clone, clone, x, run(clone, x), run)  # as --modelparity-power picks it
+    kernel.assign(kernel.numpy() * power.KERNEL_FACTOR)
     return clone
 
 

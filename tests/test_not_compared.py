@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from models import TINY_SOURCE_CONFTEST
+from tf1_graphs import NAMED_OUTPUT_OPTIONS, TWO_SINKS_CONFTEST
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
               pytest.mark.usefixtures("_heavy_modules_stay_loaded")]
@@ -20,39 +21,7 @@ pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
 # A frozen graph with two sinks: loaded with modelparity_load_options naming its output, but the
 # converters read it without them, so tflite, onnx and tfjs cannot be made (the issue's
 # "1 passed, 6 skipped": the pass was the .pb compared with itself).
-TWO_SINKS_SOURCE = textwrap.dedent('''
-    import numpy as np
-    import pytest
-    from pathlib import Path
-
-
-    @pytest.fixture(scope="session")
-    def modelparity_source(tmp_path_factory):
-        import tensorflow as tf
-
-        v1 = tf.compat.v1
-        rng = np.random.default_rng(0)
-        graph = tf.Graph()
-        with graph.as_default():
-            x = v1.placeholder(tf.float32, [None, 12], name="x")
-            w = v1.get_variable("dense/kernel", initializer=rng.normal(0, 0.5, (12, 3)).astype("float32"))
-            logits = tf.matmul(x, w, name="logits")
-            tf.nn.softmax(logits, name="predictions")
-            tf.reduce_mean(logits, axis=1, name="mean_logit")  # a second sink
-            init = v1.global_variables_initializer()
-        with v1.Session(graph=graph) as sess:
-            sess.run(init)
-            frozen = v1.graph_util.convert_variables_to_constants(
-                sess, graph.as_graph_def(), ["predictions", "mean_logit"])
-        path = tmp_path_factory.mktemp("graph") / "frozen.pb"
-        path.write_bytes(frozen.SerializeToString())
-        return path
-
-
-    @pytest.fixture(scope="session")
-    def modelparity_load_options():
-        return {"inputs": ["x:0"], "outputs": ["predictions:0"]}
-''')
+TWO_SINKS_SOURCE = TWO_SINKS_CONFTEST + NAMED_OUTPUT_OPTIONS
 
 COMPARE_AND_DETERMINISM = textwrap.dedent('''
     from pytest_modelparity import assert_deterministic, assert_outputs_close

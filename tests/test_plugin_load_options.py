@@ -10,41 +10,10 @@ import textwrap
 
 import pytest
 
+from tf1_graphs import NAMED_OUTPUT_OPTIONS, TWO_SINKS_CONFTEST
+
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
               pytest.mark.usefixtures("_heavy_modules_stay_loaded")]
-
-TWO_SINKS = textwrap.dedent('''
-    import numpy as np
-    import pytest
-    from pathlib import Path
-
-
-    def freeze_two_sinks(directory):
-        import tensorflow as tf
-
-        v1 = tf.compat.v1
-        rng = np.random.default_rng(0)
-        graph = tf.Graph()
-        with graph.as_default():
-            x = v1.placeholder(tf.float32, [None, 12], name="x")
-            w = v1.get_variable("dense/kernel", initializer=rng.normal(0, 0.5, (12, 3)).astype("float32"))
-            logits = tf.matmul(x, w, name="logits")
-            tf.nn.softmax(logits, name="predictions")
-            tf.reduce_mean(logits, axis=1, name="mean_logit")  # a second, non-Identity sink
-            init = v1.global_variables_initializer()
-        with v1.Session(graph=graph) as sess:
-            sess.run(init)
-            frozen = v1.graph_util.convert_variables_to_constants(
-                sess, graph.as_graph_def(), ["predictions", "mean_logit"])
-        path = Path(directory) / "frozen.pb"
-        path.write_bytes(frozen.SerializeToString())
-        return path
-
-
-    @pytest.fixture(scope="session")
-    def modelparity_source(tmp_path_factory):
-        return freeze_two_sinks(tmp_path_factory.mktemp("graph"))
-''')
 
 TEST = textwrap.dedent('''
     from pytest_modelparity import assert_outputs_close
@@ -53,15 +22,10 @@ TEST = textwrap.dedent('''
         assert_outputs_close(parity_candidate, parity_reference, inputs=parity_batch)
 ''')
 
-OPTIONS = textwrap.dedent('''
-    @pytest.fixture(scope="session")
-    def modelparity_load_options():
-        return {"inputs": ["x:0"], "outputs": ["predictions:0"]}
-''')
 
 
 def test_ambiguous_graph_fails_clearly_without_load_options(pytester: pytest.Pytester) -> None:
-    pytester.makeconftest(TWO_SINKS)
+    pytester.makeconftest(TWO_SINKS_CONFTEST)
     pytester.makepyfile(test_graph=TEST)
     result = pytester.runpytest("--modelparity-formats=graphdef", "-p", "no:cacheprovider")
     result.assert_outcomes(errors=1)
@@ -72,7 +36,7 @@ def test_ambiguous_graph_fails_clearly_without_load_options(pytester: pytest.Pyt
 
 
 def test_load_options_name_the_tensors_for_reference_and_candidate(pytester: pytest.Pytester) -> None:
-    pytester.makeconftest(TWO_SINKS + OPTIONS)
+    pytester.makeconftest(TWO_SINKS_CONFTEST + NAMED_OUTPUT_OPTIONS)
     pytester.makepyfile(test_graph=TEST + textwrap.dedent('''
         def _loaded_with_the_options(model):
             assert model.format == "graphdef"
@@ -97,7 +61,7 @@ def test_load_options_name_the_tensors_for_reference_and_candidate(pytester: pyt
 
 
 def test_an_option_the_loader_lacks_is_named(pytester: pytest.Pytester) -> None:
-    pytester.makeconftest(TWO_SINKS + textwrap.dedent('''
+    pytester.makeconftest(TWO_SINKS_CONFTEST + textwrap.dedent('''
         @pytest.fixture(scope="session")
         def modelparity_load_options():
             return {"outputs": ["predictions:0"], "output_names": ["predictions"]}
@@ -112,7 +76,7 @@ def test_a_format_the_graph_cannot_reach_fails_once_without_a_misleading_fix(pyt
     # A .pb source asked for as tflite: the setup error is printed once (no chained
     # "During handling of the above exception" repeat of the same text), and it does not
     # tell a user who already has the fixture to write modelparity_load_options.
-    pytester.makeconftest(TWO_SINKS + OPTIONS)
+    pytester.makeconftest(TWO_SINKS_CONFTEST + NAMED_OUTPUT_OPTIONS)
     pytester.makepyfile(test_graph=TEST)
     result = pytester.runpytest("--modelparity-formats=tflite,keras", "-p", "no:cacheprovider")
     result.assert_outcomes(errors=2)
@@ -126,7 +90,7 @@ def test_default_formats_a_graph_cannot_become_are_skipped_not_errors(pytester: 
     """With the default matrix, formats a frozen .pb cannot be converted to are not
     applicable: skipped with the reason, and so is the graph's own format (the file compared
     with itself): the run compared nothing and says so (tests/test_not_compared.py)."""
-    pytester.makeconftest(TWO_SINKS + OPTIONS)
+    pytester.makeconftest(TWO_SINKS_CONFTEST + NAMED_OUTPUT_OPTIONS)
     pytester.makepyfile(test_graph=TEST)
     result = pytester.runpytest("-p", "no:cacheprovider", "-rs")
     outcomes = result.parseoutcomes()
@@ -145,7 +109,7 @@ def test_a_graph_the_converters_cannot_read_says_so_and_its_fix_works(tmp_path) 
     from pytest_modelparity import ModelLoadError, assert_outputs_close, export_model, load_model
 
     namespace: dict = {}
-    exec(TWO_SINKS, namespace)
+    exec(TWO_SINKS_CONFTEST, namespace)
     frozen = namespace["freeze_two_sinks"](tmp_path)
     with pytest.raises(ModelLoadError, match="load options do not reach them") as info:
         export_model(frozen, "tflite", tmp_path / "m.tflite")

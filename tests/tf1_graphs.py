@@ -7,6 +7,7 @@ Tensor names: input ``x:0`` (None, 12), output ``predictions:0`` (None, 3).
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -78,3 +79,47 @@ def freeze(directory: Path, *, dropout: bool, seed: int = 0, name: str = "frozen
 
 def features(batch: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).normal(0, 1, (batch, FEATURES)).astype("float32")
+
+
+# A pytester conftest: a frozen graph with two sinks (the softmax and a mean of the logits,
+# neither an Identity) as modelparity_source, so its outputs cannot be found automatically;
+# ``freeze_two_sinks(directory)`` is defined in it too.
+TWO_SINKS_CONFTEST = textwrap.dedent('''
+    import numpy as np
+    import pytest
+    from pathlib import Path
+
+
+    def freeze_two_sinks(directory):
+        import tensorflow as tf
+
+        v1 = tf.compat.v1
+        rng = np.random.default_rng(0)
+        graph = tf.Graph()
+        with graph.as_default():
+            x = v1.placeholder(tf.float32, [None, 12], name="x")
+            w = v1.get_variable("dense/kernel", initializer=rng.normal(0, 0.5, (12, 3)).astype("float32"))
+            logits = tf.matmul(x, w, name="logits")
+            tf.nn.softmax(logits, name="predictions")
+            tf.reduce_mean(logits, axis=1, name="mean_logit")  # a second, non-Identity sink
+            init = v1.global_variables_initializer()
+        with v1.Session(graph=graph) as sess:
+            sess.run(init)
+            frozen = v1.graph_util.convert_variables_to_constants(
+                sess, graph.as_graph_def(), ["predictions", "mean_logit"])
+        path = Path(directory) / "frozen.pb"
+        path.write_bytes(frozen.SerializeToString())
+        return path
+
+
+    @pytest.fixture(scope="session")
+    def modelparity_source(tmp_path_factory):
+        return freeze_two_sinks(tmp_path_factory.mktemp("graph"))
+''')
+
+# ...and the fixture that names its tensors (append it to the conftest above).
+NAMED_OUTPUT_OPTIONS = textwrap.dedent('''
+    @pytest.fixture(scope="session")
+    def modelparity_load_options():
+        return {"inputs": ["x:0"], "outputs": ["predictions:0"]}
+''')

@@ -25,7 +25,8 @@ import numpy as np
 from ..verdict import tree
 from ..verdict.compare import compare
 
-__all__ = ["KERNEL", "INPUT_GAIN", "SWAP", "PlantedBug", "measure_power", "planting", "requested"]
+__all__ = ["KERNEL", "INPUT_GAIN", "SWAP", "PlantedBug", "kernel_name", "measure_power", "most_influential_kernel",
+           "output_effect", "plantable_kernels", "planting", "requested"]
 
 KERNEL = "kernel x1.01"
 INPUT_GAIN = "input x255/256"
@@ -81,9 +82,10 @@ def measure_power(reference: Any, inputs: Any, actual: Any, expected: Any,
     found: list[PlantedBug] = []
     paths = list(tree.flatten(expected))
     native = getattr(reference, "native", reference)
-    kernel = _plant_kernel(reference, native, inputs, expected, run)
+    kernel = most_influential_kernel(reference, native, inputs, expected, run)
     if kernel is not None:
-        found.append(_judge(KERNEL, kernel[0], actual, kernel[1], expected, tolerance, equal_nan, paths))
+        found.append(_judge(KERNEL, kernel_name(kernel[0]), actual, kernel[1], expected, tolerance, equal_nan,
+                            paths))
     gained = _gain_inputs(inputs)
     if gained is not None:
         found.append(_judge(INPUT_GAIN, "every float input", actual, run(reference, gained), expected, tolerance,
@@ -110,7 +112,7 @@ def _judge(kind: str, where: str, actual: Any, planted: Any, expected: Any, tole
     return bug
 
 
-def _kernels(native: Any) -> list[Any]:
+def plantable_kernels(native: Any) -> list[Any]:
     """The float weight matrices and convolution kernels of a Keras model (rank >= 2)."""
     try:
         weights = list(native.weights)
@@ -130,25 +132,30 @@ def _kernels(native: Any) -> list[Any]:
     return kernels
 
 
-def _plant_kernel(reference: Any, native: Any, inputs: Any, expected: Any,
-                  run: Callable[[Any, Any], Any]) -> tuple[str, Any] | None:
-    """(the kernel, the reference's outputs with it x1.01) for the kernel that moves the outputs
-    most, relative to each output's scale; every kernel is restored before returning."""
-    best: tuple[float, str, Any] | None = None
-    for w in _kernels(native):
+def most_influential_kernel(reference: Any, native: Any, inputs: Any, expected: Any,
+                            run: Callable[[Any, Any], Any]) -> tuple[Any, Any] | None:
+    """(the kernel variable, the reference's outputs with it x1.01) for the kernel that moves the
+    outputs most, relative to each output's scale; every kernel is restored before returning."""
+    best: tuple[float, Any, Any] | None = None
+    for w in plantable_kernels(native):
         original = np.asarray(w.numpy())
         try:
             w.assign(original * np.asarray(KERNEL_FACTOR, original.dtype))
             out = run(reference, inputs)
         finally:
             w.assign(original)
-        effect = _effect(out, expected)
+        effect = output_effect(out, expected)
         if best is None or effect > best[0]:
-            best = (effect, str(getattr(w, "path", getattr(w, "name", "kernel"))), out)
+            best = (effect, w, out)
     return None if best is None or best[0] == 0.0 else (best[1], best[2])
 
 
-def _effect(planted: Any, expected: Any) -> float:
+def kernel_name(variable: Any) -> str:
+    return str(getattr(variable, "path", getattr(variable, "name", "kernel")))
+
+
+
+def output_effect(planted: Any, expected: Any) -> float:
     """The largest change over outputs, each relative to its own scale."""
     worst = 0.0
     flat_expected = tree.flatten(expected)
