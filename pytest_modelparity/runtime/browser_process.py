@@ -12,30 +12,89 @@ which exits when its DevTools pipe closes, with it), the same ``NodeProcessDied`
 call that finds it dead. A page whose browser died is reported dead too, so its model starts
 a new browser (``shared_browser()`` again) and loads the model into a fresh page on its next
 call, like a Node runner that died.
+
+Where it lives: each browser gets a folder of its own, ``$TMPDIR/modelparity-browser-h<host>-
+p<pid>-*`` (Chromium's profile, crash dumps, the ``$HOME``/XDG folders and temporaries it is
+given), removed when the browser stops whichever way: ``close``, interpreter exit, the driver's
+own exit (it empties the folder on stdin EOF, on SIGTERM, which is also its death signal when
+Python dies, and when Chromium dies), and a crash of the driver (the next ``shared_browser()``
+closes the dead host). Folders whose owner process is gone are swept by the next browser's
+start. The driver leads its own process group, so a timeout or a close kills Chromium and
+anything it started (or a hung stand-in) with it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import struct
+import subprocess
+import tempfile
 import threading
+import weakref
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from ..errors import RuntimeMissing
+from .scratch import owned_prefix, sweep
 from .tfjs_process import NodeProcess, NodeProcessDied, RunnerError, decode_tensors, encode_tensors
 
-__all__ = ["BROWSER_JS", "CHROMIUM_HINT", "BrowserHost", "BrowserPage", "chromium_executable", "shared_browser",
-           "close_shared_browser", "browser_runs", "record_run"]
+__all__ = ["BROWSER_JS", "CHROMIUM_HINT", "BrowserHost", "BrowserPage", "BrowserUnusable", "chromium_executable",
+           "shared_browser", "close_shared_browser", "browser_runs", "record_run", "sweep_browser_folders"]
 
 BROWSER_JS = Path(__file__).resolve().parent / "tfjs_runner" / "browser.js"
 CHROMIUM_HINT = ("`apt-get install chromium` as root (Debian; Ubuntu: `apt-get install chromium-browser` or the snap; "
                  "scripts/install.sh does it), or set MODELPARITY_CHROMIUM=/path/to/chrome")
 _NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
+BROWSER_DIR_PREFIX = "modelparity-browser-"
+_BROWSER_DIR = re.compile(r"^modelparity-browser-(?=h[A-Za-z0-9]*-p\d+-)")
+_OLD_PROFILE = re.compile(r"^modelparity-chromium-")  # versions before the session folder: no owner tag
+
+
+class BrowserUnusable(RuntimeMissing):
+    """Chromium is there but cannot serve (it hung at start-up, or exits at once): skipped like a
+    missing runtime (a failure under --modelparity-strict), with what happened and a true fix
+    rather than "install it"."""
+
+    def __init__(self, what: str, fix: str) -> None:
+        self.what = what
+        self.install = fix
+        ImportError.__init__(self, f"{what}\n  fix: {fix}")
+
+
+def _folder_parent() -> Path:
+    """``$TMPDIR``, or ``/tmp`` when ``$TMPDIR`` is long: Chromium puts its singleton socket in the
+    folder's ``t/``, and a Unix socket path has 107 bytes at most ("Socket path too long")."""
+    here = Path(tempfile.gettempdir())
+    if len(str(here)) > 20 and os.path.isdir("/tmp") and os.access("/tmp", os.W_OK):
+        return Path("/tmp")
+    return here
+
+
+def sweep_browser_folders(directory: Path | None = None) -> list[Path]:
+    """Remove the browser folders of sessions whose process is gone (and unowned profiles of
+    older versions once ``ORPHAN_S`` old) in ``directory``, else in ``$TMPDIR`` and where
+    ``_folder_parent`` puts them; never raises."""
+    removed: list[Path] = []
+    for where in [Path(directory)] if directory else sorted({Path(tempfile.gettempdir()), _folder_parent()}):
+        removed += sweep(where, _BROWSER_DIR) + sweep(where, _OLD_PROFILE, unowned=True)
+    return removed
+
+
+def _stop_host(process: NodeProcess, folder: Path) -> None:
+    """Stop the driver (and its process group), then remove the browser's folder."""
+    try:
+        process.close()  # stops it and its process group (kills them if a call is in flight)
+        try:
+            process.proc.wait(timeout=5.0)
+        except subprocess.TimeoutExpired:
+            pass
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 _lock = threading.Lock()
 _shared: "BrowserHost | None" = None
@@ -75,9 +134,18 @@ class BrowserHost:
 
     def __init__(self, *, node: str, node_modules: Path, timeout_s: float | None) -> None:
         self.executable = chromium_executable()
-        self.process = NodeProcess(self.executable, backend="chromium", node=node, runner_js=BROWSER_JS,
-                                   node_modules=node_modules, timeout_s=timeout_s,
-                                   description=f"headless Chromium ({self.executable})")
+        sweep_browser_folders()
+        self.folder = Path(tempfile.mkdtemp(prefix=owned_prefix(BROWSER_DIR_PREFIX), dir=_folder_parent()))
+        try:
+            self.process = NodeProcess(self.executable, backend="chromium", node=node, runner_js=BROWSER_JS,
+                                       node_modules=node_modules, timeout_s=timeout_s,
+                                       description=f"headless Chromium ({self.executable})",
+                                       env={"MODELPARITY_BROWSER_DIR": str(self.folder),
+                                            "MODELPARITY_BROWSER_GROUP": "1"}, own_group=True)
+        except BaseException as exc:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            raise _start_error(self.executable, timeout_s, exc) from exc
+        self._finalizer = weakref.finalize(self, _stop_host, self.process, self.folder)
         self.meta: dict[str, Any] = self.process.meta
 
     @property
@@ -102,7 +170,30 @@ class BrowserHost:
         return BrowserPage(self, json.loads(payload.tobytes().decode("utf-8")), description)
 
     def close(self) -> None:
-        self.process.close()
+        self._finalizer()
+
+
+_CHECK = "--headless=new --no-sandbox --dump-dom about:blank"
+
+
+def _start_error(executable: str, timeout_s: float | None, exc: BaseException) -> BaseException:
+    """What a failed browser start says: hung (either limit), exited at once, or not startable."""
+    if isinstance(exc, NodeProcessDied) and exc.timed_out:
+        return BrowserUnusable(
+            f"Chromium ({executable}) hung: it did not answer within {timeout_s:g} s of starting (timeout_s, the "
+            f"plugin's --modelparity-timeout), so Python killed it with its whole process group",
+            f"check that `{executable} {_CHECK}` prints a page and exits; on a slow machine raise "
+            f"--modelparity-timeout (Chromium may take up to MODELPARITY_BROWSER_START_S, 60 s, to start)")
+    if not isinstance(exc, RunnerError) or "cannot start the browser: " not in str(exc):
+        return exc
+    text = str(exc).split("cannot start the browser: ", 1)[1]
+    if " hung: " in text:
+        return BrowserUnusable(text, f"check that `{executable} {_CHECK}` prints a page and exits; on a slow "
+                                     f"machine raise MODELPARITY_BROWSER_START_S")
+    if " exited at start-up " in text:
+        return BrowserUnusable(text, f"run `{executable} {_CHECK}` to see the same error; if it names a missing "
+                                     f"file or library, reinstall Chromium: {CHROMIUM_HINT}")
+    return RuntimeMissing(f"a working Chromium ({executable}: {text})", CHROMIUM_HINT)
 
 
 def shared_browser(*, node: str, node_modules: Path, timeout_s: float | None) -> BrowserHost:

@@ -126,8 +126,8 @@ def decode_tensors(buf: memoryview | bytes, offset: int = 0) -> dict[str, np.nda
     return out
 
 
-def _pdeathsig_hook() -> Any:
-    """A preexec_fn setting PR_SET_PDEATHSIG, or None when prctl is unavailable.
+def _pdeathsig_hook(sig: int = int(signal.SIGKILL)) -> Any:
+    """A preexec_fn setting PR_SET_PDEATHSIG (``sig``), or None when prctl is unavailable.
 
     libc and prctl are resolved here, in the parent: the child between fork and exec must not
     import anything (another thread may hold the import lock at fork time).
@@ -138,10 +138,9 @@ def _pdeathsig_hook() -> Any:
         prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
         return None
-    kill = int(signal.SIGKILL)
 
     def hook() -> None:  # runs in the child between fork and exec
-        prctl(1, kill, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+        prctl(1, sig, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
 
     return hook
 
@@ -159,8 +158,25 @@ def _grow_pipes(*streams: Any) -> None:
             pass
 
 
-def _terminate(proc: subprocess.Popen) -> None:
-    """Stop ``proc``: close stdin (the runner exits on EOF), then terminate, then kill."""
+def _kill_group(pgid: int) -> None:
+    """SIGKILL what is left of a process group (a browser's children, a hung fake browser)."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _terminate(proc: subprocess.Popen, group: bool = False) -> None:
+    """Stop ``proc``: close stdin (the runner exits on EOF), then terminate, then kill; with
+    ``group`` (it leads its own process group) whatever is left of that group goes too."""
+    try:
+        _terminate_one(proc)
+    finally:
+        if group:
+            _kill_group(proc.pid)
+
+
+def _terminate_one(proc: subprocess.Popen) -> None:
     if proc.poll() is not None:
         return
     try:
@@ -186,7 +202,8 @@ class NodeProcess:
 
     def __init__(self, model_json: str | Path, *, backend: str, node: str, runner_js: Path,
                  node_modules: Path, description: str, timeout_s: float | None = 600.0,
-                 handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S) -> None:
+                 handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S, env: Mapping[str, str] | None = None,
+                 own_group: bool = False) -> None:
         self.description = description
         self.timeout_s = timeout_s
         self.node = node
@@ -196,17 +213,22 @@ class NodeProcess:
         self._lock = threading.Lock()
         self._dead: str | None = None
         self._reported = False
-        env = dict(os.environ, MODELPARITY_TFJS_MODULES=str(node_modules))
+        full_env = dict(os.environ, MODELPARITY_TFJS_MODULES=str(node_modules), **(env or {}))
         on_linux_main = sys.platform.startswith("linux") and threading.current_thread() is threading.main_thread()
+        # own_group: the process leads a new process group (and session), so that everything it
+        # starts (a browser and the browser's children) can be killed at once (``_kill``); its
+        # death signal is then SIGTERM, which it handles by cleaning up after itself.
+        self._group = own_group and os.name == "posix"
+        death = _pdeathsig_hook(int(signal.SIGTERM) if self._group else int(signal.SIGKILL))
         self.proc = subprocess.Popen(
             [node, str(runner_js), str(model_json), backend],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-            preexec_fn=_pdeathsig_hook() if on_linux_main else None, bufsize=0)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=full_env,
+            preexec_fn=death if on_linux_main else None, bufsize=0, start_new_session=self._group)
         self.pid = self.proc.pid
         assert self.proc.stdin is not None and self.proc.stdout is not None  # both are PIPEs
         os.set_blocking(self.proc.stdin.fileno(), False)  # non-blocking: writes honour timeout_s
         _grow_pipes(self.proc.stdin, self.proc.stdout)
-        self._finalizer = weakref.finalize(self, _terminate, self.proc)
+        self._finalizer = weakref.finalize(self, _terminate, self.proc, self._group)
         self._stderr_thread = threading.Thread(target=self._drain_stderr, name=f"tfjs-stderr-{self.pid}",
                                                daemon=True)
         self._stderr_thread.start()
@@ -324,8 +346,14 @@ class NodeProcess:
             raise self._died("while Python waited for its answer") from None
         return chr(payload[0]), payload[1:]
 
-    def _timed_out(self, limit: str | None = None) -> NodeProcessDied:
+    def _kill(self) -> None:
+        """SIGKILL the process (and its whole group, when it leads one)."""
         self.proc.kill()
+        if self._group:
+            _kill_group(self.pid)
+
+    def _timed_out(self, limit: str | None = None) -> NodeProcessDied:
+        self._kill()
         limit = limit or (f"{self.timeout_s:g} s (timeout_s; the plugin's --modelparity-timeout)")
         exc = self._died(f"after not answering within {limit}, so Python killed it")
         exc.timed_out = True
@@ -390,7 +418,7 @@ class NodeProcess:
         except NodeProcessDied:
             raise
         except BaseException as exc:  # interrupted mid-exchange: the pipes are out of step now
-            self.proc.kill()
+            self._kill()
             self._died(f"because a call was interrupted ({type(exc).__name__}) half-way through an exchange, "
                        f"which leaves the protocol out of step, so Python killed it")
             raise
@@ -448,7 +476,7 @@ class NodeProcess:
             finally:
                 self._lock.release()
         elif self.proc.poll() is None:
-            self.proc.kill()
+            self._kill()
 
 
 def _exiting(pid: int) -> bool:

@@ -121,6 +121,13 @@ def load(source: Any, *, device: str = "cpu", backend: str = "webgl", timeout_s:
             if "browser bundle" in text:
                 raise RuntimeMissing(f"tfjs's browser bundles in {node_modules} ({text})",
                                      f"remove that directory and run `{tfjs_runner.INSTALL_COMMAND}`") from exc
+            if "the file server refused " in text:
+                refused = text.split("the file server refused ", 1)[1]
+                raise ModelLoadError(path, NAME, f"the browser's file server refused {refused}: it serves a "
+                                     "weight file only if, when the page asks for it, it is the regular file the "
+                                     "manifest names inside the model's folder",
+                                     "replace the link with the file itself (a copy inside the model's folder), "
+                                     "or load the model again from where the files really are", action="load") from exc
             if "cannot start the browser" in text:
                 raise RuntimeMissing(f"a working Chromium ({chromium}: {text})", CHROMIUM_HINT) from exc
             raise browser_error(path, which, text, spec, action="load") from exc

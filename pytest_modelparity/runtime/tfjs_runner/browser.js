@@ -6,12 +6,23 @@
 // descriptors 3 and 4: NUL-terminated JSON), so no npm package is needed to drive the browser
 // and nothing downloads a browser build: the system Chromium runs (apt-get install chromium).
 // Chromium exits when that pipe closes, so it never outlives this process (nor this process
-// Python: it exits on stdin EOF). Pages load tfjs from a static server bound to 127.0.0.1 on a
-// free port, which serves only tfjs's browser bundles, page.html/page.js and, per loaded model,
-// its model.json and the weight files its manifest names (Python checked those stay inside the
-// model's directory).
+// Python: it exits on stdin EOF, and on SIGTERM, Python's death signal). Pages load tfjs from a
+// static server bound to 127.0.0.1 on a free port, which serves only tfjs's browser bundles,
+// page.html/page.js and, per loaded model, its model.json and the weight files its manifest names,
+// each only if, at the request, it is a regular file at that very path inside the model's
+// directory (no link anywhere below it); a request it cannot parse is answered 400.
+//
+// The browser stays home: every flag that stops Chromium's own traffic (updates, variations,
+// network time, DNS and DNS-over-HTTPS, crash upload), host names other than localhost resolve to
+// nothing, and any other request goes to a loopback sink that closes it (CHROMIUM_FLAGS below).
+// Everything it writes (profile, crash dumps, $HOME and XDG folders, temporaries) goes under the
+// session folder Python made (MODELPARITY_BROWSER_DIR), which this script empties on every exit
+// and Python removes.
 //
 // Usage: node browser.js <chromium executable> chromium
+//   env MODELPARITY_BROWSER_DIR: the session's own folder (Python creates it and removes it)
+//   env MODELPARITY_BROWSER_GROUP=1: this process leads its own process group (Python started it
+//     so): on exit it kills that group, taking any process Chromium left behind with it
 //   env MODELPARITY_TFJS_MODULES: node_modules holding @tensorflow/* (tfjs_runner installs it)
 //   env MODELPARITY_BROWSER_START_S: how long Chromium may take to start (default 60)
 //   env MODELPARITY_CHROMIUM_FLAGS: extra command-line flags (space-separated)
@@ -34,11 +45,12 @@ const fs = require('fs');
 const os = require('os');
 const path = require('path');
 const http = require('http');
+const net = require('net');
 const crypto = require('crypto');
 const { spawn } = require('child_process');
 
 // First: it diverts stdout to stderr, so that only frames reach Python.
-const { log, send, sendJSON, fail, decodeTensors, encodeTensor, sendAnswer, decodeFetch, serve } = require('./protocol');
+const { log, send, sendJSON, sendError, sendDrained, fail, decodeTensors, encodeTensor, sendAnswer, decodeFetch, serve } = require('./protocol');
 
 const START_MS = 1000 * (Number(process.env.MODELPARITY_BROWSER_START_S) || 60);
 
@@ -58,39 +70,93 @@ function bundlePath(name) {
   return path.join(modules, BUNDLES[name]);
 }
 
+// Why a file is not served: the model's file as it is now, checked at each request. Opened
+// without following a final link, it must be a regular file, and the path must resolve to itself
+// inside the model's directory as resolved at load (no link in between), the same file as opened.
+function openModelFile(entry, rel, done) {
+  const file = path.join(entry.dir, rel);
+  fs.open(file, fs.constants.O_RDONLY | (fs.constants.O_NOFOLLOW || 0), (err, fd) => {
+    if (err) {
+      const why = err.code === 'ELOOP' ? 'is a symbolic link now' : `cannot be opened (${err.code || err.message})`;
+      return done(`${rel} ${why}`);
+    }
+    const refuse = (why) => fs.close(fd, () => done(`${rel} ${why}`));
+    fs.fstat(fd, (err2, st) => {
+      if (err2) return refuse(`cannot be read (${err2.code})`);
+      if (!st.isFile()) return refuse('is not a regular file now');
+      fs.realpath(file, (err3, real) => {
+        if (err3) return refuse(`cannot be resolved (${err3.code})`);
+        if (real !== path.join(entry.realDir, rel)) return refuse(`leads out of place through a link now (to ${real})`);
+        fs.stat(real, (err4, st2) => {
+          if (err4 || st2.ino !== st.ino || st2.dev !== st.dev) return refuse('changed while it was opened');
+          done(null, fd, st.size);
+        });
+      });
+    });
+  });
+}
+
 function startServer() {
   const server = http.createServer((req, res) => {
-    const deny = (code) => { res.writeHead(code); res.end(); };
+    const deny = (code) => { if (!res.headersSent) res.writeHead(code); res.end(); };
+    try {
+      handle(req, res, deny);
+    } catch (err) { // a request must never take the driver (and a predict in flight) down
+      log(`browser: file server: ${req.method} ${JSON.stringify(req.url)} failed: ${err && err.message}`);
+      deny(500);
+    }
+  });
+
+  function handle(req, res, deny) {
     if (req.method !== 'GET') return deny(405);
     // Only this server's own origin (no DNS rebinding: the Host header must be the loopback address).
     if (req.headers.host !== `127.0.0.1:${server.address().port}`) return deny(403);
-    const parts = decodeURIComponent(req.url.split('?')[0]).split('/').filter(Boolean);
-    let file = null;
-    let type = 'application/octet-stream';
-    if (parts.length === 1 && PAGE_FILES[parts[0]]) {
-      file = path.join(__dirname, parts[0]);
-      type = PAGE_FILES[parts[0]];
-    } else if (parts.length === 2 && parts[0] === 'lib' && BUNDLES[parts[1]]) {
-      file = bundlePath(parts[1]);
-      type = 'text/javascript';
-    } else if (parts.length >= 3 && parts[0] === 'm' && models.has(parts[1])) {
-      // Only the files this model's manifest names (Python refused any leaving its directory).
-      const entry = models.get(parts[1]);
-      const rel = parts.slice(2).join('/');
-      if (entry.files.has(rel)) file = path.join(entry.dir, rel);
-      if (rel === 'model.json') type = 'application/json';
+    let parts;
+    try {
+      parts = decodeURIComponent(String(req.url).split('?')[0]).split('/').filter(Boolean);
+    } catch (err) { // a malformed escape (GET /%E0%A4%A): URIError
+      return deny(400);
     }
-    if (file === null) return deny(404);
-    fs.readFile(file, (err, data) => {
+    const send = (file, type) => fs.readFile(file, (err, data) => {
       if (err) return deny(404);
       res.writeHead(200, { 'Content-Type': type, 'Cache-Control': 'no-store' });
       res.end(data);
     });
-  });
+    if (parts.length === 1 && PAGE_FILES[parts[0]]) return send(path.join(__dirname, parts[0]), PAGE_FILES[parts[0]]);
+    if (parts.length === 2 && parts[0] === 'lib' && BUNDLES[parts[1]]) return send(bundlePath(parts[1]), 'text/javascript');
+    if (!(parts.length >= 3 && parts[0] === 'm' && models.has(parts[1]))) return deny(404);
+    // Only the files this model's manifest names, each checked now (it may have changed since load).
+    const entry = models.get(parts[1]);
+    const rel = parts.slice(2).join('/');
+    if (!entry.files.has(rel)) return deny(404);
+    openModelFile(entry, rel, (why, fd, size) => {
+      if (why) {
+        entry.refused.push(why);
+        log(`browser: file server refused ${why}`);
+        return deny(403);
+      }
+      res.writeHead(200, { 'Content-Type': rel === 'model.json' ? 'application/json' : 'application/octet-stream',
+        'Content-Length': size, 'Cache-Control': 'no-store' });
+      const stream = fs.createReadStream(null, { fd, autoClose: true });
+      stream.on('error', () => res.destroy());
+      stream.pipe(res);
+    });
+  }
+
   server.maxConnections = 64;
   return new Promise((resolve, reject) => {
     server.on('error', reject);
     server.listen(0, '127.0.0.1', () => resolve(server));
+  });
+}
+
+// Where Chromium's requests for anything but this machine end: a loopback port that closes each
+// connection (--proxy-server). Ours, so no other process can be listening there.
+function startSink() {
+  const sink = net.createServer((socket) => socket.destroy());
+  return new Promise((resolve, reject) => {
+    sink.on('error', reject);
+    sink.listen(0, '127.0.0.1', () => resolve(sink));
   });
 }
 
@@ -163,37 +229,112 @@ function within(ms, promise, what) {
   return Promise.race([promise, limit]).finally(() => clearTimeout(timer));
 }
 
-async function launch(executable) {
-  const profile = fs.mkdtempSync(path.join(os.tmpdir(), 'modelparity-chromium-'));
-  const extra = (process.env.MODELPARITY_CHROMIUM_FLAGS || '').split(/\s+/).filter(Boolean);
-  const args = ['--headless=new', '--no-sandbox', '--use-angle=swiftshader', '--enable-unsafe-swiftshader',
+// The session's folder and what goes in it. Python makes the folder (named so that a later session
+// sweeps it once its owner is gone); run alone, this script makes its own.
+const SESSION_DIR = process.env.MODELPARITY_BROWSER_DIR || fs.mkdtempSync(path.join(os.tmpdir(), 'modelparity-browser-'));
+const LEADS_GROUP = process.env.MODELPARITY_BROWSER_GROUP === '1';
+
+// Chromium phones home despite --disable-background-networking (update.googleapis.com,
+// clients2.google.com, the DNS resolver, a DNS-over-HTTPS server): each of these stops a part of
+// that, and the last three stop whatever is left (no name resolves but localhost; a request for
+// any other host goes to the sink; loopback itself bypasses the proxy, as it always does).
+function chromiumFlags(dir, sinkPort) {
+  return ['--headless=new', '--no-sandbox', '--use-angle=swiftshader', '--enable-unsafe-swiftshader',
     '--remote-debugging-pipe', '--no-first-run', '--no-default-browser-check', '--disable-extensions',
-    '--disable-background-networking', '--disable-sync', '--disable-component-update', '--mute-audio',
-    '--disable-dev-shm-usage', `--user-data-dir=${profile}`, ...extra, 'about:blank'];
-  const proc = spawn(executable, args, { stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'pipe'] });
+    '--disable-background-networking', '--disable-sync', '--disable-component-update', '--disable-default-apps',
+    '--disable-domain-reliability', '--disable-client-side-phishing-detection', '--no-pings',
+    '--metrics-recording-only', '--disable-field-trial-config', '--no-service-autorun',
+    '--safebrowsing-disable-auto-update', '--password-store=basic', '--use-mock-keychain',
+    '--disable-breakpad', '--disable-crash-reporter', `--crash-dumps-dir=${path.join(dir, 'crash')}`,
+    '--dns-prefetch-disable',
+    '--disable-features=DnsOverHttps,AsyncDns,NetworkTimeServiceQuerying,OptimizationHints,MediaRouter,'
+      + 'DialMediaRouteProvider,Translate,AutofillServerCommunication,CertificateTransparencyComponentUpdater,'
+      + 'InterestFeedContentSuggestions,PrivacySandboxSettings4',
+    '--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE localhost , EXCLUDE 127.0.0.1',
+    `--proxy-server=http://127.0.0.1:${sinkPort}`,
+    '--mute-audio', '--disable-dev-shm-usage', `--user-data-dir=${path.join(dir, 'profile')}`];
+}
+
+let chromium = null; // the running browser's ChildProcess
+let stopping = false;
+
+// Python removes the folder too; this is for when Python is gone (its death signal, stdin EOF).
+function removeSessionDir() {
+  try { fs.rmSync(SESSION_DIR, { recursive: true, force: true }); } catch (err) { /* Python or a sweep retries */ }
+}
+
+// Every way out: stop Chromium (and, leading the group, whatever it left), empty the session folder.
+async function stop(code) {
+  if (stopping) return;
+  stopping = true;
+  if (chromium && chromium.exitCode === null && chromium.signalCode === null) {
+    const gone = new Promise((resolve) => { chromium.once('exit', resolve); setTimeout(resolve, 2000); });
+    try { chromium.kill('SIGKILL'); } catch (err) { /* already gone */ }
+    await gone;
+  }
+  removeSessionDir();
+  // Python gone or done (code 0): take down whatever Chromium left in this group, this process
+  // too. Otherwise Python, alive, reads the exit code and kills the group itself.
+  if (LEADS_GROUP && code === 0) try { process.kill(-process.pid, 'SIGKILL'); } catch (err) { /* not a leader */ }
+  process.exit(code);
+}
+process.on('SIGTERM', () => stop(0));
+process.on('SIGHUP', () => stop(0));
+process.on('exit', () => { // a crash of this script: at least no browser and no profile left
+  if (chromium && chromium.exitCode === null) try { chromium.kill('SIGKILL'); } catch (err) { /* gone */ }
+  if (!stopping) removeSessionDir();
+});
+
+async function launch(executable, sinkPort) {
+  const dir = SESSION_DIR;
+  const home = path.join(dir, 'home');
+  for (const sub of ['profile', 'home', 't', 'crash']) fs.mkdirSync(path.join(dir, sub), { recursive: true, mode: 0o700 });
+  const extra = (process.env.MODELPARITY_CHROMIUM_FLAGS || '').split(/\s+/).filter(Boolean);
+  const args = [...chromiumFlags(dir, sinkPort), ...extra, 'about:blank'];
+  // Nothing under the user's own $HOME: Chromium writes ~/.config/chromium/Crash Reports and ~/.pki
+  // whatever --user-data-dir says.
+  const env = Object.assign({}, process.env, { HOME: home, XDG_CONFIG_HOME: path.join(home, '.config'),
+    XDG_CACHE_HOME: path.join(home, '.cache'), XDG_DATA_HOME: path.join(home, '.local', 'share'),
+    XDG_STATE_HOME: path.join(home, '.local', 'state'), TMPDIR: path.join(dir, 't'), // short: Chromium's singleton socket goes there
+    BREAKPAD_DUMP_LOCATION: path.join(dir, 'crash') });
+  const proc = spawn(executable, args, { stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'pipe'], env });
+  chromium = proc;
   const tail = [];
   proc.stderr.on('data', (d) => {
     for (const line of String(d).split('\n')) if (line.trim()) { tail.push(line); if (tail.length > 20) tail.shift(); }
   });
-  const cleanup = () => fs.rmSync(profile, { recursive: true, force: true });
-  proc.on('exit', (code, signal) => {
-    cleanup();
+  const stderrDone = new Promise((resolve) => { proc.stderr.on('close', resolve); proc.stderr.on('error', resolve); });
+  // Writes to a browser that died fail with EPIPE: its exit says why, not node's stack.
+  for (const fd of [3, 4]) proc.stdio[fd].on('error', () => {});
+  let started = false;
+  const exited = new Promise((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));
+  exited.then(async ({ code, signal }) => {
+    if (stopping || !started) return;
+    await Promise.race([stderrDone, new Promise((r) => setTimeout(r, 500))]);
     log(`browser: Chromium exited (${signal ? `signal ${signal}` : `code ${code}`}); last lines:\n${tail.join('\n')}`);
-    process.exit(3); // Python sees the process die and starts a new browser on its next call
+    stop(3); // Python sees the process die and starts a new browser on its next call
   });
-  const started = new Promise((resolve, reject) => {
+  await new Promise((resolve, reject) => {
     proc.on('error', (err) => reject(new Error(`cannot start ${executable}: ${err.message}`)));
     proc.on('spawn', resolve);
   });
-  await started;
   const cdp = new DevTools(proc);
+  const died = exited.then(async ({ code, signal }) => {
+    await Promise.race([stderrDone, new Promise((r) => setTimeout(r, 500))]);
+    const said = tail.length ? `; its stderr:\n${tail.join('\n')}` : ' and printed nothing';
+    throw new Error(`Chromium (${executable}) exited at start-up (${signal ? `signal ${signal}` : `code ${code}`})${said}`);
+  });
   try {
-    const version = await within(START_MS, cdp.send('Browser.getVersion'), `Chromium (${executable}) start-up`);
+    const version = await Promise.race([died, within(START_MS, cdp.send('Browser.getVersion'),
+      `Chromium (${executable}) start-up`)]);
+    started = true;
     return { proc, cdp, version };
   } catch (err) {
-    proc.removeAllListeners('exit');
     proc.kill('SIGKILL'); // a browser that never answered must not outlive its failed start
-    cleanup();
+    if (/did not finish within/.test(err.message)) {
+      throw new Error(`Chromium (${executable}) hung: it started but did not answer the DevTools protocol within `
+        + `${START_MS / 1000} s (MODELPARITY_BROWSER_START_S), so it was killed`);
+    }
     throw err;
   }
 }
@@ -219,9 +360,11 @@ async function main() {
   let browser;
   try {
     server = await startServer();
-    browser = await launch(executable);
+    const sink = await startSink();
+    browser = await launch(executable, sink.address().port);
   } catch (err) {
-    return fail(`cannot start the browser: ${err.message}`);
+    sendError(`cannot start the browser: ${err.message}`);
+    return sendDrained(() => stop(1));
   }
   const { cdp, version } = browser;
   const base = `http://127.0.0.1:${server.address().port}`;
@@ -234,7 +377,9 @@ async function main() {
   async function openPage(frame) {
     const req = JSON.parse(frame.toString('utf8', 1));
     const token = crypto.randomBytes(12).toString('hex');
-    models.set(token, { dir: path.dirname(req.model), files: new Set(['model.json', ...req.files]) });
+    const dir = path.dirname(req.model);
+    const entry = { dir, realDir: fs.realpathSync(dir), files: new Set(['model.json', ...req.files]), refused: [] };
+    models.set(token, entry);
     const { targetId } = await cdp.send('Target.createTarget', { url: 'about:blank' });
     let sessionId;
     try {
@@ -250,10 +395,13 @@ async function main() {
       const meta = await cdp.evaluate(sessionId, `mpLoad(${JSON.stringify(opts)})`);
       const id = ++nextPage;
       pages.set(id, { targetId, sessionId, token });
-      sendJSON('H', Object.assign(meta, { page: id }));
+      sendJSON('H', Object.assign(meta, { page: id, model_url: opts.url }));
     } catch (err) {
       models.delete(token);
       await cdp.send('Target.closeTarget', { targetId }).catch(() => {});
+      if (entry.refused.length) { // the page's own error only says a fetch failed
+        throw new Error(`cannot load graph model ${req.model} in Chromium: the file server refused ${entry.refused.join('; ')}`);
+      }
       throw new Error(`cannot load graph model ${req.model} on the ${req.backend} backend in Chromium: ${err.message}`);
     }
   }
@@ -283,7 +431,10 @@ async function main() {
     send('K');
   }
 
-  serve({ L: ['load', openPage], P: ['predict', run], I: ['intermediates', run], C: ['close', closePage] });
+  serve({ L: ['load', openPage], P: ['predict', run], I: ['intermediates', run], C: ['close', closePage] }, stop);
 }
 
-main().catch((err) => fail(`browser driver crashed: ${err && err.stack ? err.stack : err}`));
+main().catch((err) => {
+  sendError(`browser driver crashed: ${err && err.stack ? err.stack : err}`);
+  sendDrained(() => stop(1));
+});

@@ -43,10 +43,12 @@ function send(type, body) {
 const sendError = (message) => send('E', Buffer.from(String(message), 'utf8'));
 const sendJSON = (type, obj) => send(type, Buffer.from(JSON.stringify(obj), 'utf8'));
 
+// Calls `then` once what was sent has been written out (before an exit, so Python reads it all).
+const sendDrained = (then) => stdoutWrite('', then);
+
 function fail(message) {
   sendError(message);
-  // Let stdout drain before exiting so Python reads the whole message.
-  stdoutWrite('', () => process.exit(1));
+  sendDrained(() => process.exit(1));
 }
 
 // Reads the u16 count + tensors at `offset`, calling make(name, dtype, shape, bytes) for each
@@ -126,7 +128,10 @@ function decodeFetch(buf, offset) {
 // arrival order; a handler's error is answered with 'E' "<what> failed: <message>" and serving goes
 // on. 'Q', or stdin closing (Python gone: exit, crash, kill), exits once the queue is done: the
 // script must not outlive Python.
-function serve(handlers) {
+//
+// `stop` (optional) runs before every exit of serve's: an async clean-up (browser.js stops
+// Chromium and removes its profile there) that gets the exit code and exits itself.
+function serve(handlers, stop = (code) => process.exit(code)) {
   // Frames arrive in pipe-sized chunks (64 KB): keep them in a list and join once per complete
   // frame (joining on every chunk costs O(size^2): 250 ms of copying for a 12 MB batch).
   let chunks = [];
@@ -146,17 +151,17 @@ function serve(handlers) {
       buffered = rest.length;
       const type = String.fromCharCode(frame[0]);
       const handler = Object.prototype.hasOwnProperty.call(handlers, type) ? handlers[type] : null;
-      if (type === 'Q') queue = queue.then(() => process.exit(0));
+      if (type === 'Q') queue = queue.then(() => stop(0));
       else if (!handler) queue = queue.then(() => sendError(`unknown message type ${JSON.stringify(type)}`));
       else queue = queue.then(() => handler[1](frame)).catch((err) => sendError(`${handler[0]} failed: ${err.message}`));
     }
   });
-  process.stdin.on('end', () => queue.then(() => process.exit(0)));
-  process.stdin.on('error', () => process.exit(0));
-  process.stdout.on('error', () => process.exit(0));
+  process.stdin.on('end', () => queue.then(() => stop(0), () => stop(0)));
+  process.stdin.on('error', () => stop(0));
+  process.stdout.on('error', () => stop(0));
 }
 
 module.exports = {
-  DTYPES, ITEMSIZE, log, send, sendError, sendJSON, fail, decodeTensors, encodeTensor, sendAnswer, decodeFetch,
+  DTYPES, ITEMSIZE, log, send, sendError, sendDrained, sendJSON, fail, decodeTensors, encodeTensor, sendAnswer, decodeFetch,
   serve,
 };
