@@ -150,6 +150,30 @@ def test_a_hung_browser_dies_with_its_group_when_the_timeout_fires_before_the_st
                 for p in d.glob(f"modelparity-browser-*-p{os.getpid()}-*")]
 
 
+def test_an_interrupt_during_a_hung_start_leaves_nothing(tmp_path, monkeypatch, handmade):
+    """Ctrl-C while the browser starts (the session ends): the driver's group and folder go at once."""
+    from pytest_modelparity import load_model
+
+    fake = _fake_chromium(tmp_path, "exec -a mp-hung-browser-39b sleep 120\n")
+    monkeypatch.setenv("MODELPARITY_CHROMIUM", str(fake))
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    before = signal.signal(signal.SIGALRM, interrupt)
+    signal.alarm(2)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            load_model(handmade, "tfjs", backend="webgl", timeout_s=60)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, before)
+    time.sleep(0.3)
+    assert not _marked(b"mp-hung-"), "the hung browser went with the interrupted start"
+    assert not [p for d in {Path(tempfile.gettempdir()), Path("/tmp")}
+                for p in d.glob(f"modelparity-browser-*-p{os.getpid()}-*")]
+
+
 def test_a_chromium_that_exits_at_start_shows_its_own_stderr(tmp_path, monkeypatch, handmade):
     from pytest_modelparity import load_model
     from pytest_modelparity.errors import RuntimeMissing

@@ -210,6 +210,7 @@ def test_a_killed_browser_leaves_no_orphan_and_the_next_call_starts_a_new_one(ra
         assert not any(_running(b) for b in browsers)
         again = js.predict({"v": np.ones((2, 4), np.float32)})["y"]  # a new browser, the model loaded again
         assert js.restarts == 1 and js.process.host is not host
+        assert not host.folder.exists(), "the dead driver's profile went when its host was replaced"
         np.testing.assert_array_equal(first, again)
     del model, x
     with pytest.raises(NodeProcessDied):

@@ -232,8 +232,14 @@ class NodeProcess:
         self._stderr_thread = threading.Thread(target=self._drain_stderr, name=f"tfjs-stderr-{self.pid}",
                                                daemon=True)
         self._stderr_thread.start()
-        self._handshake(min(handshake_timeout_s, timeout_s) if timeout_s else handshake_timeout_s)
-        kind, payload = self._read_frame(self._deadline())
+        try:
+            self._handshake(min(handshake_timeout_s, timeout_s) if timeout_s else handshake_timeout_s)
+            kind, payload = self._read_frame(self._deadline())
+        except BaseException:  # KeyboardInterrupt, a signal handler's exception: nothing may stay behind
+            if self.proc.poll() is None:
+                self._kill()
+            self._finalizer()
+            raise
         if kind == "E":
             self.close()
             raise RunnerError(payload.tobytes().decode("utf-8", "replace"))
