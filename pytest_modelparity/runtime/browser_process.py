@@ -144,7 +144,10 @@ class BrowserHost:
                                             "MODELPARITY_BROWSER_GROUP": "1"}, own_group=True)
         except BaseException as exc:
             shutil.rmtree(self.folder, ignore_errors=True)
-            raise _start_error(self.executable, timeout_s, exc) from exc
+            told = _start_error(self.executable, timeout_s, exc)
+            if told is exc:
+                raise
+            raise told from exc
         self._finalizer = weakref.finalize(self, _stop_host, self.process, self.folder)
         self.meta: dict[str, Any] = self.process.meta
 
