@@ -90,6 +90,11 @@ def test_file_server_survives_a_malformed_url_and_refuses_a_shard_swapped_for_a_
         assert "group1-shard1of1.bin is a symbolic link now" in text and str(handmade) in text
         assert "replace the link with the file itself" in text
         np.testing.assert_allclose(js.predict({"v": X})["y"], Y, rtol=1e-6)  # the loaded page is untouched
+        (handmade.parent / "group1-shard1of1.bin").unlink()
+        os.mkfifo(handmade.parent / "group1-shard1of1.bin")  # opening it for reading would block
+        for _ in range(6):  # more than libuv's 4 pool threads: none of them is left hanging
+            assert _get(base, shard[len(base):]) == (403, b"")
+        assert _get(base, url[len(base):])[0] == 200
         assert host.process.alive
     browser_process.close_shared_browser()
     assert not folder.exists(), "the browser's folder (profile, crash dumps, HOME) goes with the session"

@@ -71,11 +71,13 @@ function bundlePath(name) {
 }
 
 // Why a file is not served: the model's file as it is now, checked at each request. Opened
-// without following a final link, it must be a regular file, and the path must resolve to itself
-// inside the model's directory as resolved at load (no link in between), the same file as opened.
+// without following a final link (and without blocking: a FIFO put there must not hang a thread
+// of the pool), it must be a regular file, and the path must resolve to itself inside the model's
+// directory as resolved at load (no link in between), the same file as opened.
 function openModelFile(entry, rel, done) {
   const file = path.join(entry.dir, rel);
-  fs.open(file, fs.constants.O_RDONLY | (fs.constants.O_NOFOLLOW || 0), (err, fd) => {
+  const flags = fs.constants.O_RDONLY | (fs.constants.O_NOFOLLOW || 0) | (fs.constants.O_NONBLOCK || 0);
+  fs.open(file, flags, (err, fd) => {
     if (err) {
       const why = err.code === 'ELOOP' ? 'is a symbolic link now' : `cannot be opened (${err.code || err.message})`;
       return done(`${rel} ${why}`);
