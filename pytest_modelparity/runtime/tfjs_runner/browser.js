@@ -153,9 +153,18 @@ function startServer() {
 }
 
 // Where Chromium's requests for anything but this machine end: a loopback port that closes each
-// connection (--proxy-server). Ours, so no other process can be listening there.
+// connection (--proxy-server). Ours, so no other process can be listening there. What was asked
+// goes to stderr (the tail Python keeps), e.g. "CONNECT accounts.google.com:443".
+// The first 10 only: that tail also carries Chromium's last words when it dies.
 function startSink() {
-  const sink = net.createServer((socket) => socket.destroy());
+  let told = 0;
+  const sink = net.createServer((socket) => {
+    socket.once('data', (d) => {
+      if (++told <= 10) log(`browser: refused Chromium's request ${JSON.stringify(String(d).split('\r\n')[0].slice(0, 200))}`);
+    });
+    socket.on('error', () => {});
+    setTimeout(() => socket.destroy(), 50);
+  });
   return new Promise((resolve, reject) => {
     sink.on('error', reject);
     sink.listen(0, '127.0.0.1', () => resolve(sink));
@@ -251,7 +260,12 @@ function chromiumFlags(dir, sinkPort) {
     '--dns-prefetch-disable',
     '--disable-features=DnsOverHttps,AsyncDns,NetworkTimeServiceQuerying,OptimizationHints,MediaRouter,'
       + 'DialMediaRouteProvider,Translate,AutofillServerCommunication,CertificateTransparencyComponentUpdater,'
-      + 'InterestFeedContentSuggestions,PrivacySandboxSettings4',
+      + 'InterestFeedContentSuggestions,PrivacySandboxSettings4,PreconnectToSearch',
+    // Google's own endpoints (sign-in, search preconnect, push messaging's check-in) point at the
+    // sink: without these, one page and a predict asked the proxy for www.google.com (x4),
+    // accounts.google.com (x3) and android.clients.google.com.
+    ...['gaia-url', 'google-apis-url', 'lso-url', 'google-base-url', 'gcm-checkin-url', 'gcm-mcs-endpoint',
+      'gcm-registration-url'].map((name) => `--${name}=http://127.0.0.1:${sinkPort}`),
     '--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE localhost , EXCLUDE 127.0.0.1',
     `--proxy-server=http://127.0.0.1:${sinkPort}`,
     '--mute-audio', '--disable-dev-shm-usage', `--user-data-dir=${path.join(dir, 'profile')}`];
