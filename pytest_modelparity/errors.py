@@ -142,6 +142,13 @@ class InvalidArgumentError(ValueError):
     same mistake in an ini key or option into ``pytest.UsageError``."""
 
 
+class DatasetMismatch(InvalidArgumentError):
+    """Real rows (``modelparity_dataset``, ``--modelparity-data``) that do not fit the model:
+    array names that match no input, or a shape of another model. Its text is the whole
+    story (the names in the file, the model's inputs, the fix), so the plugin shows it alone,
+    without the traceback through the fixtures that read the rows."""
+
+
 class InconclusiveVerdict(UserWarning):
     """A quantised decision made on too few rows to fail a file outside its budget, and no
     more rows to be had (``checks/quant_rows.py``): not a pass. ``--modelparity-strict`` makes

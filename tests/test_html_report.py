@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import re
 import textwrap
 
@@ -79,3 +80,81 @@ def test_hint_evidence_is_shown_under_each_hint() -> None:
            "hints": ["first divergent layer: conv"], "hint_evidence": ["layer  max abs\nconv   0.9 <& >"]}
     page = render_html({"rows": [row]})
     assert "<details><summary>evidence</summary><pre>layer  max abs\nconv   0.9 &lt;&amp; &gt;</pre>" in page
+
+
+def _green_run(n: int = 59) -> list[dict]:
+    """Rows like a green run of the default matrix: long tolerance texts, histograms."""
+    formats = ["keras", "h5", "saved_model", "graphdef", "tflite", "tfjs", "onnx", "tflite:int8"]
+    tolerance = ("rtol=0 atol=0 scale=7.63e-06 (8 x the model's own float32 error (1.1e-07 of scale, at least 8 eps, "
+                 "from a float64 run of its Keras twin); measured on the session's reference (keras): tflite:float32 "
+                 "has no TensorFlow graph)")
+    return [{"nodeid": f"tests/test_parity.py::test_export[{formats[i % 8]}-cpu]", "format": formats[i % 8],
+             "device": "cpu", "check": ["outputs_close", "deterministic", "batch_invariant"][i % 3],
+             "title": f"{formats[i % 8]} vs keras", "output": "['probs']", "verdict": "pass",
+             "max_abs": 10.0 ** -(6 + i % 3), "max_rel": 2e-6, "max_ulp": 12.0, "output_scale": 0.9,
+             "rtol": 0.0, "atol": 0.0, "scale": 7.63e-6, "tolerance": tolerance, "notes": ["float32 compared"],
+             "error_histogram": {"counts": [1, 3, 9], "log10_edges": [-8.0, -7.0, -6.0, -5.0]}}
+            for i in range(n)]
+
+
+def _visible(row_html: str) -> str:
+    """What a row shows before anything is opened: its text outside <details> and tooltips."""
+    shown = re.sub(r"<details>.*?</details>", "", row_html, flags=re.S)
+    shown = re.sub(r"<summary>.*?</summary>", "", shown, flags=re.S)
+    shown = re.sub(r"<title>.*?</title>", "", shown, flags=re.S)
+    return html.unescape(re.sub(r"<[^>]+>", "", shown))
+
+
+def test_a_green_run_is_one_line_per_row_with_a_bar_against_the_bound() -> None:
+    failing = _row(max_abs=3e-3, output_scale=1.0, rtol=0.0, atol=0.0, scale=7.63e-6)
+    page = render_html({"rows": [*_green_run(), failing], "tests": [], "environment": {}})
+    rows = re.findall(r"<tr class=\"(\w+)\">(.*?)</tr>", page, flags=re.S)
+    assert len(rows) == 60 and rows[0][0] == "fail"
+    for css, html_row in rows[1:]:
+        assert css == "pass"
+        # the long tolerance text, the histogram and the notes are folded away...
+        assert "<details><summary>" in html_row and "float64 run of its Keras twin" not in _visible(html_row)
+        assert "<svg" not in re.sub(r"<details>.*?</details>", "", html_row, flags=re.S).split("bound\">")[0]
+        # ...so what is left fits one line of a 1280 px window (verdict, test, format, device,
+        # check, output, max abs, error/bound ratio and its bar, the summary word)
+        assert len(_visible(html_row)) <= 100, _visible(html_row)
+        assert "white-space" not in html_row  # the CSS keeps them on one line, not the rows
+    # every row with a bound has its error/bound bar; the passing ones sit left of the tick
+    assert page.count('aria-label="error against bound"') == 60
+    assert re.search(r">0\.15</span><svg", page) and re.search(r">3\.9e\+02</span><svg", page)
+    # the failure is open: its hint under the test name, its tolerance and histogram shown
+    css, fail_row = rows[0]
+    assert "<details open>" in fail_row and "actual ≈ 255/256" in _visible(fail_row.replace(" open>", ">", 1))
+    assert 'fill="#cf222e"' in fail_row
+    assert "td.test,td.out{max-width:22em;overflow:hidden;text-overflow:ellipsis}" in page
+    assert not EXTERNAL.search(page)
+
+
+def test_the_bound_bar_clamps_and_skips_rows_without_a_bound() -> None:
+    from pytest_modelparity.reports.html import bound_ratio, bound_svg
+
+    assert bound_ratio({"max_abs": 1e-6, "output_scale": 2.0, "rtol": 1e-5, "atol": 1e-6, "scale": 0.0}) == pytest.approx((1e-6, 2.1e-5))
+    assert bound_ratio({"max_abs": 1e-3, "output_scale": None, "rtol": None, "atol": None, "scale": None}) is None
+    assert bound_svg({"max_abs": 0.0, "output_scale": 1.0, "scale": 1e-5}).count("<rect") == 2
+    far = bound_svg({"max_abs": 1e6, "output_scale": 1.0, "scale": 1e-5})
+    assert 'width="120.0" height="8" fill="#cf222e"' in far  # clamped at 100 x the bound, red
+
+
+def test_in_chromium_a_green_59_row_report_fits_1280_px_wide_and_a_few_screens_tall(tmp_path) -> None:
+    """Laid out by a real browser: no horizontal scroll at 1280 px, and about 27 px a row (it
+    was ~21,700 px for these rows, each wrapping its tolerance text to 6-10 lines)."""
+    import shutil
+    import subprocess
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    if chromium is None:
+        pytest.skip("no chromium on PATH to lay the page out (apt-get install chromium)")
+    page = render_html({"rows": _green_run(), "tests": [], "environment": {}})
+    measure = ('<script>window.onload=()=>{document.body.dataset.h=document.documentElement.scrollHeight;'
+               'document.body.dataset.w=document.documentElement.scrollWidth}</script></body>')
+    (tmp_path / "r.html").write_text(page.replace("</body>", measure), encoding="utf-8")
+    dom = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1280,800",
+                          "--virtual-time-budget=2000", "--dump-dom", (tmp_path / "r.html").as_uri()],
+                         capture_output=True, text=True, timeout=120).stdout
+    height, width = (int(re.search(rf'data-{k}="(\d+)"', dom).group(1)) for k in ("h", "w"))
+    assert width <= 1280 and height <= 59 * 32 + 400, (width, height)

@@ -21,7 +21,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..errors import InvalidArgumentError
+from ..errors import DatasetMismatch, InvalidArgumentError
 
 # Rows read at most (a long dataset is cut here: calibration and batches need few).
 MAX_ROWS = 2048
@@ -138,10 +138,7 @@ def _fit(part: Any, specs: list[Any], label: str) -> dict[str, np.ndarray]:
         else:
             # a key that is no input is a mistake to hear of (rows of another model, a typo),
             # never an array fed to whichever input happens to be there
-            raise InvalidArgumentError(
-                f"modelparity_dataset {label}: a batch has arrays {sorted(map(str, part))}; the model's inputs "
-                f"are {names} ({', '.join(f'{s.name}: {tuple(s.shape)} {s.dtype}' for s in specs)}): name each "
-                "array after its input, e.g. np.savez(path, **{input name: rows})")
+            raise DatasetMismatch(names_mismatch(label, {str(k): np.asarray(v) for k, v in part.items()}, specs))
     elif isinstance(part, (tuple, list)):
         if len(part) == len(names):
             arrays = list(part)
@@ -161,10 +158,41 @@ def _fit(part: Any, specs: list[Any], label: str) -> dict[str, np.ndarray]:
         if len(spec.shape) and arr.ndim == len(spec.shape) - 1:
             arr = arr[None]  # one row (an unbatched tf.data element)
         if len(spec.shape) and arr.ndim != len(spec.shape):
-            raise InvalidArgumentError(f"modelparity_dataset {label}: input {spec.name!r} has shape {arr.shape}; the "
+            raise DatasetMismatch(f"modelparity_dataset {label}: input {spec.name!r} has shape {arr.shape}; the "
                                        f"model takes {tuple(spec.shape)} (None: any size)")
         fitted[spec.name] = arr.astype(spec.dtype, copy=False)
     return fitted
+
+
+def _fits(arr: np.ndarray, spec: Any) -> bool:
+    """Whether ``arr`` could be rows of ``spec`` (same rank, or one row; known dims equal)."""
+    dims = tuple(spec.shape)[1:] if len(spec.shape) else ()
+    shape = arr.shape[1:] if arr.ndim == len(spec.shape) else arr.shape if arr.ndim == len(dims) else None
+    return shape is not None and all(d is None or d == s for d, s in zip(dims, shape))
+
+
+def names_mismatch(label: str, arrays: Mapping[str, np.ndarray], specs: list[Any]) -> str:
+    """The one-screen text for rows whose array names match no input: what the file holds,
+    what the model takes, and the line that fixes it (pairing by shape where one fits)."""
+    def shown(shape: tuple) -> str:
+        return "(" + ", ".join("None" if d is None else str(d) for d in shape) + (",)" if len(shape) == 1 else ")")
+
+    held = [f"    {name!r}: {shown(arr.shape)} {arr.dtype}" for name, arr in sorted(arrays.items())]
+    wanted = [f"    {s.name!r}: {shown(tuple(s.shape))} {np.dtype(s.dtype)}" for s in specs]
+    pairs = []
+    for spec in specs:
+        fitting = [n for n, a in sorted(arrays.items()) if _fits(a, spec)]
+        pairs.append(f"{spec.name}=rows[{fitting[0]!r}]" if len(fitting) == 1 else f"{spec.name}=<rows of {spec.name!r}>")
+    fix = (f"rows = np.load({label}); np.savez({label}, {', '.join(pairs)})" if label[:1] in "'\""
+           else f"return {{{', '.join(repr(p.split('=')[0]) + ': ...' for p in pairs)}}} from modelparity_dataset")
+    return "\n".join([
+        f"modelparity_dataset {label}: arrays {sorted(arrays)} match none of the model's inputs "
+        f"{[s.name for s in specs]}: name each array after its input",
+        f"  the rows hold {len(arrays)} array(s):", *held,
+        f"  the model takes {len(specs)} input(s):", *wanted,
+        "  fix, e.g.:",
+        f"    {fix}",
+        "  (arr_0, arr_1... in input order are read too; one input also takes x and y, features first)"])
 
 
 _CACHE: dict[int, tuple[Any, Dataset]] = {}

@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
+from ..errors import DatasetMismatch
 from ..formats.base import TensorSpec
 from ..runtime.resources import check_allocation
 from ..verdict.validators import check_batch_size
@@ -241,6 +242,11 @@ def seeded_batch(model_or_specs: Any, *, batch_size: int = 4, seed: int = 0, ele
     return batch
 
 
+class NoRows(InvalidArgument, DatasetMismatch):
+    """``dataset_batches`` without rows: Hypothesis' usage error, and a ``DatasetMismatch`` so
+    the plugin shows its text alone instead of the traceback through ``@given``."""
+
+
 def dataset_batches(model_or_specs: Any, dataset: Any, *, batch_size: Any = None, perturb: float = 0.0) -> st.SearchStrategy:
     """Draw ``Batch`` dicts of real rows from ``dataset`` (what ``modelparity_dataset`` takes:
     arrays, a dict, an ``.npz`` path, a ``tf.data.Dataset``, an iterable of batches).
@@ -257,7 +263,10 @@ def dataset_batches(model_or_specs: Any, dataset: Any, *, batch_size: Any = None
     specs = specs_of(model_or_specs)
     data = as_dataset(dataset)
     if data is None:
-        raise InvalidArgument("dataset is None; pass the rows (or use batches() for random rows)")
+        raise NoRows("dataset_batches(model, dataset=None): this run has no real rows to draw from (modelparity_dataset "
+                     "is None); give it rows with --modelparity-data=rows.npz (saved with np.savez(path, **{input name: "
+                     "rows})) or a session fixture modelparity_dataset in conftest.py that returns them; for random "
+                     "rows draw strategies.batches(model) instead")
     arrays = data.arrays(specs)
     total = data.rows(specs)
     size = _check_batch_size(st.integers(1, 16) if batch_size is None else batch_size)

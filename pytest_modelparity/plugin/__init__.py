@@ -16,7 +16,7 @@ from typing import Any, Iterator
 import pytest
 
 from ..reports import recording
-from ..errors import NotApplicable, ParityError
+from ..errors import DatasetMismatch, NotApplicable, ParityError
 from .fixtures import (modelparity_bind, modelparity_device,  # noqa: F401 - fixtures
                        modelparity_dataset, modelparity_elements, modelparity_export_options, modelparity_format,
                        modelparity_input_specs, modelparity_load_options,
@@ -312,6 +312,15 @@ def _skip_at_item(reason: str) -> BaseException:
         return pytest.skip.Exception(reason)
 
 
+def _dataset_mismatch(exc: BaseException | None) -> BaseException | None:
+    """The ``DatasetMismatch`` behind a failure (raised, or the cause of what was raised)."""
+    for _ in range(8):
+        if exc is None or isinstance(exc, DatasetMismatch):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 @pytest.hookimpl(wrapper=True, tryfirst=True)  # outermost: sees the xfail verdict of the skipping plugin
 def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Any:
     """A test that passed although an assertion failed in it (``pytest.raises``), or an
@@ -334,6 +343,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Any:
             hint = None
         if hint:
             report.sections.append(("modelparity: out of memory", hint))
+    mismatch = _dataset_mismatch(call.excinfo.value) if call.excinfo is not None and report.failed else None
+    if mismatch is not None:  # the text is the whole story; the fixtures' traceback buries it
+        report.longrepr = str(mismatch)
     if report.when == "setup" and report.failed:
         try:
             explained = scope_mismatch_message(report.longreprtext)

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from .matrix import marker_names
 from .session import BATCH_SEED, BATCH_SIZE, ParitySession, get_state
 
 
@@ -120,7 +121,7 @@ def parity_candidate(request: pytest.FixtureRequest, modelparity_source: Any, mo
     state = get_state(request.config)
     state.declare_input_specs(modelparity_source, modelparity_input_specs)
     candidate = state.candidate_or_skip(modelparity_source, modelparity_format, modelparity_device,
-                                        named=_formats_named(request, state), load_options=modelparity_load_options,
+                                        named=_formats_named(request, state, modelparity_format), load_options=modelparity_load_options,
                                         converter_options=converter_options_for(modelparity_export_options,
                                                                                 modelparity_format),
                                         elements=modelparity_elements, dataset=modelparity_dataset,
@@ -166,10 +167,9 @@ def bind_for(bind: Any, format: str) -> dict | None:
     return dict(chosen) if chosen else None
 
 
-def _formats_named(request: pytest.FixtureRequest, state: ParitySession) -> bool:
-    """Whether the user chose the formats (option, ini or the test's marker)."""
-    marker = request.node.get_closest_marker("modelparity")
-    return state.options.formats_explicit or bool(marker and marker.kwargs.get("formats"))
+def _formats_named(request: pytest.FixtureRequest, state: ParitySession, fmt: str) -> bool:
+    """Whether the user chose this format (option, ini or the test's marker)."""
+    return state.options.format_named(fmt) or marker_names(request.node.get_closest_marker("modelparity"), fmt)
 
 
 @pytest.fixture(scope="session")

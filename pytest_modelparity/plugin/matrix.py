@@ -18,7 +18,7 @@ from .options import expand_devices
 if TYPE_CHECKING:
     from .session import ParitySession
 
-__all__ = ["exportable", "select_matrix", "matrix_pairs", "left_out_line", "item_matrix", "nothing_compared_line",
+__all__ = ["exportable", "marker_names", "select_matrix", "matrix_pairs", "left_out_line", "item_matrix", "nothing_compared_line",
            "matrix_entries", "only_itself_compared", "SELF_COMPARED", "UNREACHABLE"]
 
 
@@ -27,6 +27,17 @@ def _marker_list(marker: Any, key: str) -> list[str] | None:
     if value is None:
         return None
     return [value] if isinstance(value, str) else list(value)
+
+
+def marker_names(marker: Any, fmt: str) -> bool:
+    """Whether a test's marker chose ``fmt``: any format of a plain ``formats=`` list, only the
+    added ones of a relative one (``formats=["+tflite:int8"]``)."""
+    from .options import apply_format_words, format_words, is_relative
+
+    words = format_words(_marker_list(marker, "formats") or ())
+    if not words:
+        return False
+    return not is_relative(words) or fmt in apply_format_words(words, ()).added
 
 
 def exportable(name: str) -> bool:
@@ -38,17 +49,26 @@ def exportable(name: str) -> bool:
 
 
 def select_matrix(state: "ParitySession", marker: Any, where: str) -> tuple[list[str], list[str]]:
-    """The formats and devices one test runs on: the options narrowed by its marker."""
-    from .options import VALID_FORMATS, normalize_formats, parse_devices
+    """The formats and devices one test runs on: the options narrowed by its marker (or, for a
+    marker such as ``formats=["+tflite:int8"]``, changed by it)."""
+    from .options import (apply_format_words, format_words, is_relative, normalize_formats, parse_devices,
+                          unknown_formats_text)
 
     opts = state.options
-    formats = list(opts.formats) if opts.formats_explicit else [f for f in opts.formats if exportable(f)]
-    wanted = _marker_list(marker, "formats")
-    if wanted is not None:
+    formats = (list(opts.formats) if opts.formats_explicit
+               else [f for f in opts.formats if f in opts.formats_added or exportable(f)])
+    wanted = format_words(_marker_list(marker, "formats") or ())
+    if wanted and is_relative(wanted):
+        change = apply_format_words(wanted, formats)
+        if change.unknown:
+            pytest.fail(unknown_formats_text(f"{where}: @pytest.mark.modelparity(formats=...)", change.unknown, " names"),
+                        pytrace=False)
+        formats = list(change.formats)
+    elif wanted:
         wanted, unknown = normalize_formats(wanted)
         if unknown:
-            pytest.fail(f"{where}: @pytest.mark.modelparity(formats=...) names unknown format(s) "
-                        f"{', '.join(unknown)}; valid formats: {', '.join(VALID_FORMATS)}", pytrace=False)
+            pytest.fail(unknown_formats_text(f"{where}: @pytest.mark.modelparity(formats=...)", unknown, " names"),
+                        pytrace=False)
         # With --modelparity-formats the marker narrows it; without, the marker chooses (a format
         # whose runtime is missing then skips with the install hint instead of vanishing).
         formats = [f for f in formats if f in wanted] if opts.formats_explicit else list(dict.fromkeys(wanted))

@@ -19,7 +19,7 @@ from typing import Any, Iterable
 
 import pytest
 
-from .matrix import SELF_COMPARED, exportable, item_matrix, matrix_entries
+from .matrix import SELF_COMPARED, exportable, item_matrix, marker_names, matrix_entries
 
 __all__ = ["NotCompared", "self_comparison_reason", "named_by", "not_compared", "not_compared_lines",
            "as_json", "item_itself", "self_comparison_skip"]
@@ -52,10 +52,10 @@ def self_comparison_reason(format: str, device: str, path: str) -> str:
 def named_by(item: pytest.Item, options: Any) -> str | None:
     """Who chose this test's format: the option (or ini), the test's marker, or nobody (None:
     the default matrix)."""
-    if options.formats_explicit:
+    fmt = item_matrix(item)[0]
+    if options.formats_explicit or (fmt is not None and options.format_named(fmt)):
         return "--modelparity-formats"
-    marker = item.get_closest_marker("modelparity")
-    if marker is not None and marker.kwargs.get("formats"):
+    if marker_names(item.get_closest_marker("modelparity"), str(fmt)):
         return "the marker's formats="
     return None
 
@@ -129,7 +129,7 @@ def _missing_from_default(options: Any, seen: Iterable[str]) -> list[NotCompared
 
     found = []
     for fmt in ALL_FORMATS:
-        if fmt in options.formats or fmt in seen:
+        if fmt in options.formats or fmt in seen or fmt in options.formats_removed:
             continue
         try:
             if not exportable(fmt):  # checkpoint: load-only, never in the default matrix

@@ -43,7 +43,8 @@ _OPTIONS: tuple[tuple[str, Literal["string", "bool"], str], ...] = (
      "comma-separated list (default: cpu)"),
     ("formats", "string",
      f"comma-separated export formats to test (default: every installed one; variants such as "
-     f"tflite:int8 or tfjs:webgl (headless Chromium) only when named); valid: {', '.join(VALID_FORMATS)}"),
+     f"tflite:int8 or tfjs:webgl (headless Chromium) only when named); 'default,tflite:int8' or "
+     f"'+tflite:int8' adds to the default matrix, '-tfjs' removes from it; valid: {', '.join(VALID_FORMATS)}"),
     ("report", "string", "write every comparison as JSON to this path (schema: docs/report-schema.md)"),
     ("html", "string", "write a self-contained HTML report (table + error histograms) to this path"),
     ("cache-dir", "string",
@@ -101,6 +102,10 @@ class ParityOptions:
     devices: tuple[str, ...] = ("cpu",)   # may contain "all", expanded lazily (imports TF)
     formats: tuple[str, ...] = field(default_factory=available_formats)
     formats_explicit: bool = False
+    # "default,tflite:int8" / "+tflite:int8,-tfjs": the names added to (removed from) the default
+    # matrix; an added name is the user's choice as a whole explicit list is (its skip may fail).
+    formats_added: tuple[str, ...] = ()
+    formats_removed: tuple[str, ...] = ()
     report: Path | None = None
     html: Path | None = None
     cache_dir: Path = Path(".modelparity-cache")
@@ -119,6 +124,10 @@ class ParityOptions:
     timeout: float | None = DEFAULT_TIMEOUT_S  # None: no limit
     export_process: str = "child"  # or "inline"
     export_memory: int | None = None  # bytes of address space one export may add
+
+    def format_named(self, fmt: str) -> bool:
+        """Whether the user named this format (a whole list, or one added to the defaults)."""
+        return self.formats_explicit or fmt in self.formats_added
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -215,21 +224,81 @@ def normalize_formats(names: Iterable[str]) -> tuple[list[str], list[str]]:
         if canonical is not None:
             known.append(canonical)
         else:
-            unknown.append(f"{str(name)!r}{_did_you_mean(str(name), VALID_FORMATS)}")
+            unknown.append(f"{str(name)!r}{_did_you_mean(str(name), VALID_FORMATS + (DEFAULT_WORD,))}")
     return list(dict.fromkeys(known)), unknown
 
 
-def parse_formats(text: str | None) -> tuple[tuple[str, ...], bool]:
-    """The selected formats and whether the user chose them (else: every installed format).
-    Names are case-insensitive (``TFLite``); a near miss is named ("did you mean")."""
-    if not text:
-        return available_formats(), False
-    names, unknown = normalize_formats(_split(text))
+# "default,tflite:int8" or "+tflite:int8": the default matrix and one more; "-tfjs": one fewer.
+DEFAULT_WORD = "default"
+
+
+def format_words(value: Any) -> list[str]:
+    """The words of a formats value: a comma/space-separated string or a list of them."""
+    items = [value] if isinstance(value, str) else list(value or ())
+    return [w for item in items for w in _split(str(item))]
+
+
+def is_relative(words: Iterable[str]) -> bool:
+    """Whether the words change a matrix (``default``, ``+name``, ``-name``) instead of listing one."""
+    return any(w.strip().lower() == DEFAULT_WORD or w.strip()[:1] in "+-" for w in words)
+
+
+@dataclass(frozen=True)
+class FormatChange:
+    """What relative words do to a base matrix: the result, and the names added and removed."""
+
+    formats: tuple[str, ...]
+    added: tuple[str, ...]
+    removed: tuple[str, ...]
+    unknown: tuple[str, ...]
+
+
+def apply_format_words(words: Iterable[str], base: Iterable[str]) -> FormatChange:
+    """``default`` (or nothing) is ``base``; ``+name`` or a plain name adds, ``-name`` removes."""
+    added: list[str] = []
+    removed: list[str] = []
+    unknown: list[str] = []
+    for word in words:
+        word = word.strip()
+        if word.lower() == DEFAULT_WORD:
+            continue
+        sign, name = (word[0], word[1:]) if word[:1] in "+-" else ("+", word)
+        known, bad = normalize_formats([name])
+        unknown.extend(bad)
+        (removed if sign == "-" else added).extend(known)
+    formats = [f for f in dict.fromkeys([*base, *added]) if f not in removed]
+    return FormatChange(tuple(formats), tuple(dict.fromkeys(added)), tuple(dict.fromkeys(removed)), tuple(unknown))
+
+
+def unknown_formats_text(where: str, unknown: Iterable[str], verb: str = ":") -> str:
+    return (f"{where}{verb} unknown format(s) {', '.join(unknown)}; valid formats: {', '.join(VALID_FORMATS)} "
+            f"(or '{DEFAULT_WORD},NAME' / '+NAME' / '-NAME' to add to or remove from the default matrix)")
+
+
+@dataclass(frozen=True)
+class FormatSpec:
+    """``--modelparity-formats`` read: a whole list (explicit) or the defaults changed."""
+
+    formats: tuple[str, ...]
+    explicit: bool
+    added: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+
+
+def parse_format_spec(text: str | None) -> FormatSpec:
+    """``a,b`` (exactly these), ``default,c`` or ``+c`` (the defaults and c), ``-d`` (without d)."""
+    words = format_words(text or "")
+    if not words:
+        return FormatSpec(available_formats(), False)
+    if is_relative(words):
+        change = apply_format_words(words, available_formats())
+        if change.unknown:
+            raise pytest.UsageError(unknown_formats_text("--modelparity-formats", change.unknown))
+        return FormatSpec(change.formats, False, change.added, change.removed)
+    names, unknown = normalize_formats(words)
     if unknown:
-        raise pytest.UsageError(
-            f"--modelparity-formats: unknown format(s) {', '.join(unknown)}; "
-            f"valid formats: {', '.join(VALID_FORMATS)}")
-    return tuple(names), True
+        raise pytest.UsageError(unknown_formats_text("--modelparity-formats", unknown))
+    return FormatSpec(tuple(names), True)
 
 
 def split_format(name: str) -> tuple[str, str | None]:
@@ -339,7 +408,7 @@ def check_cache_dir(path: Path, source: str, *, writable: bool = True) -> Path:
 
 def parse_options(config: pytest.Config) -> ParityOptions:
     """Read and validate every option; raise ``pytest.UsageError`` naming the valid values."""
-    formats, explicit = parse_formats(_value(config, "modelparity_formats"))
+    spec = parse_format_spec(_value(config, "modelparity_formats"))
     cache_dir = (_path(config, _value(config, "modelparity_cache_dir"))
                  or _path(config, os.environ.get("MODELPARITY_CACHE_DIR"))
                  or Path(config.rootpath) / ".modelparity-cache")
@@ -351,8 +420,10 @@ def parse_options(config: pytest.Config) -> ParityOptions:
     model = _value(config, "modelparity_model")
     return ParityOptions(
         devices=parse_devices(_value(config, "modelparity_device")),
-        formats=formats,
-        formats_explicit=explicit,
+        formats=spec.formats,
+        formats_explicit=spec.explicit,
+        formats_added=spec.added,
+        formats_removed=spec.removed,
         report=check_output_file("--modelparity-report", _path(config, _value(config, "modelparity_report"))),
         html=check_output_file("--modelparity-html", _path(config, _value(config, "modelparity_html"))),
         cache_dir=cache_dir,

@@ -49,7 +49,7 @@ class ParityCheck(pytest.Item):
         source = state.options.model
         # The candidate first: its reason is the specific one ("TFLite runs on CPU only").
         explain = lambda exc: str(zero_code_error(exc))  # noqa: E731
-        candidate = state.candidate_or_skip(source, fmt, device, named=state.options.formats_explicit,
+        candidate = state.candidate_or_skip(source, fmt, device, named=state.options.format_named(fmt),
                                             explain=explain, elements=state.options.input_range,
                                             dataset=state.options.data)
         reference = state.reference_or_skip(source, state.reference_device(device), explain=explain)

@@ -16,19 +16,24 @@ from ..verdict.formatting import table_number
 from .summary import device_label, write_text_atomic
 
 _CSS = """
-body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px;color:#1b1f24;background:#fff}
-h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 8px}
-.meta{color:#57606a;margin-bottom:16px} .meta code{background:#f3f4f6;padding:1px 4px;border-radius:3px}
+body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:16px 20px;color:#1b1f24;background:#fff}
+h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:24px 0 8px}
+.meta{color:#57606a;margin-bottom:12px} .meta code{background:#f3f4f6;padding:1px 4px;border-radius:3px}
 .counts span{display:inline-block;margin-right:14px;font-weight:600}
 .pass{color:#1a7f37} .fail{color:#cf222e} .expected{color:#57606a} .inconclusive{color:#9a6700}
 table{border-collapse:collapse;width:100%;margin-top:8px}
-th,td{border-bottom:1px solid #d0d7de;padding:4px 8px;text-align:left;vertical-align:middle}
-th{background:#f6f8fa;position:sticky;top:0;white-space:nowrap}
-td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap} td code{white-space:nowrap}
-td.test{min-width:16em;max-width:30em;overflow-wrap:anywhere} td.tol{max-width:18em}
-tr.fail td{background:#fff5f5} td.hist svg{display:block}
-.small{font-size:12px;color:#57606a} ul.hints{margin:2px 0 0 16px;padding:0;color:#9a6700}
-ul.hints pre{font-size:11px;color:#24292f;white-space:pre;overflow-x:auto;max-width:28em;margin:2px 0}
+th,td{border-bottom:1px solid #d0d7de;padding:3px 6px;text-align:left;vertical-align:top;white-space:nowrap}
+th{background:#f6f8fa;position:sticky;top:0}
+td.num{text-align:right;font-variant-numeric:tabular-nums}
+td.test,td.out{max-width:22em;overflow:hidden;text-overflow:ellipsis}
+td.out{max-width:10em}
+tr.fail td{background:#fff5f5} tr.fail td.test{white-space:normal;overflow-wrap:anywhere}
+td.bound svg{display:inline-block;vertical-align:middle;margin-left:6px}
+td.bound span.r{display:inline-block;min-width:4.5em}
+details>summary{cursor:pointer;color:#57606a;font-size:12px}
+details>div{white-space:normal;max-width:34em;padding:2px 0 4px}
+.small{font-size:12px;color:#57606a} ul.hints{margin:2px 0 0 16px;padding:0;color:#9a6700;white-space:normal}
+ul.hints pre{font-size:11px;color:#24292f;white-space:pre;overflow-x:auto;max-width:40em;margin:2px 0}
 """
 
 
@@ -72,8 +77,55 @@ def histogram_svg(hist: dict | None, *, width: int = 220, height: int = 64, fail
 
 _VERDICT_CLASS = {"fail": "fail", "expected": "expected", "pass": "pass", "inconclusive": "inconclusive"}
 
+# The error/bound bar's log10 span: 1e-4 of the bound (far inside) to 100x it (far outside).
+_LOW, _HIGH = -4.0, 2.0
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def bound_ratio(row: dict) -> tuple[float, float] | None:
+    """``(max |a - e|, the bound at the output's largest |expected|)``: atol + (rtol + scale)
+    x max|e|, the most any element may differ. None where the row has no such bound (a
+    decision over rows, a structure problem, an exact dtype)."""
+    err, scale = _num(row.get("max_abs")), _num(row.get("output_scale"))
+    rtol, atol, k = (_num(row.get(key)) or 0.0 for key in ("rtol", "atol", "scale"))
+    if err is None or not math.isfinite(err):
+        return None
+    bound = atol + (rtol + k) * (scale or 0.0)
+    return (err, bound) if bound > 0 and math.isfinite(bound) else None
+
+
+def bound_svg(row: dict, *, width: int = 120, height: int = 12) -> str:
+    """One bar per output: max error against its bound on a log scale (1e-4 .. 100 x the
+    bound), with a tick at the bound: where a row sits is visible without reading numbers."""
+    pair = bound_ratio(row)
+    if pair is None:
+        return '<span class="small">-</span>'
+    err, bound = pair
+    ratio = err / bound
+    pos = (min(max(math.log10(ratio), _LOW), _HIGH) - _LOW) / (_HIGH - _LOW) if ratio > 0 else 0.0
+    tick = -_LOW / (_HIGH - _LOW) * width
+    over = ratio > 1 or str(row.get("verdict")) == "fail"
+    color = "#cf222e" if over else "#2da44e"
+    text = (f"max |actual - expected| {err:.3g} = {ratio:.3g} x the bound {bound:.3g} "
+            "(atol + (rtol + scale) x max|expected|); bar: log scale, 1e-4 to 100 x the bound")
+    return (f'<svg width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
+            f'aria-label="error against bound"><title>{_e(text)}</title>'
+            f'<rect x="0" y="0" width="{width}" height="{height}" fill="#f6f8fa"/>'
+            f'<rect x="0" y="2" width="{max(pos * width, 1.0):.1f}" height="{height - 4}" fill="{color}"/>'
+            f'<line x1="{tick:.1f}" y1="0" x2="{tick:.1f}" y2="{height}" stroke="#24292f" stroke-width="1"/></svg>')
+
+
+def _ratio_text(row: dict) -> str:
+    pair = bound_ratio(row)
+    return "-" if pair is None else f"{pair[0] / pair[1]:.2g}" if pair[0] else "0"
+
 
 def _row_html(row: dict) -> str:
+    """One line for a passing row (the tolerance, histogram and notes folded in a
+    ``<details>``); a failing row opens them and shows its hints under the test's name."""
     verdict = str(row.get("verdict") or "pass")
     failed = verdict == "fail"
     where, _, test = row["nodeid"].rpartition("::")
@@ -82,7 +134,7 @@ def _row_html(row: dict) -> str:
         f"<li>{_e(h)}" + (f"<details><summary>evidence</summary><pre>{_e(evidence[i])}</pre></details>"
                           if i < len(evidence) and evidence[i] else "") + "</li>"
         for i, h in enumerate(row.get("hints") or []))
-    problem = f'<div class="small fail">{_e(row["problem"])}</div>' if row.get("problem") else ""
+    problem = f'<div class="fail">{_e(row["problem"])}</div>' if row.get("problem") else ""
     # every note the comparison made (e.g. the top-1 agreement an int8 row failed on)
     notes = "".join(f'<div class="small note">{_e(n)}</div>' for n in row.get("notes") or [])
     because = (f'<div class="small">{_e(row["expected_because"])}</div>'
@@ -90,20 +142,23 @@ def _row_html(row: dict) -> str:
     calibration = f'<div class="small">{_e(row["calibration"])}</div>' if row.get("calibration") else ""
     runs = row.get("runs") or 1
     runs_txt = f'<div class="small">worst of {runs} comparisons</div>' if runs > 1 else ""
+    heading = (f'<div class="small">{_e(where)}</div><div class="small">{_e(row.get("title"))}</div>'
+               f'{f"<ul class=hints>{hints}</ul>" if hints else ""}' if failed else "")
+    more = (f'<details{" open" if failed or problem else ""}><summary>tolerance, histogram</summary><div>'
+            f'{problem}{because}<div class="small tol">{_e(row.get("tolerance") or "-")}</div>'
+            f'<div class="small">max rel {table_number(row.get("max_rel"))}, max ULP '
+            f'{table_number(row.get("max_ulp"), ".4g")}; {_e(row.get("title"))}</div>{runs_txt}{notes}{calibration}'
+            f'{histogram_svg(row.get("error_histogram"), failed=failed)}</div></details>')
     cells = [
-        f'<td class="test"><div><b>{_e(test)}</b></div><div class="small">{_e(where)}</div>'
-        f'<div class="small">{_e(row.get("title"))}</div>{runs_txt}'
-        f'{f"<ul class=hints>{hints}</ul>" if hints else ""}</td>',
+        f'<td class="{_VERDICT_CLASS.get(verdict, "pass")}"><b>{_e(verdict.upper())}</b></td>',
+        f'<td class="test" title="{_e(row["nodeid"])}"><b>{_e(test)}</b>{heading}</td>',
         f"<td>{_e(row.get('format') or '-')}</td>",
         f"<td>{_e(device_label(row))}</td>",
         f"<td>{_e(row.get('check'))}</td>",
-        f"<td><code>{_e(row.get('output') or '-')}</code>{problem}{notes}{calibration}</td>",
-        f'<td class="{_VERDICT_CLASS.get(verdict, "pass")}"><b>{_e(verdict.upper())}</b>{because}</td>',
+        f'<td class="out" title="{_e(row.get("output"))}"><code>{_e(row.get("output") or "-")}</code></td>',
         f'<td class="num">{table_number(row.get("max_abs"))}</td>',
-        f'<td class="num">{table_number(row.get("max_rel"))}</td>',
-        f'<td class="num">{table_number(row.get("max_ulp"), ".4g")}</td>',
-        f'<td class="small tol">{_e(row.get("tolerance") or "-")}</td>',
-        f'<td class="hist">{histogram_svg(row.get("error_histogram"), failed=failed)}</td>',
+        f'<td class="num bound"><span class="r">{_ratio_text(row)}</span>{bound_svg(row)}</td>',
+        f"<td>{more}</td>",
     ]
     return f'<tr class="{_VERDICT_CLASS.get(verdict, "pass")}">{"".join(cells)}</tr>'
 
@@ -121,6 +176,11 @@ def _not_passed_html(tests: Sequence[dict]) -> str:
     return f'<h2>Tests that did not pass</h2><ul class="tests">{"".join(lis)}</ul>'
 
 
+_HEADER = ("verdict", "test", "format", "device", "check", "output", "max abs",
+           '<span title="max |actual - expected| / (atol + (rtol + scale) x max|expected|): under 1 passes">error / bound</span>',
+           "details")
+
+
 def render_html(document: dict) -> str:
     rows: Sequence[dict] = document.get("rows", [])
     env = document.get("environment", {})
@@ -133,11 +193,10 @@ def render_html(document: dict) -> str:
     verdicts: dict[str, int] = {}
     for r in rows:
         verdicts[str(r.get("verdict"))] = verdicts.get(str(r.get("verdict")), 0) + 1
-    header = "".join(f"<th>{h}</th>" for h in ("test", "format", "device", "check", "output", "verdict",
-                                                "max abs", "max rel", "max ULP", "tolerance", "error histogram"))
+    header = "".join(f"<th>{h}</th>" for h in _HEADER)
     # Failing comparisons first: they are what a reader opens the page for.
     ordered = sorted(rows, key=lambda r: {"fail": 0, "inconclusive": 1, "expected": 2}.get(str(r.get("verdict")), 3))
-    body = "\n".join(_row_html(r) for r in ordered) or '<tr><td colspan="11">no comparisons were made</td></tr>'
+    body = "\n".join(_row_html(r) for r in ordered) or f'<tr><td colspan="{len(_HEADER)}">no comparisons were made</td></tr>'
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -158,7 +217,9 @@ def render_html(document: dict) -> str:
 {body}
 </tbody></table>
 <p class="small">One row per output of each comparison made by a test (a <code>@given</code> test shows its
-worst example). Tolerance: |actual - expected| &le; atol + rtol&middot;|expected| (+ scale&middot;max|expected| for
+worst example); a passing row is one line, its tolerance and error histogram folded under "details".
+Error / bound: the largest |actual - expected| over the bound at the output's largest |expected|, with a bar on a
+log scale from 1e-4 to 100 times the bound (the tick is the bound). Tolerance: |actual - expected| &le; atol + rtol&middot;|expected| (+ scale&middot;max|expected| for
 the scaled rule). Schema of the JSON twin: docs/report-schema.md.</p>
 </body></html>
 """
