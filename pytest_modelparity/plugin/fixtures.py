@@ -107,7 +107,19 @@ def parity_reference(request: pytest.FixtureRequest, modelparity_source: Any, mo
     session): the candidate's device unless ``--modelparity-reference-device`` says otherwise."""
     state = get_state(request.config)
     state.declare_input_specs(modelparity_source, modelparity_input_specs)
-    return state.reference_or_skip(modelparity_source, modelparity_reference_device, modelparity_load_options)
+    reference = state.reference_or_skip(modelparity_source, modelparity_reference_device, modelparity_load_options)
+    _mark(state, reference, modelparity_source, modelparity_load_options, None, modelparity_reference_device)
+    return reference
+
+
+def _mark(state: ParitySession, model: Any, source: Any, load_options: dict, form: str | None, device: str) -> None:
+    """Tag a served model with what it is a form of, when the run records or compares (record.py)."""
+    if state.recorder is None and state.against is None:
+        return
+    from .record import mark_origin
+
+    src = state.source(source, dict(load_options or {}).get("format"))
+    mark_origin(model, src, src.label, form or str(getattr(model, "format", "reference")), device)
 
 
 @pytest.fixture(scope="module")
@@ -134,6 +146,7 @@ def parity_candidate(request: pytest.FixtureRequest, modelparity_source: Any, mo
 
     with contextlib.suppress(AttributeError):
         candidate.floor_reference = floor_reference
+    _mark(state, candidate, modelparity_source, modelparity_load_options, modelparity_format, modelparity_device)
     from ..checks import quant_rows, quantized
 
     if quantized.variant_of(candidate) is not None:  # a decision over rows draws the rows it needs

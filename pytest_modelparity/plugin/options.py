@@ -86,6 +86,15 @@ _OPTIONS: tuple[tuple[str, Literal["string", "bool"], str], ...] = (
      "the most memory one export may add, e.g. 4G or 500M (RLIMIT_AS in the export process; needs "
      "--modelparity-export-process=child): a larger conversion fails with ExportError instead of taking the "
      "machine (default: no limit)"),
+    ("record", "string",
+     "write what each model and form a test ran answered (inputs, outputs, binding, versions, device, the "
+     "reference's floor) as recordings under DIR/<model>/<form>@<device>/ (docs/recorded.md); refused when DIR "
+     "already holds recordings, unless --modelparity-record-overwrite"),
+    ("record-overwrite", "bool", "let --modelparity-record replace the recordings already in its directory"),
+    ("against", "string",
+     "compare each form this run ran with its recording under DIR (an earlier --modelparity-record run) and "
+     "say per output: identical, changed within float noise, or changed beyond it (which fails the run); a "
+     "model whose content hash changed is said, not compared"),
 )
 # ini-only keys: the "ini" tolerance layer (below a marker, above the built-in table).
 _INI_ONLY: tuple[tuple[str, str], ...] = (
@@ -119,6 +128,9 @@ class ParityOptions:
     timeout: float | None = DEFAULT_TIMEOUT_S  # None: no limit
     export_process: str = "child"  # or "inline"
     export_memory: int | None = None  # bytes of address space one export may add
+    record: Path | None = None  # --modelparity-record: where this run's recordings go (plugin/record.py)
+    record_overwrite: bool = False
+    against: Path | None = None  # --modelparity-against: an earlier run's recordings to compare with
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -370,6 +382,9 @@ def parse_options(config: pytest.Config) -> ParityOptions:
         timeout=parse_timeout(_value(config, "modelparity_timeout")),
         export_process=parse_export_process(_value(config, "modelparity_export_process")),
         export_memory=parse_size("--modelparity-export-memory", _value(config, "modelparity_export_memory")),
+        record=_path(config, _value(config, "modelparity_record")),
+        record_overwrite=bool(_value(config, "modelparity_record_overwrite")),
+        against=_path(config, _value(config, "modelparity_against")),
     )
 
 
