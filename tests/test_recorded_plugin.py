@@ -55,13 +55,14 @@ COMPARE = textwrap.dedent('''
 ''')
 
 FORMS = "--modelparity-formats=tflite,onnx,tfjs"
+INLINE = "--modelparity-export-process=inline"  # no export worker to start: these models are tiny
 
 
 def test_record_then_compare_elsewhere(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_parity=PARITY)
     rec = pytester.path / "rec"
-    first = pytester.runpytest("-p", "no:cacheprovider", "--durations=5", FORMS, f"--modelparity-record={rec}")
+    first = pytester.runpytest("-p", "no:cacheprovider", INLINE, FORMS, f"--modelparity-record={rec}")
     first.assert_outcomes(passed=3)
     first.stdout.fnmatch_lines(["*recorded 4 form(s) into*rec*"])
     folders = sorted(p.relative_to(rec).as_posix() for p in rec.glob("*/*"))
@@ -102,7 +103,7 @@ def test_against_says_identical_and_a_changed_model(pytester: pytest.Pytester,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_parity=PARITY)
-    rec, cache = pytester.path / "rec", f"--modelparity-cache-dir={pytester.path / 'cache'}"
+    rec, cache = pytester.path / "rec", INLINE
     forms = "--modelparity-formats=tflite"
     pytester.runpytest("-p", "no:cacheprovider", forms, cache, f"--modelparity-record={rec}").assert_outcomes(passed=1)
     same = pytester.runpytest("-p", "no:cacheprovider", forms, cache, f"--modelparity-against={rec}")

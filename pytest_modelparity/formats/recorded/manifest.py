@@ -56,7 +56,7 @@ def _specs(path: Path, raw: Any, what: str) -> list[dict[str, Any]]:
         shape = spec.get("shape", [])
         if not isinstance(shape, list) or not all(d is None or (isinstance(d, int) and d >= 0) for d in shape):
             raise _bad(path, f"{what} {spec['name']!r} has shape {shape!r}; a list of ints (null: any size)")
-        check_shape(path, spec["name"], [d or 0 for d in shape])
+        check_shape(path, spec["name"], [1 if d is None else d for d in shape])
         out.append({"name": spec["name"], "shape": shape, "dtype": str(spec.get("dtype", "float32"))})
     return out
 

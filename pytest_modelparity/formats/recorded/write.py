@@ -29,19 +29,37 @@ def _named(model: Any, inputs: Any) -> dict[str, np.ndarray]:
         return {k: np.asarray(v) for k, v in prepare(inputs).items()}
     if isinstance(inputs, Mapping):
         return {str(k): np.asarray(v) for k, v in inputs.items()}
-    if isinstance(inputs, (list, tuple)) and inputs and all(hasattr(v, "shape") for v in inputs):
-        names = [getattr(t, "name", f"input_{i}") for i, t in enumerate(getattr(model, "inputs", None) or inputs)]
-        return {str(n).split(":")[0]: np.asarray(v) for n, v in zip(names, inputs)}
-    return {"input": np.asarray(inputs)}
+    try:  # a Keras model's input tensors name its inputs
+        names = [str(getattr(t, "name", "")).split(":")[0] for t in (getattr(model, "inputs", None) or [])]
+    except Exception:  # noqa: BLE001 - an unbuilt model has none
+        names = []
+    arrays = list(inputs) if isinstance(inputs, (list, tuple)) and inputs and \
+        all(hasattr(v, "shape") for v in inputs) else [inputs]
+    if len(names) != len(arrays) or not all(names):
+        names = ["input"] if len(arrays) == 1 else [f"input_{i}" for i in range(len(arrays))]
+    return {n: np.asarray(v) for n, v in zip(names, arrays)}
 
 
-def _as_outputs(result: Any) -> dict[str, np.ndarray]:
+def _output_names(model: Any) -> list[str]:
+    """A Keras model's output names (its output layers'), else none."""
+    try:
+        names = list(getattr(model, "output_names", None) or [])
+        return [str(n) for n in names] or [str(getattr(t, "name", "")).split(":")[0].split("/")[0]
+                                           for t in (getattr(model, "outputs", None) or [])]
+    except Exception:  # noqa: BLE001 - an unbuilt model has none
+        return []
+
+
+def _as_outputs(result: Any, model: Any = None) -> dict[str, np.ndarray]:
     from ...verdict import tree
     from ...verdict.arrays import as_numpy as to_numpy
 
     if isinstance(result, Mapping):
         return {str(k): np.asarray(to_numpy(v)) for k, v in result.items()}
     leaves = list(tree.leaves(result)) if isinstance(result, (list, tuple)) else [("", result)]
+    names = _output_names(model) if model is not None else []
+    if len(names) == len(leaves) and all(names) and len(set(names)) == len(names):
+        return {n: np.asarray(to_numpy(v)) for n, (_, v) in zip(names, leaves)}
     return {(p or "output"): np.asarray(to_numpy(v)) for p, v in leaves}
 
 
@@ -123,15 +141,17 @@ def header_for(model: Any, *, name: str | None = None, model_hash: str | None = 
 
 def record_outputs(model: Any, inputs: Any, path: str | Path, *, outputs: Any = None, overwrite: bool = False,
                    name: str | None = None, model_hash: str | None = None, floor: Any = None,
-                   produced_by: Mapping[str, Any] | None = None) -> Path:
-    """Run ``model`` on ``inputs`` (or take its ``outputs``) and write a recording at ``path``;
-    return the folder, which ``load_model`` opens as a form. ``floor`` ({output: {"float64":
-    error}}) keeps the reference's measured float32 error for a later ``--modelparity-against``."""
+                   produced_by: Mapping[str, Any] | None = None, form: Mapping[str, Any] | None = None) -> Path:
+    """Run ``model`` on ``inputs`` (or take the ``outputs`` it gave elsewhere) and write a
+    recording at ``path``; return the folder, which ``load_model`` opens as a form. ``form``
+    overrides what the manifest says ran (``{"device": "gpu:0", "device_name": ...}``),
+    ``floor`` ({output: {"float64": error}}) keeps the reference's measured float32 error."""
     named = _named(model, inputs)
     result = outputs if outputs is not None else model(inputs)
-    recording = Recording(path, header=header_for(model, name=name, model_hash=model_hash, floor=floor,
-                                                  extra=produced_by), overwrite=overwrite)
-    recording.add(named, _as_outputs(result))
+    header = header_for(model, name=name, model_hash=model_hash, floor=floor, extra=produced_by)
+    header["form"].update(dict(form or {}))
+    recording = Recording(path, header=header, overwrite=overwrite)
+    recording.add(named, _as_outputs(result, model))
     return recording.folder
 
 
