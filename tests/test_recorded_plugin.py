@@ -106,6 +106,10 @@ def test_against_says_identical_and_a_changed_model(pytester: pytest.Pytester,
     rec, cache = pytester.path / "rec", INLINE
     forms = "--modelparity-formats=tflite"
     pytester.runpytest("-p", "no:cacheprovider", forms, cache, f"--modelparity-record={rec}").assert_outcomes(passed=1)
+    # a recording in the matrix: the candidate, on the seeded parity_batch it recorded
+    matrix = pytester.runpytest("-p", "no:cacheprovider", "-v", cache, "--modelparity-formats=recorded:rec/tiny/tflite@cpu")
+    matrix.assert_outcomes(passed=1)
+    matrix.stdout.fnmatch_lines(["*test_parity?recorded:rec/tiny/tflite@cpu-cpu? PASSED*"])
     same = pytester.runpytest("-p", "no:cacheprovider", forms, cache, f"--modelparity-against={rec}")
     same.assert_outcomes(passed=1)
     same.stdout.fnmatch_lines(["*against*rec: 0 change(s) beyond float noise*",

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from .options import RECORDED_PREFIX
 from .session import BATCH_SEED, BATCH_SIZE, ParitySession, get_state
 
 
@@ -130,6 +131,8 @@ def parity_candidate(request: pytest.FixtureRequest, modelparity_source: Any, mo
     """The source exported to ``modelparity_format`` (cached), loaded on the device, and bound to
     the reference: fed and answering by the reference's tensor names (formats/binding.py)."""
     state = get_state(request.config)
+    if modelparity_format.startswith(RECORDED_PREFIX):
+        return _recorded_candidate(request, modelparity_format[len(RECORDED_PREFIX):], modelparity_device)
     state.declare_input_specs(modelparity_source, modelparity_input_specs)
     candidate = state.candidate_or_skip(modelparity_source, modelparity_format, modelparity_device,
                                         named=_formats_named(request, state), load_options=modelparity_load_options,
@@ -153,6 +156,22 @@ def parity_candidate(request: pytest.FixtureRequest, modelparity_source: Any, mo
         with contextlib.suppress(AttributeError):
             candidate.judging_rows = quant_rows.JudgingRows(floor_reference, modelparity_dataset, modelparity_elements)
     return candidate
+
+
+def _recorded_candidate(request: pytest.FixtureRequest, folder: str, device: str) -> Any:
+    """``recorded:FOLDER`` in the matrix: the recording made elsewhere, answering the inputs it
+    recorded (a plugin recording of the same model holds the seeded ``parity_batch``)."""
+    from pathlib import Path
+
+    from ..errors import ModelLoadError
+    from ..formats import load_model
+
+    path = Path(folder).expanduser()
+    path = path if path.is_absolute() else Path(request.config.invocation_params.dir) / path
+    try:
+        return load_model(path, "recorded", device=device)
+    except ModelLoadError as exc:
+        pytest.fail(f"modelparity: format recorded:{folder}: {exc}", pytrace=False)
 
 
 @pytest.fixture(scope="session")

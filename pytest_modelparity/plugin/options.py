@@ -34,6 +34,8 @@ RUNTIME_VARIANTS: dict[str, tuple[str, ...]] = {"tfjs": FORMAT_VARIANTS["tfjs"]}
 VALID_FORMATS: tuple[str, ...] = ALL_FORMATS + tuple(
     f"{base}:{variant}" for base, variants in FORMAT_VARIANTS.items() for variant in variants)
 DEVICE_CHOICES = ("cpu", "gpu", "all")
+# "recorded:FOLDER" in the matrix: a recording (docs/recorded.md) as the candidate, never exported.
+RECORDED_PREFIX = "recorded:"
 DEFAULT_TIMEOUT_S = 600.0
 
 # (option suffix, ini type, help). Each option --modelparity-X has the ini key modelparity_X.
@@ -224,7 +226,9 @@ def normalize_formats(names: Iterable[str]) -> tuple[list[str], list[str]]:
     unknown: list[str] = []
     for name in names:
         canonical = _FORMAT_KEYS.get(_format_key(name))
-        if canonical is not None:
+        if str(name).strip().lower().startswith(RECORDED_PREFIX) and str(name).strip()[len(RECORDED_PREFIX):]:
+            known.append(RECORDED_PREFIX + str(name).strip()[len(RECORDED_PREFIX):])  # a recording's folder
+        elif canonical is not None:
             known.append(canonical)
         else:
             unknown.append(f"{str(name)!r}{_did_you_mean(str(name), VALID_FORMATS)}")
