@@ -166,13 +166,24 @@ class Against:
         except Exception:  # noqa: BLE001 - other inputs than recorded: said once
             self.lines.setdefault((where, "?"), f"{where}: a batch that was not recorded (not compared)")
             return
-        self._judge(where, recorded, named, then)
+        self._judge(where, recorded, named, then, recorded.floor or self._model_floor(folder.parent))
 
-    def _judge(self, where: str, recorded: Any, now: dict[str, np.ndarray], then: dict[str, np.ndarray]) -> None:
+    def _model_floor(self, model_folder: Path) -> dict:
+        """The reference's floor, kept in its own recording beside this model's other forms."""
+        for manifest in sorted(model_folder.glob("*/modelparity-recording.json")):
+            try:
+                recorded = self._recording(manifest.parent)
+            except Exception:  # noqa: BLE001 - another form's damaged recording is said where it is compared
+                continue
+            if recorded is not None and isinstance(recorded.floor, dict):
+                return recorded.floor
+        return {}
+
+    def _judge(self, where: str, recorded: Any, now: dict[str, np.ndarray], then: dict[str, np.ndarray],
+               floors: dict) -> None:
         from ..verdict import tolerances as tol
         from ..verdict.compare import compare
 
-        floors = recorded.floor or {}
         device, form = recorded.device, recorded.format_variant
         for name in sorted(set(now) | set(then)):
             if name not in now or name not in then:
