@@ -12,7 +12,7 @@ Node.js start-up included, as a CI job pays them), timed ``--repeats`` times:
 Both judge by the same default (the Keras reference and its float64 twin run in both). Prints
 the medians and the recording's size on disk.
 
-    .venv/bin/python bench/recorded.py [--repeats 3] [--dir /tmp/recorded-bench]
+    .venv/bin/python bench/recorded.py [--repeats 3] [--dir /tmp/recorded-bench] [--reuse]
 """
 
 from __future__ import annotations
@@ -80,6 +80,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dir", default="/tmp/modelparity-recorded-bench")
     parser.add_argument("--phase", choices=("prepare", "live", "recorded"))
+    parser.add_argument("--reuse", action="store_true", help="keep the exports and recordings already in --dir")
     args = parser.parse_args()
     root = Path(args.dir)
     if args.phase == "prepare":
@@ -87,7 +88,8 @@ def main() -> None:
         return prepare(root)
     if args.phase:
         return run(root, args.phase)
-    subprocess.run([sys.executable, __file__, "--phase", "prepare", "--dir", str(root)], check=True)
+    if not (args.reuse and (root / "forms.json").exists()):
+        subprocess.run([sys.executable, __file__, "--phase", "prepare", "--dir", str(root)], check=True)
     times: dict[str, list[float]] = {"live": [], "recorded": []}
     for _ in range(args.repeats):
         for mode in times:

@@ -22,7 +22,7 @@ from .batches import (batch_length as _batch_length, check_rows as _check_rows, 
                       max_abs_tree as _max_abs_tree, reverse as _reverse, reverse_tree as _reverse_tree,
                       slice_rows as _slice, slice_tree as _slice_tree, to_numpy as _to_numpy,
                       to_numpy_pair as _to_numpy_pair)
-from .alignment import align_structures, bound_to_expected, is_loaded_model
+from .alignment import align_structures, bound_to_expected, is_loaded_model, recorded_inputs
 from ..exports import floor_cache
 from ..reports import recording
 from ..verdict import validators
@@ -82,6 +82,7 @@ def assert_outputs_close(actual: Any, expected: Any, *, inputs: Any = None, rtol
         _check_rows(inputs, "assert_outputs_close")
     validators.check_bind(bind)
     actual_model = bound_to_expected(actual_model, expected_model, inputs, bind)
+    inputs = recorded_inputs(actual_model, expected_model, inputs)
     if actual_model is None and expected_model is None:
         act, exp = _to_numpy_pair(actual, expected)
     else:

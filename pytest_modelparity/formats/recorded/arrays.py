@@ -111,6 +111,7 @@ def read_tensors(path: Path) -> dict[str, np.ndarray]:
                                       "save numeric arrays only")
                     check_shape(path, name, list(shape))
                     want = math.prod(shape) * dtype.itemsize
+                    _check_memory(path, name, want)  # a few compressed bytes may claim gigabytes
                     data = fh.read(want + 1)
                     if len(data) != want:
                         raise _refuse(path, f"array {name!r} holds {len(data)} bytes where its header says {want}",
@@ -120,6 +121,16 @@ def read_tensors(path: Path) -> dict[str, np.ndarray]:
     except (zipfile.BadZipFile, ValueError, EOFError) as exc:
         raise _refuse(path, f"not a readable .npz file ({exc})", "save it with numpy.savez") from exc
     return out
+
+
+def _check_memory(path: Path, name: str, nbytes: int) -> None:
+    from ...errors import InvalidArgumentError
+    from ...runtime.resources import check_allocation
+
+    try:
+        check_allocation(nbytes, f"array {name!r}")
+    except InvalidArgumentError as exc:
+        raise _refuse(path, f"{exc}; refused before allocating it", "record fewer rows per batch") from None
 
 
 def _read_json(path: Path) -> dict[str, np.ndarray]:
