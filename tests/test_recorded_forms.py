@@ -79,6 +79,17 @@ def test_a_recording_answers_only_its_inputs(tmp_path, model, batch):
     assert load_model(folder).inputs_batch["x"].shape == (2, 16)
 
 
+def test_a_form_recorded_under_its_own_names_feeds_the_reference(tmp_path, model, batch):
+    """An h5 or graphdef form names its input otherwise ("keras_tensor"): its recorded inputs
+    still feed the reference, through the binding (or as the one array a Keras model takes)."""
+    outputs = {"Identity:0": np.asarray(model(batch))}
+    recorded = load_model(record_outputs(model, {"keras_tensor": batch}, tmp_path / "r", outputs=outputs))
+    assert list(recorded.inputs_batch) == ["keras_tensor"]
+    report = assert_outputs_close(recorded, load_model(model), inputs=recorded.inputs_batch)
+    assert report.meta["binding"]["inputs"][0]["other"] == "keras_tensor"
+    assert assert_outputs_close(recorded, model, inputs=recorded.inputs_batch).passed
+
+
 def test_dtypes_are_kept_as_they_are(tmp_path, model, batch):
     half = np.asarray(model(batch)).astype(np.float16)
     recorded = load_model(record_outputs(model, batch, tmp_path / "f16", outputs={"logits": half}))
