@@ -45,7 +45,8 @@ _OPTIONS: tuple[tuple[str, Literal["string", "bool"], str], ...] = (
      "comma-separated list (default: cpu)"),
     ("formats", "string",
      f"comma-separated export formats to test (default: every installed one; variants such as "
-     f"tflite:int8 or tfjs:webgl (headless Chromium) only when named); valid: {', '.join(VALID_FORMATS)}"),
+     f"tflite:int8 or tfjs:webgl (headless Chromium) only when named; recorded:FOLDER: a recording made "
+     f"elsewhere, docs/recorded.md); valid: {', '.join(VALID_FORMATS)}"),
     ("report", "string", "write every comparison as JSON to this path (schema: docs/report-schema.md)"),
     ("html", "string", "write a self-contained HTML report (table + error histograms) to this path"),
     ("cache-dir", "string",
