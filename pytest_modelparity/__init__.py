@@ -19,6 +19,8 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "load_model": "formats",
     "export_model": "formats",
+    "record_outputs": "formats.recorded",
+    "write_inputs": "formats.recorded",
     "FORMATS": "formats",
     "ALL_FORMATS": "formats",
     "LoadedModel": "formats.base",

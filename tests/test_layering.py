@@ -210,7 +210,7 @@ LAYERS = ("tfjs_runner", "plugin", "checks", "reports", "diagnose", "exports", "
 # formats/ holds at its top only what every format shares; each runtime family has its folder
 # (issue 35), and the twins that measure the noise floor live in floor/, not here.
 FORMATS_SHARED = {"__init__", "base", "binding", "common", "_files"}
-FORMAT_FAMILIES = {"tensorflow", "tflite", "onnx", "tfjs"}
+FORMAT_FAMILIES = {"tensorflow", "tflite", "onnx", "tfjs", "recorded"}
 MAX_TOP_LEVEL_MODULES = 6
 MAX_MODULE_LINES = 900
 

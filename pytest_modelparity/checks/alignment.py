@@ -33,6 +33,24 @@ def bound_to_expected(actual_model: Any, expected_model: Any, inputs: Any, bind:
     return bind_model(actual_model, expected_model, explicit=bind, probe=inputs)
 
 
+def recorded_inputs(actual_model: Any, expected_model: Any, inputs: Any) -> Any:
+    """A recording's ``inputs_batch`` (keyed by the recorded form's own input names) keyed by the
+    reference's names through the binding, so ``inputs=recorded.inputs_batch`` feeds both sides;
+    one input to a model that is not a loaded form: the array itself."""
+    if not getattr(actual_model, "replays_recording", False) or not isinstance(inputs, dict):
+        return inputs
+    inner = getattr(actual_model, "inner", actual_model)
+    own = [s.name for s in inner.inputs]
+    if set(inputs) != set(own):
+        return inputs
+    to_other = getattr(actual_model, "input_binding", None)
+    if to_other is not None:
+        return {p.reference: inputs[p.other] for p in to_other.pairs if p.other in inputs}
+    if not is_loaded_model(expected_model) and len(own) == 1:
+        return inputs[own[0]]
+    return inputs
+
+
 def named_outputs(model: Any, outputs: Any) -> Any:
     """A raw Keras model's list of outputs as ``{output name: array}`` (the names every loaded
     form of it uses), so it can meet a loaded form's dict by name, never by position."""

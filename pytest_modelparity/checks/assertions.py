@@ -16,13 +16,13 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from .. import diagnose
-from . import float16_textures, power, quant_rows, quantized
+from . import float16_textures, observers, power, quant_rows, quantized
 from ..floor import measure as floor
 from .batches import (batch_length as _batch_length, check_rows as _check_rows, concat as _concat, leaves as _leaves,
                       max_abs_tree as _max_abs_tree, reverse as _reverse, reverse_tree as _reverse_tree,
                       slice_rows as _slice, slice_tree as _slice_tree, to_numpy as _to_numpy,
                       to_numpy_pair as _to_numpy_pair)
-from .alignment import align_structures, bound_to_expected, is_loaded_model
+from .alignment import align_structures, bound_to_expected, is_loaded_model, recorded_inputs
 from ..exports import floor_cache
 from ..reports import recording
 from ..verdict import validators
@@ -82,6 +82,7 @@ def assert_outputs_close(actual: Any, expected: Any, *, inputs: Any = None, rtol
         _check_rows(inputs, "assert_outputs_close")
     validators.check_bind(bind)
     actual_model = bound_to_expected(actual_model, expected_model, inputs, bind)
+    inputs = recorded_inputs(actual_model, expected_model, inputs)
     if actual_model is None and expected_model is None:
         act, exp = _to_numpy_pair(actual, expected)
     else:
@@ -89,6 +90,7 @@ def assert_outputs_close(actual: Any, expected: Any, *, inputs: Any = None, rtol
         exp = _run(expected_model, inputs) if expected_model is not None else _to_numpy(expected)
     rows_note = None
     if actual_model is not None and inputs is not None and _uses_default(tolerance, rtol, atol) \
+            and not getattr(actual_model, "replays_recording", False) \
             and (quantized.sibling_of(actual_model) is not None or quantized.judged_alone(actual_model)):
         # a decision over rows needs rows enough to fail (checks/quant_rows.py)
         inputs, act, exp, rows_note = quant_rows.widen(actual_model, expected_model, inputs, act, exp, _run)
@@ -108,6 +110,10 @@ def assert_outputs_close(actual: Any, expected: Any, *, inputs: Any = None, rtol
                                   for s in getattr(expected_model, kind)] for kind in ("inputs", "outputs")}
     if alignment:
         meta["alignment"] = alignment
+    if observers.listening() and (actual_model is not None or expected_model is not None):
+        # what each model answered, heard before the verdict (recorded whether it passes or not);
+        # the reference's floor, when measured below, is heard by a second call
+        observers.ran((actual_model, expected_model), inputs, (act_raw, exp_raw))
     if actual_model is not None and inputs is not None and _uses_default(tolerance, rtol, atol) \
             and quantized.sibling_of(actual_model) is not None:
         return _quantized_two_part(actual_model, expected_model, inputs, act, exp_raw, device, meta, msg,
@@ -136,6 +142,8 @@ def assert_outputs_close(actual: Any, expected: Any, *, inputs: Any = None, rtol
         tol_fn = _tolerance_fn(act, tolerance, rtol=rtol, atol=atol, device=device, fmt=fmt,
                                compute=_compute_dtype(actual_model, expected_model), floors=floors,
                                allow_vacuous=allow_vacuous, **_floor_of(meta))
+        if floors and observers.listening():
+            observers.ran((None, expected_model), inputs, (None, exp_raw), floor=floors)
     report = compare(act, exp, tolerance=tol_fn, equal_nan=equal_nan, full_stats=calibration is not None or recording.listening())
     report.title = f"{_name(actual_model) if actual_model is not None else 'actual'} vs " \
                    f"{_name(expected_model) if expected_model is not None else 'expected'}"
@@ -733,7 +741,7 @@ def _name(model: Any) -> str:
         return "?"
     fmt = getattr(model, "format_variant", None) or getattr(model, "format", None)
     if isinstance(fmt, str) and is_loaded_model(model):
-        return fmt
+        return f"recorded {fmt}" if getattr(model, "replays_recording", False) else fmt
     name = getattr(model, "name", None) or getattr(model, "__name__", None)
     if name and hasattr(model, "layers") and hasattr(model, "weights"):
         return f"keras model {str(name)!r}"  # "functional_2" alone does not say what it is

@@ -110,6 +110,10 @@ def _diagnose_comparison(report: Any, actual: Any, expected: Any, cand_model: An
     many = len(report.outputs) > 1
     hints: list[Hint] = []
     both = cand_model is not None and ref_model is not None and inputs is not None
+    # A recorded run (formats/recorded/) answers only its recorded inputs: the checks that run
+    # the reference alone still run; those that rerun the candidate are skipped, and said so.
+    replay = both and bool(getattr(cand_model, "replays_recording", False))
+    both, ref_runs = both and not replay, both
 
     # 0. A quantised candidate fed inputs outside its calibration range (clipped there).
     if cand_model is not None and inputs is not None:
@@ -139,7 +143,7 @@ def _diagnose_comparison(report: Any, actual: Any, expected: Any, cand_model: An
 
     # The heavy checks re-run the models: a few rows are enough to see a cause.
     full_inputs = inputs  # batch statistics (training mode) need the batch the outputs came from
-    if both:
+    if ref_runs:
         inputs, actual, flat_a, flat_e = _few_rows(inputs, actual, flat_a, flat_e)
 
     budget = Budget()
@@ -160,7 +164,7 @@ def _diagnose_comparison(report: Any, actual: Any, expected: Any, cand_model: An
 
     # 4. Input transforms (both models), then output transforms (arrays only).
     input_found = False
-    if both and not nondeterministic and budget.allows("input transforms", runs=12):
+    if ref_runs and not nondeterministic and budget.allows("input transforms", runs=12):
         tols = {o.path: o.tolerance for o, _, _ in pairs}
         h = _safe(hints, lambda: input_transform(ref_model, inputs, actual, [o.path for o, _, _ in pairs], tols))
         if h is not None:
@@ -176,7 +180,7 @@ def _diagnose_comparison(report: Any, actual: Any, expected: Any, cand_model: An
 
     # 5. Training mode of a deterministic candidate against a Keras reference.
     training = False
-    if both and not nondeterministic and not input_found and not output_found \
+    if ref_runs and not nondeterministic and not input_found and not output_found \
             and budget.allows("training-mode rerun", runs=1):
         h = _safe(hints, lambda: _training_mode_match(ref_model, full_inputs, pairs))
         if h is not None:
@@ -200,6 +204,11 @@ def _diagnose_comparison(report: Any, actual: Any, expected: Any, cand_model: An
     skipped = budget.skipped_hint()
     if skipped is not None:
         hints.append(skipped)
+    if replay:
+        hints.append(Hint("recorded_candidate", "not run: the checks that rerun the candidate (nondeterminism "
+                          "reruns, the layer table of where the forms first differ), since it is a recorded run",
+                          f"{getattr(cand_model, 'describe', lambda: 'a recording')()} answers only the inputs it "
+                          "recorded; record it again with the cause fixed, or compare the form itself"))
     return [h for h in hints if h is not None] + [h for h in noise if h is not None]
 
 

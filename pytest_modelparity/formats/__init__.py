@@ -37,7 +37,7 @@ from .common import ONNX_INSTALL, TF_INSTALL, TFLITE_INSTALL, export_route, is_k
 from .tensorflow.graph import ancestor_ops, import_tf
 from .base import LoadedModel, TensorSpec
 
-__all__ = ["ALL_FORMATS", "FORMATS", "LoadedModel", "TensorSpec", "ancestor_ops", "available_formats",
+__all__ = ["ALL_FORMATS", "FORMATS", "LOAD_ONLY_FORMATS", "LoadedModel", "TensorSpec", "ancestor_ops", "available_formats",
            "DETECTION_FIX", "detect_format", "export_model", "export_path", "export_route", "format_module", "import_tf",
            "is_keras_model", "load_model", "missing_runtime", "record_route"]
 
@@ -86,8 +86,13 @@ def available_formats() -> tuple[str, ...]:
 FORMATS: tuple[str, ...] = available_formats()
 
 
+# Load-only forms that are not exports of a model: never in the default matrix (ALL_FORMATS), but
+# detected first and loaded like the others. ``recorded``: a run made elsewhere (formats/recorded/).
+LOAD_ONLY_FORMATS: tuple[str, ...] = ("recorded",)
+
+
 def _check_name(name: str) -> str:
-    if name not in ALL_FORMATS:
+    if name not in ALL_FORMATS and name not in LOAD_ONLY_FORMATS:
         raise ValueError(f"unknown format {name!r}; valid formats: {', '.join(ALL_FORMATS)}")
     return name
 
@@ -96,7 +101,7 @@ def _check_name(name: str) -> str:
 _MODULES: dict[str, str] = {
     "keras": "tensorflow.keras", "h5": "tensorflow.h5", "saved_model": "tensorflow.saved_model",
     "checkpoint": "tensorflow.checkpoint", "graphdef": "tensorflow.graphdef",
-    "tflite": "tflite", "tfjs": "tfjs", "onnx": "onnx",
+    "tflite": "tflite", "tfjs": "tfjs", "onnx": "onnx", "recorded": "recorded",
 }
 
 
@@ -123,7 +128,7 @@ def detect_format(path: str | Path) -> str:
         raise ModelLoadError(p, implied, "no such file or directory",
                              f"check the path (a relative path is taken from {Path.cwd()})")
     check_not_special(p, implied)  # before any detect() opens it: a FIFO would block there
-    for name in ALL_FORMATS:
+    for name in (*LOAD_ONLY_FORMATS, *ALL_FORMATS):
         if format_module(name).detect(p):
             return name
     if p.is_dir() and implied is not None:

@@ -73,6 +73,10 @@ def pytest_configure(config: pytest.Config) -> None:
                                     "failure; without it the tests that need the GPU skip with this reason.")
     state = config.stash[STATE_KEY] = ParitySession(options, logs=_log_sink(config, options))
     config.pluginmanager.register(OutcomeRecorder(state), "modelparity-outcomes")
+    if options.record is not None or options.against is not None:
+        from .record import watch_run
+
+        watch_run(config, state)
     from ..exports import floor_cache
 
     # measured noise floors are kept beside the exports (docs/cache.md); --modelparity-no-cache keeps none
@@ -534,6 +538,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
                                    "browsers": state.browsers}
         return
     unchecked = not_compared(state.matrix_outcomes, state.options)
+    if state.against is not None and state.against.changed and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a change beyond float noise: said in the summary
     if (nothing_compared_line(state.device_outcomes, state.matrix_outcomes) or (state.options.strict and unchecked)) \
             and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED  # said in the terminal summary
@@ -645,6 +651,10 @@ def _terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
 
     for note in dict.fromkeys(floor_cache.take_notes()):  # a damaged floor entry, measured again
         terminalreporter.write_line(f"modelparity: {note}", yellow=True)
+    for watcher in (state.recorder, state.against):  # --modelparity-record, --modelparity-against
+        for line in watcher.summary() if watcher is not None else ():
+            terminalreporter.write_line(f"modelparity: {line}", red="CHANGED beyond" in line or
+                                        line.startswith("NOT RECORDED"))
     for error in state.write_errors:
         terminalreporter.write_line(f"modelparity: ERROR {error}", red=True)
     for what, path in (("JSON", state.options.report), ("HTML", state.options.html)):

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from .matrix import marker_names
+from .options import RECORDED_PREFIX
 from .session import BATCH_SEED, BATCH_SIZE, ParitySession, get_state
 
 
@@ -108,7 +109,19 @@ def parity_reference(request: pytest.FixtureRequest, modelparity_source: Any, mo
     session): the candidate's device unless ``--modelparity-reference-device`` says otherwise."""
     state = get_state(request.config)
     state.declare_input_specs(modelparity_source, modelparity_input_specs)
-    return state.reference_or_skip(modelparity_source, modelparity_reference_device, modelparity_load_options)
+    reference = state.reference_or_skip(modelparity_source, modelparity_reference_device, modelparity_load_options)
+    _mark(state, reference, modelparity_source, modelparity_load_options, None, modelparity_reference_device)
+    return reference
+
+
+def _mark(state: ParitySession, model: Any, source: Any, load_options: dict, form: str | None, device: str) -> None:
+    """Tag a served model with what it is a form of, when the run records or compares (record.py)."""
+    if state.recorder is None and state.against is None:
+        return
+    from .record import mark_origin
+
+    src = state.source(source, dict(load_options or {}).get("format"))
+    mark_origin(model, src, src.label, form or str(getattr(model, "format", "reference")), device)
 
 
 @pytest.fixture(scope="module")
@@ -119,6 +132,8 @@ def parity_candidate(request: pytest.FixtureRequest, modelparity_source: Any, mo
     """The source exported to ``modelparity_format`` (cached), loaded on the device, and bound to
     the reference: fed and answering by the reference's tensor names (formats/binding.py)."""
     state = get_state(request.config)
+    if modelparity_format.startswith(RECORDED_PREFIX):
+        return _recorded_candidate(request, modelparity_format[len(RECORDED_PREFIX):], modelparity_device)
     state.declare_input_specs(modelparity_source, modelparity_input_specs)
     candidate = state.candidate_or_skip(modelparity_source, modelparity_format, modelparity_device,
                                         named=_formats_named(request, state, modelparity_format), load_options=modelparity_load_options,
@@ -135,12 +150,29 @@ def parity_candidate(request: pytest.FixtureRequest, modelparity_source: Any, mo
 
     with contextlib.suppress(AttributeError):
         candidate.floor_reference = floor_reference
+    _mark(state, candidate, modelparity_source, modelparity_load_options, modelparity_format, modelparity_device)
     from ..checks import quant_rows, quantized
 
     if quantized.variant_of(candidate) is not None:  # a decision over rows draws the rows it needs
         with contextlib.suppress(AttributeError):
             candidate.judging_rows = quant_rows.JudgingRows(floor_reference, modelparity_dataset, modelparity_elements)
     return candidate
+
+
+def _recorded_candidate(request: pytest.FixtureRequest, folder: str, device: str) -> Any:
+    """``recorded:FOLDER`` in the matrix: the recording made elsewhere, answering the inputs it
+    recorded (a plugin recording of the same model holds the seeded ``parity_batch``)."""
+    from pathlib import Path
+
+    from ..errors import ModelLoadError
+    from ..formats import load_model
+
+    path = Path(folder).expanduser()
+    path = path if path.is_absolute() else Path(request.config.invocation_params.dir) / path
+    try:
+        return load_model(path, "recorded", device=device)
+    except ModelLoadError as exc:
+        pytest.fail(f"modelparity: format recorded:{folder}: {exc}", pytrace=False)
 
 
 @pytest.fixture(scope="session")

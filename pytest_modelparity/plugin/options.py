@@ -34,6 +34,8 @@ RUNTIME_VARIANTS: dict[str, tuple[str, ...]] = {"tfjs": FORMAT_VARIANTS["tfjs"]}
 VALID_FORMATS: tuple[str, ...] = ALL_FORMATS + tuple(
     f"{base}:{variant}" for base, variants in FORMAT_VARIANTS.items() for variant in variants)
 DEVICE_CHOICES = ("cpu", "gpu", "all")
+# "recorded:FOLDER" in the matrix: a recording (docs/recorded.md) as the candidate, never exported.
+RECORDED_PREFIX = "recorded:"
 DEFAULT_TIMEOUT_S = 600.0
 
 # (option suffix, ini type, help). Each option --modelparity-X has the ini key modelparity_X.
@@ -44,7 +46,8 @@ _OPTIONS: tuple[tuple[str, Literal["string", "bool"], str], ...] = (
     ("formats", "string",
      f"comma-separated export formats to test (default: every installed one; variants such as "
      f"tflite:int8 or tfjs:webgl (headless Chromium) only when named); 'default,tflite:int8' or "
-     f"'+tflite:int8' adds to the default matrix, '-tfjs' removes from it; valid: {', '.join(VALID_FORMATS)}"),
+     f"'+tflite:int8' adds to the default matrix, '-tfjs' removes from it; recorded:FOLDER: a recording "
+     f"made elsewhere (docs/recorded.md); valid: {', '.join(VALID_FORMATS)}"),
     ("report", "string", "write every comparison as JSON to this path (schema: docs/report-schema.md)"),
     ("html", "string", "write a self-contained HTML report (table + error histograms) to this path"),
     ("cache-dir", "string",
@@ -87,6 +90,15 @@ _OPTIONS: tuple[tuple[str, Literal["string", "bool"], str], ...] = (
      "the most memory one export may add, e.g. 4G or 500M (RLIMIT_AS in the export process; needs "
      "--modelparity-export-process=child): a larger conversion fails with ExportError instead of taking the "
      "machine (default: no limit)"),
+    ("record", "string",
+     "write what each model and form a test ran answered (inputs, outputs, binding, versions, device, the "
+     "reference's floor) as recordings under DIR/<model>/<form>@<device>/ (docs/recorded.md); refused when DIR "
+     "already holds recordings, unless --modelparity-record-overwrite"),
+    ("record-overwrite", "bool", "let --modelparity-record replace the recordings already in its directory"),
+    ("against", "string",
+     "compare each form this run ran with its recording under DIR (an earlier --modelparity-record run) and "
+     "say per output: identical, changed within float noise, or changed beyond it (which fails the run); a "
+     "model whose content hash changed is said, not compared"),
 )
 # ini-only keys: the "ini" tolerance layer (below a marker, above the built-in table).
 _INI_ONLY: tuple[tuple[str, str], ...] = (
@@ -124,6 +136,9 @@ class ParityOptions:
     timeout: float | None = DEFAULT_TIMEOUT_S  # None: no limit
     export_process: str = "child"  # or "inline"
     export_memory: int | None = None  # bytes of address space one export may add
+    record: Path | None = None  # --modelparity-record: where this run's recordings go (plugin/record.py)
+    record_overwrite: bool = False
+    against: Path | None = None  # --modelparity-against: an earlier run's recordings to compare with
 
     def format_named(self, fmt: str) -> bool:
         """Whether the user named this format (a whole list, or one added to the defaults)."""
@@ -221,7 +236,9 @@ def normalize_formats(names: Iterable[str]) -> tuple[list[str], list[str]]:
     unknown: list[str] = []
     for name in names:
         canonical = _FORMAT_KEYS.get(_format_key(name))
-        if canonical is not None:
+        if str(name).strip().lower().startswith(RECORDED_PREFIX) and str(name).strip()[len(RECORDED_PREFIX):]:
+            known.append(RECORDED_PREFIX + str(name).strip()[len(RECORDED_PREFIX):])  # a recording's folder
+        elif canonical is not None:
             known.append(canonical)
         else:
             unknown.append(f"{str(name)!r}{_did_you_mean(str(name), VALID_FORMATS + (DEFAULT_WORD,))}")
@@ -441,6 +458,9 @@ def parse_options(config: pytest.Config) -> ParityOptions:
         timeout=parse_timeout(_value(config, "modelparity_timeout")),
         export_process=parse_export_process(_value(config, "modelparity_export_process")),
         export_memory=parse_size("--modelparity-export-memory", _value(config, "modelparity_export_memory")),
+        record=_path(config, _value(config, "modelparity_record")),
+        record_overwrite=bool(_value(config, "modelparity_record_overwrite")),
+        against=_path(config, _value(config, "modelparity_against")),
     )
 
 

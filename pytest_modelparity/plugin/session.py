@@ -117,6 +117,9 @@ class ParitySession:
     itself: dict[tuple[int, str, str], str] = field(default_factory=dict)
     # node id -> {format, device, outcome, reason, named_by, itself} of every matrix test with a format
     matrix_outcomes: dict[str, dict] = field(default_factory=dict)
+    # --modelparity-record / --modelparity-against (plugin/record.py): what hears each model's answers
+    recorder: Any = None
+    against: Any = None
     _precision_set: bool = False
     _tf32_before: bool | None = None  # TF's TF32 setting before --modelparity-tf32=off changed it
 
