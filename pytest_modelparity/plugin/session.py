@@ -356,6 +356,9 @@ class ParitySession:
                     if np.asarray(v).dtype.kind in "fiu" and np.asarray(v).size}
         if converter_options:
             options["converter_options"] = dict(converter_options)
+        if isinstance(model, (str, Path)) and src.path_format in ("graphdef", "checkpoint"):
+            # A TF1 graph's named tensors and switches make the model: every conversion gets them.
+            options.update({k: given[k] for k in ("inputs", "outputs", "feeds") if given.get(k) is not None})
         start = time.perf_counter()
         # The cache keys Keras models by architecture and weights; a file source is converted
         # afresh into this session's temporary directory (user files are never written to).
@@ -677,7 +680,7 @@ def _load_source(source: Any, format: str, device: str, options: dict) -> Any:
             path, format, f"modelparity_load_options {options!r} holds an option that format {format!r} "
             f"does not take ({exc})",
             "return only options of this format's loader from modelparity_load_options (graphdef, "
-            "checkpoint: inputs, outputs; keras, h5: safe_mode, custom_objects)") from exc
+            "checkpoint: inputs, outputs, feeds; keras, h5: safe_mode, custom_objects)") from exc
 
 
 def _load_reference(src: Source, device: str, options: dict | None = None) -> Any:
