@@ -219,7 +219,8 @@ def export_model(model: Any, format: str, path: str | Path, *, converter_options
     graph_options: dict[str, Any] = {k: options.pop(k) for k in ("inputs", "outputs", "feeds") if k in options}
     if graph_options:
         _check_graph_options(model, format, graph_options)
-        options["graph_options"] = graph_options
+        if getattr(module, "CONVERTS_SAVED_MODEL", False):
+            options["graph_options"] = graph_options
     if input_specs is not None and is_keras_model(model):
         from .tensorflow.keras_specs import declare_input_specs
 
@@ -266,8 +267,8 @@ def export_model(model: Any, format: str, path: str | Path, *, converter_options
 
 
 def _check_graph_options(model: Any, format: str, given: dict[str, Any]) -> None:
-    """``inputs``/``outputs``/``feeds`` name tensors of a TF1 graph: any other model, or a format
-    that does not convert from one, is told so (not a bare TypeError)."""
+    """``inputs``/``outputs``/``feeds`` name tensors of a TF1 graph: any other model is told so
+    (not a bare TypeError); a format made from no path says so further on."""
     from .tensorflow import graph_source
 
     names = ", ".join(f"{k}=" for k in given)
@@ -275,9 +276,6 @@ def _check_graph_options(model: Any, format: str, given: dict[str, Any]) -> None
         what = "a Keras model" if not isinstance(model, (str, Path)) else f"{str(model)!r}"
         raise ValueError(f"{names} name tensors of a TF1 graph (a frozen .pb or a checkpoint) to convert; "
                          f"{what} is not one: leave them out (a Keras model or SavedModel has named inputs and outputs)")
-    if format not in ("tflite", "onnx", "tfjs"):
-        raise ValueError(f"{names} apply where a TF1 graph is converted (tflite, onnx, tfjs); format {format!r} "
-                         "is not made from one: load the graph itself with load_model(path, " + names[:-1] + "...)")
 
 
 # Formats written as one protobuf or FlatBuffer: neither can exceed 2 GiB.

@@ -356,7 +356,8 @@ class ParitySession:
                     if np.asarray(v).dtype.kind in "fiu" and np.asarray(v).size}
         if converter_options:
             options["converter_options"] = dict(converter_options)
-        if isinstance(model, (str, Path)) and src.path_format in ("graphdef", "checkpoint"):
+        if isinstance(model, (str, Path)) and src.path_format in ("graphdef", "checkpoint") and \
+                getattr(format_module(base), "CONVERTS_SAVED_MODEL", False):
             # A TF1 graph's named tensors and switches make the model: every conversion gets them.
             options.update({k: given[k] for k in ("inputs", "outputs", "feeds") if given.get(k) is not None})
         start = time.perf_counter()
