@@ -519,7 +519,7 @@ class ParitySession:
             _fail(f"modelparity: {format} on {device}: {exc}")
         except (NotExportable, ExportFailed, ModelLoadError) as exc:
             skip_if_unreachable(exc, format, named=named)
-            _fail(f"modelparity: {explain(exc) if explain else _suite_text(exc)}")
+            _fail(self._said_once(exc, f"modelparity: {explain(exc) if explain else _suite_text(exc)}"))
 
     def reference_or_skip(self, source: Any, device: str, load_options: dict | None = None, *,
                           explain: Any = None) -> Any:
@@ -532,7 +532,23 @@ class ParitySession:
             self.unavailable(exc, f"reference on {device} (parity_reference, and parity_batch, which is drawn "
                                   "from the reference's inputs)")
         except ModelLoadError as exc:  # the message names the file, the format and the fix
-            _fail(f"modelparity: reference: {explain(exc) if explain else _suite_text(exc)}")
+            _fail(self._said_once(exc, f"modelparity: reference: {explain(exc) if explain else _suite_text(exc)}"))
+
+    def _said_once(self, exc: BaseException, text: str) -> str:
+        """``text`` the first time a TF1 graph source fails this way in the session; then one
+        line pointing back to it. Why: the reference and every conversion of a ``.pb`` or
+        checkpoint load the same graph with the same options, so one cause failed every test
+        with the same full message (20 times in the issue's run)."""
+        if not (isinstance(exc, ModelLoadError) and exc.format in ("graphdef", "checkpoint")):
+            return text
+        said: dict[str, int] = self.__dict__.setdefault("_said_errors", {})
+        key = f"{exc.path}|{exc.problem}"
+        said[key] = said.get(key, 0) + 1
+        if said[key] == 1:
+            return text
+        head = exc.problem if len(exc.problem) <= 160 else exc.problem[:157] + "..."
+        return (f"modelparity: cannot {exc.action} {exc.path!r} as format {exc.format!r}: {head} (the same error as "
+                "the first test that needed it, where its full text and fix are shown)")
 
     def close(self) -> None:
         for table in (self.candidates, self.references):
