@@ -155,3 +155,53 @@ def test_through_the_fixtures_every_conversion_takes_the_feeds(pytester: pytest.
     result = pytester.runpytest("-p", "no:cacheprovider", "-v", "--modelparity-formats=tflite,onnx,tfjs")
     result.assert_outcomes(passed=3)
     assert "load options do not reach" not in result.stdout.str()
+
+
+def _keep_prob_graph(path: Path) -> Path:
+    """A tutorial-style frozen graph: ``keep_prob`` declared without a shape, and an
+    ``is_training`` with a default (``placeholder_with_default(False)``) around a tf.cond."""
+    import tensorflow as tf
+
+    v1 = tf.compat.v1
+    graph = tf.Graph()
+    v2_flow = v1.control_flow_v2_enabled()
+    v1.disable_control_flow_v2()
+    try:
+        with graph.as_default():
+            x = v1.placeholder(tf.float32, [None, 6], name="x")
+            keep_prob = v1.placeholder(tf.float32, name="keep_prob")
+            is_training = v1.placeholder_with_default(False, [], name="is_training")
+            w = tf.constant(np.random.default_rng(1).normal(size=(6, 2)).astype("float32"))
+            h = v1.nn.dropout(tf.matmul(x, w), keep_prob=keep_prob)
+            h = v1.cond(is_training, lambda: h * 2.0, lambda: tf.identity(h))
+            tf.nn.sigmoid(h, name="scores")
+    finally:
+        if v2_flow:
+            v1.enable_control_flow_v2()
+    path.write_bytes(graph.as_graph_def().SerializeToString())
+    return path
+
+
+def test_an_unshaped_keep_prob_is_a_switch_and_a_default_is_taken(tmp_path: Path) -> None:
+    frozen = _keep_prob_graph(tmp_path / "tutorial.pb")
+    with pytest.raises(ModelLoadError, match=r"(?s)keep_prob \(float32 unknown shape\).*feeds=\{'keep_prob': 1.0\}"):
+        load_model(frozen)
+    with load_model(frozen, feeds={"keep_prob": 1.0}) as model:
+        assert [s.name for s in model.inputs] == ["x"] and [s.name for s in model.outputs] == ["scores"]
+        ops = {n.op for n in model.frozen_graph().graph_def.node}
+        assert not ops & {"Switch", "Merge"}, ops  # is_training took its default (False): its cond is gone
+        batch = np.random.default_rng(2).normal(size=(3, 6)).astype("float32")
+        w = np.random.default_rng(1).normal(size=(6, 2)).astype("float32")
+        np.testing.assert_allclose(model.predict(batch)["scores"], 1 / (1 + np.exp(-(batch @ w))), rtol=1e-5)
+
+
+@pytest.mark.usefixtures("_heavy_modules_stay_loaded")
+def test_one_cause_is_said_in_full_once_per_session(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(SUITE.replace('return {"feeds": {"is_training": False}}', "return {}"))
+    pytester.makepyfile(test_tagger=TEST)
+    pytester.syspathinsert(Path(__file__).parent)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--modelparity-formats=tflite,onnx")
+    result.assert_outcomes(errors=2)
+    out = result.stdout.str()
+    assert out.count("fix: set each switch with the load option feeds={'is_training': False}") == 1, out
+    assert "(the same error as the first test that needed it, where its full text and fix are shown)" in out
