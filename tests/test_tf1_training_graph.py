@@ -18,6 +18,7 @@ pytest.importorskip("tensorflow")
 
 import tf1_training  # noqa: E402
 from pytest_modelparity import assert_outputs_close, export_model, load_model  # noqa: E402
+from pytest_modelparity.formats import export_route  # noqa: E402
 from pytest_modelparity.errors import ModelLoadError  # noqa: E402
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning")]
@@ -98,6 +99,8 @@ def test_each_planted_bug_fails_with_its_cause(shipped, tmp_path: Path, bug: str
 def test_export_model_takes_the_load_options(shipped, tmp_path: Path) -> None:
     directory, _frozen, truth = shipped
     written = export_model(directory, "tflite", tmp_path / "m", feeds=FEEDS)
+    route = export_route(written) or ""
+    assert "feeds={'is_training': False}" in route and "dropped _output_shapes" in route, route
     with load_model(written) as converted:
         out = converted.predict(tf1_training.batch())
         np.testing.assert_allclose(next(iter(out.values())), truth, atol=1e-6)

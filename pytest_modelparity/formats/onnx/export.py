@@ -91,7 +91,8 @@ def export(model: Any, path: Path, *, opset: int = DEFAULT_OPSET,
                                     exc) from exc
             _keep_keras_output_order(proto, serving.output_names)
             content = proto.SerializeToString()
-        finish_export(path, content, NAME, route, log, validate_content)
+        finish_export(path, content, NAME, f"{route}; {serving.route}" if serving.route else route, log,
+                      validate_content)
     finally:
         log.discard()
     return path

@@ -78,9 +78,9 @@ def graph_function(path: Path, **load_options: Any) -> GraphFunction:
     return GraphFunction(function, holder, loaded, route)
 
 
-def write_saved_model(path: Path, dest: Path, **load_options: Any) -> Path:
+def write_saved_model(path: Path, dest: Path, **load_options: Any) -> tuple[Path, str]:
     """A SavedModel at ``dest`` whose ``serving_default`` is the frozen TF1 graph of ``path``
-    (what tensorflowjs' converter reads)."""
+    (what tensorflowjs' converter reads), and the route the graph took."""
     tf = import_tf()
     graph = graph_function(path, **load_options)
     try:
@@ -88,4 +88,4 @@ def write_saved_model(path: Path, dest: Path, **load_options: Any) -> Path:
             tf.saved_model.save(graph.holder, str(dest), signatures={"serving_default": graph.function})
     finally:
         graph.loaded.close()
-    return dest
+    return dest, graph.route

@@ -36,6 +36,7 @@ class Serving:
     output_names: list[str]  # in the model's output order
     holder: Any              # an object tracking the variables, for the TFLite converter
     model: Any = None        # the Keras model, tracked by the holder only where it must be
+    route: str | None = None  # how a TF1 source was read and frozen (its export route says it)
 
 
 def begin_export(model: Any, path: str | Path, format: str, filename: str,
@@ -109,7 +110,7 @@ def _graph_serving(path: Path, graph_options: Mapping[str, Any] | None = None) -
         return wrapped(**dict(zip(names, args)))
 
     function = tf.function(serve, input_signature=specs, autograph=False)
-    return Serving(function, specs, output_names, graph.holder)
+    return Serving(function, specs, output_names, graph.holder, route=graph.route)
 
 
 def variable_holder(model: Any):

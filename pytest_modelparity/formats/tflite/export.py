@@ -176,6 +176,8 @@ def export(model: Any, path: Path, *, quantization: str | None = None,
                 route_text += f"; {kept}"
             if plan.route:
                 route_text += f"; {plan.route}"
+            if serving.route:  # a TF1 source: how its graph was read and frozen
+                route_text += f"; {serving.route}"
         finish_export(path, content, NAME, route_text, log, validate_content)
     finally:
         log.discard()
