@@ -131,10 +131,14 @@ SUITE = textwrap.dedent('''
     from pytest_modelparity import assert_outputs_close
 
     @pytest.fixture(scope="session")
-    def modelparity_source(tmp_path_factory):
-        directory = tmp_path_factory.mktemp("tagger") / "ckpt"
-        tf1_training.save_shipped(directory)
-        return str(directory) + "/"
+    def tagger(tmp_path_factory):
+        root = tmp_path_factory.mktemp("tagger")
+        tf1_training.save_shipped(root / "ckpt", frozen=root / "frozen.pb")
+        return root
+
+    @pytest.fixture(scope="session")
+    def modelparity_source(tagger):
+        return str(tagger / "ckpt") + "/"
 
     @pytest.fixture(scope="session")
     def modelparity_load_options():
@@ -150,13 +154,23 @@ TEST = textwrap.dedent('''
 ''')
 
 
+FROZEN_TEST = textwrap.dedent('''
+    from pytest_modelparity import load_model
+
+    def test_frozen_pb(tagger, parity_reference, parity_batch):
+        with load_model(tagger / "frozen.pb") as frozen:
+            report = assert_outputs_close(frozen, parity_reference, inputs=parity_batch)
+        assert "float64 run of its graph twin" in str(report), str(report)
+''')
+
+
 @pytest.mark.usefixtures("_heavy_modules_stay_loaded", "installed_node_modules")
 def test_through_the_fixtures_every_conversion_takes_the_feeds(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(SUITE)
-    pytester.makepyfile(test_tagger=TEST)
+    pytester.makepyfile(test_tagger=TEST + FROZEN_TEST)
     pytester.syspathinsert(Path(__file__).parent)
     result = pytester.runpytest("-p", "no:cacheprovider", "-v", "--modelparity-formats=tflite,onnx,tfjs")
-    result.assert_outcomes(passed=3)
+    result.assert_outcomes(passed=4)
     assert "load options do not reach" not in result.stdout.str()
 
 
