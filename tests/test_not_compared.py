@@ -45,8 +45,8 @@ def frozen_suite(pytester: pytest.Pytester, installed_node_modules: None) -> pyt
 
 
 def test_a_frozen_graph_compared_with_itself_is_named_beside_its_conversions(frozen_suite: pytest.Pytester) -> None:
-    result = frozen_suite.runpytest("-p", "no:cacheprovider", "-rs",
-                                    "--modelparity-report=r.json")
+    result = frozen_suite.runpytest("-p", "no:cacheprovider", "-rs", "--modelparity-report=r.json",
+                                    "--modelparity-export-process=inline")
     out = result.stdout.str()
     # the .pb's comparison with itself skips; its conversions compare and pass; the file's own
     # determinism check runs with theirs
@@ -70,7 +70,8 @@ def test_a_frozen_graph_compared_with_itself_is_named_beside_its_conversions(fro
 
 
 def test_strict_fails_the_frozen_graph_run_with_the_lines(frozen_suite: pytest.Pytester) -> None:
-    result = frozen_suite.runpytest("-p", "no:cacheprovider", "--modelparity-strict", "-k", "export")
+    result = frozen_suite.runpytest("-p", "no:cacheprovider", "--modelparity-strict", "-k", "export",
+                                    "--modelparity-export-process=inline")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["modelparity: NOT COMPARED: graphdef (the default matrix): compared with itself*",
                                  "modelparity: --modelparity-strict: 4 format(s) not compared fail this session*"])

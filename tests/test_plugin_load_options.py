@@ -94,7 +94,8 @@ def test_default_formats_take_the_load_options_and_pass(pytester: pytest.Pyteste
     candidate is the file compared with itself (tests/test_not_compared.py)."""
     pytester.makeconftest(TWO_SINKS_CONFTEST + NAMED_OUTPUT_OPTIONS)
     pytester.makepyfile(test_graph=TEST)
-    result = pytester.runpytest("-p", "no:cacheprovider", "-rs", "-v")
+    result = pytester.runpytest("-p", "no:cacheprovider", "-rs", "-v",
+                                "--modelparity-export-process=inline")  # cheaper here than starting the worker
     outcomes = result.parseoutcomes()
     assert outcomes.get("passed") == 3 and "error" not in outcomes and "errors" not in outcomes, outcomes
     for fmt in ("tflite", "onnx", "tfjs"):

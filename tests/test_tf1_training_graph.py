@@ -169,7 +169,8 @@ def test_through_the_fixtures_every_conversion_takes_the_feeds(pytester: pytest.
     pytester.makeconftest(SUITE)
     pytester.makepyfile(test_tagger=TEST + FROZEN_TEST)
     pytester.syspathinsert(Path(__file__).parent)
-    result = pytester.runpytest("-p", "no:cacheprovider", "-v", "--modelparity-formats=tflite,onnx,tfjs")
+    result = pytester.runpytest("-p", "no:cacheprovider", "-v", "--modelparity-formats=tflite,onnx,tfjs",
+                                "--modelparity-export-process=inline")
     result.assert_outcomes(passed=4)
     assert "load options do not reach" not in result.stdout.str()
 
@@ -217,7 +218,8 @@ def test_one_cause_is_said_in_full_once_per_session(pytester: pytest.Pytester) -
     pytester.makeconftest(SUITE.replace('return {"feeds": {"is_training": False}}', "return {}"))
     pytester.makepyfile(test_tagger=TEST)
     pytester.syspathinsert(Path(__file__).parent)
-    result = pytester.runpytest("-p", "no:cacheprovider", "--modelparity-formats=tflite,onnx")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--modelparity-formats=tflite,onnx",
+                                "--modelparity-export-process=inline")  # no worker to start: nothing converts
     result.assert_outcomes(errors=2)
     out = result.stdout.str()
     assert out.count("fix: set each switch with the load option feeds={'is_training': False}") == 1, out
