@@ -224,3 +224,34 @@ def test_one_cause_is_said_in_full_once_per_session(pytester: pytest.Pytester) -
     out = result.stdout.str()
     assert out.count("fix: set each switch with the load option feeds={'is_training': False}") == 1, out
     assert "(the same error as the first test that needed it, where its full text and fix are shown)" in out
+
+
+def test_outputs_are_found_among_cond_bookkeeping_metrics_and_summaries() -> None:
+    """The issue's 118 sinks, all tf.cond bookkeeping, the real output not among them: without
+    gradients to mark the loss, conds, a metric, a summary and a loss reading the labels are
+    still not outputs; ``model/Sigmoid`` is the one found."""
+    import tensorflow as tf
+
+    from pytest_modelparity.formats.tensorflow.graph import find_outputs
+
+    v1 = tf.compat.v1
+    graph = tf.Graph()
+    v2_flow = v1.control_flow_v2_enabled()
+    v1.disable_control_flow_v2()
+    try:
+        with graph.as_default():
+            x = v1.placeholder(tf.float32, [None, 4], name="model/Placeholder")
+            labels = v1.placeholder(tf.float32, [None, 2], name="model/labels")
+            is_training = v1.placeholder(tf.bool, [], name="model/Placeholder_2")
+            h = x
+            for i in range(3):
+                h = v1.cond(is_training, lambda h=h: h * 0.5, lambda h=h: h + 0.0, name=f"model/cond_{i}")
+            w = tf.constant(np.ones((4, 2), "float32"))
+            probs = tf.nn.sigmoid(tf.matmul(h, w), name="model/Sigmoid")
+            tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=tf.matmul(h, w)), name="loss")
+            _acc, _update = v1.metrics.accuracy(tf.argmax(labels, 1), tf.argmax(probs, 1))
+            v1.summary.scalar("prob_mean", tf.reduce_mean(probs))
+    finally:
+        if v2_flow:
+            v1.enable_control_flow_v2()
+    assert find_outputs(graph) == ["model/Sigmoid:0"]

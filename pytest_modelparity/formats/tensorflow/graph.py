@@ -170,6 +170,28 @@ def find_outputs(graph: Any) -> list[str]:
     differentiated = {m.group(1) for op in ops for m in [_GRAD_SCOPE.match(op.name)] if m}
     sinks = [op for op in ops if not (consumers[op.name] or is_aux(op) or op.type in _SHAPE_OPS
                                       or op.name in differentiated or _is_not_output(op))]
+    reporting: dict[str, bool] = {}
+
+    def is_reporting(op: Any, depth: int = 0) -> bool:
+        """Read only by metrics and summaries (and bookkeeping), through any ops."""
+        if op.name in reporting:
+            return reporting[op.name]
+        reporting[op.name] = False
+        users = consumers[op.name]
+        result = "Summary" in op.type or bool(_METRIC_NAMES.search(op.name)) or (
+            bool(users) and depth < 500 and all(is_aux(u) or is_reporting(u, depth + 1) for u in users))
+        reporting[op.name] = result
+        return result
+
+    def likely(op: Any) -> bool:
+        return op.type in _LIKELY_TYPES or bool(_LIKELY_NAMES.search(op.name))
+
+    # A prediction read only by an accuracy metric or a summary has consumers, yet is an output
+    # (the issue's model/Sigmoid): the likely ones among such ops, topmost first.
+    reported = [op for op in ops if consumers[op.name] and likely(op) and not _is_not_output(op)
+                and not _is_root_aux(op) and op.name not in differentiated and is_reporting(op)]
+    reported_names = {op.name for op in reported}
+    sinks += [op for op in reported if not any(u.name in reported_names for u in consumers[op.name])]
     memo: dict[str, frozenset[str]] = {}
     by_name = {op.name: op for op in ops}
     reads = {op.name: {p for p in _placeholders_above(op, memo) if not switches.is_switch_op(by_name[p])}
@@ -178,10 +200,6 @@ def find_outputs(graph: Any) -> list[str]:
         sinks = [op for op in sinks if reads[op.name]]
     kept = [op for op in sinks if not any(_LABEL_NAMES.search(p) for p in reads[op.name])]
     sinks = kept or sinks
-
-    def likely(op: Any) -> bool:
-        return op.type in _LIKELY_TYPES or bool(_LIKELY_NAMES.search(op.name))
-
     ordered = [op for op in sinks if likely(op)] + [op for op in sinks if not likely(op)]
     return [t.name for op in ordered for t in op.outputs]
 
