@@ -73,12 +73,12 @@ def test_an_option_the_loader_lacks_is_named(pytester: pytest.Pytester) -> None:
 
 
 def test_a_format_the_graph_cannot_reach_fails_once_without_a_misleading_fix(pytester: pytest.Pytester) -> None:
-    # A .pb source asked for as tflite: the setup error is printed once (no chained
+    # A .pb source asked for as h5 or keras: the setup error is printed once (no chained
     # "During handling of the above exception" repeat of the same text), and it does not
     # tell a user who already has the fixture to write modelparity_load_options.
     pytester.makeconftest(TWO_SINKS_CONFTEST + NAMED_OUTPUT_OPTIONS)
     pytester.makepyfile(test_graph=TEST)
-    result = pytester.runpytest("--modelparity-formats=tflite,keras", "-p", "no:cacheprovider")
+    result = pytester.runpytest("--modelparity-formats=h5,keras", "-p", "no:cacheprovider")
     result.assert_outcomes(errors=2)
     out = result.stdout.str()
     assert "cannot convert" in out
@@ -86,40 +86,21 @@ def test_a_format_the_graph_cannot_reach_fails_once_without_a_misleading_fix(pyt
     assert "def modelparity_load_options" not in out
 
 
-def test_default_formats_a_graph_cannot_become_are_skipped_not_errors(pytester: pytest.Pytester) -> None:
-    """With the default matrix, formats a frozen .pb cannot be converted to are not
-    applicable: skipped with the reason, and so is the graph's own format (the file compared
-    with itself): the run compared nothing and says so (tests/test_not_compared.py)."""
+@pytest.mark.usefixtures("installed_node_modules")
+def test_default_formats_take_the_load_options_and_pass(pytester: pytest.Pytester) -> None:
+    """With the default matrix and the outputs named in modelparity_load_options, every
+    conversion a frozen .pb can become (tflite, onnx, tfjs) reads the same sub-graph and
+    passes; the ones it cannot (keras, h5, saved_model) skip, and the .pb as its own graphdef
+    candidate is the file compared with itself (tests/test_not_compared.py)."""
     pytester.makeconftest(TWO_SINKS_CONFTEST + NAMED_OUTPUT_OPTIONS)
     pytester.makepyfile(test_graph=TEST)
-    result = pytester.runpytest("-p", "no:cacheprovider", "-rs")
+    result = pytester.runpytest("-p", "no:cacheprovider", "-rs", "-v",
+                                "--modelparity-export-process=inline")  # cheaper here than starting the worker
     outcomes = result.parseoutcomes()
-    assert "passed" not in outcomes and "error" not in outcomes and "errors" not in outcomes
-    assert outcomes.get("skipped", 0) >= 4
-    result.stdout.fnmatch_lines(["*format 'tflite' cannot be made from this source*cannot convert*"])
-    result.stdout.fnmatch_lines(["modelparity: NOTHING WAS COMPARED*"])
+    assert outcomes.get("passed") == 3 and "error" not in outcomes and "errors" not in outcomes, outcomes
+    for fmt in ("tflite", "onnx", "tfjs"):
+        result.stdout.fnmatch_lines([f"*test_export[[]{fmt}-cpu[]] PASSED*"])
+    result.stdout.fnmatch_lines(["*format 'keras' cannot be made from this source*"])
+    assert "load options do not reach" not in result.stdout.str()
+    assert "NOTHING WAS COMPARED" not in result.stdout.str()
 
-
-def test_a_graph_the_converters_cannot_read_says_so_and_its_fix_works(tmp_path) -> None:
-    """The tflite/onnx/tfjs conversion of a frozen .pb finds its tensors automatically: with two
-    sinks it is refused as a conversion, saying the load options do not reach it; the fix it
-    names (extract the output's subgraph) converts."""
-    import tensorflow as tf
-
-    from pytest_modelparity import ModelLoadError, assert_outputs_close, export_model, load_model
-
-    namespace: dict = {}
-    exec(TWO_SINKS_CONFTEST, namespace)
-    frozen = namespace["freeze_two_sinks"](tmp_path)
-    with pytest.raises(ModelLoadError, match="load options do not reach them") as info:
-        export_model(frozen, "tflite", tmp_path / "m.tflite")
-    assert info.value.action == "convert" and "extract_sub_graph" in info.value.fix
-    graph_def = tf.compat.v1.GraphDef()
-    graph_def.ParseFromString(frozen.read_bytes())
-    single = tmp_path / "single.pb"
-    single.write_bytes(tf.compat.v1.graph_util.extract_sub_graph(graph_def, ["predictions"]).SerializeToString())
-    converted = load_model(export_model(single, "tflite", tmp_path / "single.tflite"))
-    reference = load_model(frozen, inputs=["x:0"], outputs=["predictions:0"])
-    import numpy as np
-
-    assert_outputs_close(converted, reference, inputs=np.random.default_rng(0).normal(size=(4, 12)).astype("float32"))

@@ -217,8 +217,15 @@ def export_model(model: Any, format: str, path: str | Path, *, converter_options
     ``CONVERTS_SAVED_MODEL`` (tflite, onnx, tfjs); the others need the Keras model itself.
     ``input_specs`` declares the inputs of a subclassed Keras model that was never built or
     called (``[(name, shape, dtype)]``, see ``keras_specs``); a built one needs none.
+    ``inputs=``, ``outputs=`` and ``feeds=`` (a TF1 ``.pb`` or checkpoint path only) are its
+    load options: the sub-graph they name, with its switches folded, is what is converted.
     """
     module = format_module(format)
+    graph_options: dict[str, Any] = {k: options.pop(k) for k in ("inputs", "outputs", "feeds") if k in options}
+    if graph_options:
+        _check_graph_options(model, format, graph_options)
+        if getattr(module, "CONVERTS_SAVED_MODEL", False):
+            options["graph_options"] = graph_options
     if input_specs is not None and is_keras_model(model):
         from .tensorflow.keras_specs import declare_input_specs
 
@@ -262,6 +269,18 @@ def export_model(model: Any, format: str, path: str | Path, *, converter_options
             raise
         raise reported from exc
     return written
+
+
+def _check_graph_options(model: Any, format: str, given: dict[str, Any]) -> None:
+    """``inputs``/``outputs``/``feeds`` name tensors of a TF1 graph: any other model is told so
+    (not a bare TypeError); a format made from no path says so further on."""
+    from .tensorflow import graph_source
+
+    names = ", ".join(f"{k}=" for k in given)
+    if not isinstance(model, (str, Path)) or graph_source.kind(Path(model)) is None:
+        what = "a Keras model" if not isinstance(model, (str, Path)) else f"{str(model)!r}"
+        raise ValueError(f"{names} name tensors of a TF1 graph (a frozen .pb or a checkpoint) to convert; "
+                         f"{what} is not one: leave them out (a Keras model or SavedModel has named inputs and outputs)")
 
 
 # Formats written as one protobuf or FlatBuffer: neither can exceed 2 GiB.

@@ -359,6 +359,10 @@ class ParitySession:
                     if np.asarray(v).dtype.kind in "fiu" and np.asarray(v).size}
         if converter_options:
             options["converter_options"] = dict(converter_options)
+        if isinstance(model, (str, Path)) and src.path_format in ("graphdef", "checkpoint") and \
+                getattr(format_module(base), "CONVERTS_SAVED_MODEL", False):
+            # A TF1 graph's named tensors and switches make the model: every conversion gets them.
+            options.update({k: given[k] for k in ("inputs", "outputs", "feeds") if given.get(k) is not None})
         start = time.perf_counter()
         # The cache keys Keras models by architecture and weights; a file source is converted
         # afresh into this session's temporary directory (user files are never written to).
@@ -518,7 +522,7 @@ class ParitySession:
             _fail(f"modelparity: {format} on {device}: {exc}")
         except (NotExportable, ExportFailed, ModelLoadError) as exc:
             skip_if_unreachable(exc, format, named=named)
-            _fail(f"modelparity: {explain(exc) if explain else _suite_text(exc)}")
+            _fail(self._said_once(exc, f"modelparity: {explain(exc) if explain else _suite_text(exc)}"))
 
     def reference_or_skip(self, source: Any, device: str, load_options: dict | None = None, *,
                           explain: Any = None) -> Any:
@@ -531,7 +535,23 @@ class ParitySession:
             self.unavailable(exc, f"reference on {device} (parity_reference, and parity_batch, which is drawn "
                                   "from the reference's inputs)")
         except ModelLoadError as exc:  # the message names the file, the format and the fix
-            _fail(f"modelparity: reference: {explain(exc) if explain else _suite_text(exc)}")
+            _fail(self._said_once(exc, f"modelparity: reference: {explain(exc) if explain else _suite_text(exc)}"))
+
+    def _said_once(self, exc: BaseException, text: str) -> str:
+        """``text`` the first time a TF1 graph source fails this way in the session; then one
+        line pointing back to it. Why: the reference and every conversion of a ``.pb`` or
+        checkpoint load the same graph with the same options, so one cause failed every test
+        with the same full message (20 times in the issue's run)."""
+        if not (isinstance(exc, ModelLoadError) and exc.format in ("graphdef", "checkpoint")):
+            return text
+        said: dict[str, int] = self.__dict__.setdefault("_said_errors", {})
+        key = f"{exc.path}|{exc.problem}"
+        said[key] = said.get(key, 0) + 1
+        if said[key] == 1:
+            return text
+        head = exc.problem if len(exc.problem) <= 160 else exc.problem[:157] + "..."
+        return (f"modelparity: cannot {exc.action} {exc.path!r} as format {exc.format!r}: {head} (the same error as "
+                "the first test that needed it, where its full text and fix are shown)")
 
     def close(self) -> None:
         for table in (self.candidates, self.references):
@@ -680,7 +700,7 @@ def _load_source(source: Any, format: str, device: str, options: dict) -> Any:
             path, format, f"modelparity_load_options {options!r} holds an option that format {format!r} "
             f"does not take ({exc})",
             "return only options of this format's loader from modelparity_load_options (graphdef, "
-            "checkpoint: inputs, outputs; keras, h5: safe_mode, custom_objects)") from exc
+            "checkpoint: inputs, outputs, feeds; keras, h5: safe_mode, custom_objects)") from exc
 
 
 def _load_reference(src: Source, device: str, options: dict | None = None) -> Any:

@@ -30,7 +30,7 @@ _CONTROL_FLOW_OPS = frozenset({"While", "StatelessWhile", "If", "StatelessIf"})
 
 
 def export(model: Any, path: Path, *, opset: int = DEFAULT_OPSET,
-           converter_options: dict[str, Any] | None = None) -> Path:
+           converter_options: dict[str, Any] | None = None, graph_options: dict[str, Any] | None = None) -> Path:
     """Convert a Keras model (or a SavedModel directory) to ``path`` (a ``.onnx`` file) with
     tf2onnx; the file passes ``onnx.checker`` and runs once in onnxruntime before it is returned.
 
@@ -60,7 +60,7 @@ def export(model: Any, path: Path, *, opset: int = DEFAULT_OPSET,
     if unknown:
         raise TypeError(f"unknown converter_options key(s) {unknown} for format 'onnx'; known: opset, "
                         f"lower_control_flow, custom_op_handlers, {', '.join(sorted(known - {'opset', 'custom_op_handlers'}))}")
-    path, serving, log = begin_export(model, path, NAME, "model.onnx")
+    path, serving, log = begin_export(model, path, NAME, "model.onnx", graph_options)
     try:
         with log.capture():
             concrete = serving.function.get_concrete_function()
@@ -91,7 +91,8 @@ def export(model: Any, path: Path, *, opset: int = DEFAULT_OPSET,
                                     exc) from exc
             _keep_keras_output_order(proto, serving.output_names)
             content = proto.SerializeToString()
-        finish_export(path, content, NAME, route, log, validate_content)
+        finish_export(path, content, NAME, f"{route}; {serving.route}" if serving.route else route, log,
+                      validate_content)
     finally:
         log.discard()
     return path

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -22,6 +22,7 @@ from ...runtime.devices import require_tf_device
 from ..common import first_line, quiet, record_route
 from .graph import SessionModel, import_tf, new_session, resolve_tensors
 from .metagraph_import import import_meta_graph
+from .switches import fold_feeds
 
 NAME = "checkpoint"
 EXPORT_REQUIRES: tuple[tuple[str, str], ...] = ()
@@ -162,12 +163,14 @@ def _locate(text: str) -> tuple[Path, str]:
 
 
 def load(source: Any, *, device: str = "cpu", inputs: Sequence[str] | None = None,
-         outputs: Sequence[str] | None = None) -> SessionModel:
+         outputs: Sequence[str] | None = None, feeds: Mapping[str, Any] | None = None) -> SessionModel:
+    """``feeds`` sets graph switches (``{"is_training": False}``), folded in as constants."""
     text = os.fspath(source)
     meta, prefix = _locate(text)
     dev = require_tf_device(device, format=NAME)
     tf = import_tf()
-    graph, saver, route = import_meta_graph(tf, meta, dev.tf_name, NAME)
+    graph, saver, route = import_meta_graph(tf, meta, dev.tf_name, NAME,
+                                            rewrite=lambda graph_def: fold_feeds(graph_def, feeds, meta, NAME))
     if route is not None:
         record_route(meta, NAME, route, action="load")
     session = new_session(graph)

@@ -20,6 +20,7 @@ from ...errors import ModelLoadError
 from ..common import first_line, import_tf, quiet  # noqa: F401 - import_tf: re-exported
 from .._files import check_not_special
 from ..base import LoadedModel, TensorSpec
+from . import switches
 
 
 
@@ -92,11 +93,59 @@ def _is_root_aux(op: Any) -> bool:
             or bool(_AUX_SCOPES.match(op.name)) or "/Initializer/" in op.name or not op.outputs)
 
 
+# Control-flow bookkeeping of tf.cond / tf.while_loop (v1): never a prediction.
+_FLOW_OP_TYPES = {"Switch", "RefSwitch", "Merge", "RefMerge", "Enter", "RefEnter", "Exit", "RefExit",
+                  "NextIteration", "RefNextIteration", "LoopCond", "ControlTrigger"}
+_FLOW_NAMES = re.compile(r"/(switch_t|switch_f|pred_id|branch_executed)(_\d+)?$")
+# Metrics and summaries by scope; losses and metrics by the labels they read.
+_METRIC_NAMES = re.compile(r"(^|/)(metrics|summaries|accuracy|mean_iou|precision|recall|auc)(_\d+)?(/|$)", re.I)
+_LABEL_NAMES = re.compile(r"(^|/|_)(labels?|targets?|y_true|ground_truth|gt)(_\d+)?$", re.I)
+# What a person looks at first: a probability or a logits-like tensor.
+_LIKELY_TYPES = {"Softmax", "Sigmoid", "LogSoftmax"}
+_LIKELY_NAMES = re.compile(r"(^|/|_)(logits?|predictions?|probs|probabilities|outputs?|scores?|sigmoid|softmax|"
+                           r"y_pred|pred)(_\d+)?$", re.I)
+
+
+def _is_flow(op: Any) -> bool:
+    return (op.type in _FLOW_OP_TYPES or bool(_FLOW_NAMES.search(op.name))
+            or (op.type == "Identity" and bool(op.inputs) and op.inputs[0].op.type in ("Switch", "RefSwitch")))
+
+
+def _is_not_output(op: Any) -> bool:
+    return _is_flow(op) or "Summary" in op.type or bool(_METRIC_NAMES.search(op.name))
+
+
+def _placeholders_above(op: Any, memo: dict[str, frozenset[str]]) -> frozenset[str]:
+    """Names of the Placeholders ``op`` reads through data inputs (iterative: deep graphs; a
+    while loop's back edge adds nothing)."""
+    active: set[str] = set()
+    stack: list[tuple[Any, bool]] = [(op, False)]
+    while stack:
+        top, expanded = stack.pop()
+        if top.name in memo:
+            continue
+        if not expanded:
+            active.add(top.name)
+            stack.append((top, True))
+            stack.extend((t.op, False) for t in top.inputs if t.op.name not in memo and t.op.name not in active)
+            continue
+        found = {top.name} if top.type == "Placeholder" else set()
+        for t in top.inputs:
+            found |= memo.get(t.op.name, frozenset())
+        memo[top.name] = frozenset(found)
+        active.discard(top.name)
+    return memo[op.name]
+
+
 def find_outputs(graph: Any) -> list[str]:
-    """Candidate outputs of ``graph``: tensors of sink ops that no real op consumes.
+    """Candidate outputs of ``graph``, the likely ones first: tensors of sink ops that no real
+    op consumes, read from the inputs.
 
     An op is auxiliary (saver, initializer, training, summaries) by type or scope, or when all
-    it feeds is auxiliary (a loss feeds only gradients; an initializer only an Assign).
+    it feeds is auxiliary (a loss feeds only gradients; an initializer only an Assign). tf.cond
+    and while bookkeeping (``switch_t``, ``pred_id``, Switch/Merge leftovers), summaries,
+    metrics and what reads the labels are never candidates. Why: a TF1 training graph has
+    over a hundred such sinks, and the real output was not among the first thirty listed.
     """
     ops = graph.get_operations()
     consumers: dict[str, list[Any]] = {op.name: [] for op in ops}
@@ -119,12 +168,40 @@ def find_outputs(graph: Any) -> list[str]:
     # Ops differentiated by tf.gradients get a "gradients/<op>_grad" scope: a sink with one
     # is a loss, not a prediction.
     differentiated = {m.group(1) for op in ops for m in [_GRAD_SCOPE.match(op.name)] if m}
-    outputs: list[str] = []
-    for op in ops:
-        if consumers[op.name] or is_aux(op) or op.type in _SHAPE_OPS or op.name in differentiated:
-            continue
-        outputs.extend(t.name for t in op.outputs)
-    return outputs
+    sinks = [op for op in ops if not (consumers[op.name] or is_aux(op) or op.type in _SHAPE_OPS
+                                      or op.name in differentiated or _is_not_output(op))]
+    reporting: dict[str, bool] = {}
+
+    def is_reporting(op: Any, depth: int = 0) -> bool:
+        """Read only by metrics and summaries (and bookkeeping), through any ops."""
+        if op.name in reporting:
+            return reporting[op.name]
+        reporting[op.name] = False
+        users = consumers[op.name]
+        result = "Summary" in op.type or bool(_METRIC_NAMES.search(op.name)) or (
+            bool(users) and depth < 500 and all(is_aux(u) or is_reporting(u, depth + 1) for u in users))
+        reporting[op.name] = result
+        return result
+
+    def likely(op: Any) -> bool:
+        return op.type in _LIKELY_TYPES or bool(_LIKELY_NAMES.search(op.name))
+
+    # A prediction read only by an accuracy metric or a summary has consumers, yet is an output
+    # (the issue's model/Sigmoid): the likely ones among such ops, topmost first.
+    reported = [op for op in ops if consumers[op.name] and likely(op) and not _is_not_output(op)
+                and not _is_root_aux(op) and op.name not in differentiated and is_reporting(op)]
+    reported_names = {op.name for op in reported}
+    sinks += [op for op in reported if not any(u.name in reported_names for u in consumers[op.name])]
+    memo: dict[str, frozenset[str]] = {}
+    by_name = {op.name: op for op in ops}
+    reads = {op.name: {p for p in _placeholders_above(op, memo) if not switches.is_switch_op(by_name[p])}
+             for op in sinks}
+    if any(reads.values()):  # reachable from the inputs: a constant sink is a leftover
+        sinks = [op for op in sinks if reads[op.name]]
+    kept = [op for op in sinks if not any(_LABEL_NAMES.search(p) for p in reads[op.name])]
+    sinks = kept or sinks
+    ordered = [op for op in sinks if likely(op)] + [op for op in sinks if not likely(op)]
+    return [t.name for op in ordered for t in op.outputs]
 
 
 def ancestor_ops(ops: Sequence[Any], *, control: bool = False) -> set[str]:
@@ -144,10 +221,11 @@ def ancestor_ops(ops: Sequence[Any], *, control: bool = False) -> set[str]:
 
 
 def find_inputs(graph: Any, output_tensors: Sequence[Any]) -> list[str]:
-    """Placeholders (without default) that the outputs depend on, in graph order."""
+    """Placeholders (without default) that the outputs depend on, in graph order; graph
+    switches (scalar settings, ``switches``) are not batch inputs."""
     seen = ancestor_ops([t.op for t in output_tensors], control=True)
     return [op.outputs[0].name for op in graph.get_operations()
-            if op.type == "Placeholder" and op.name in seen]
+            if op.type == "Placeholder" and op.name in seen and not switches.is_switch_op(op)]
 
 
 def resolve_tensors(graph: Any, path: Path, format: str, inputs: Sequence[str] | None,
@@ -176,11 +254,17 @@ def resolve_tensors(graph: Any, path: Path, format: str, inputs: Sequence[str] |
                 path, format,
                 f"cannot tell the output tensor: the graph has {len(found)} candidate sink(s)"
                 + (f": {listing}" if found else ""),
-                "pass outputs=['name:0', ...] to load_model")
+                "pass outputs=['name:0', ...] to load_model (the likely outputs are listed first)")
         out_tensors = [graph.get_tensor_by_name(n) for n in found]
     if inputs:
         in_tensors = [get(n, "input") for n in _as_list(inputs)]
-    else:
+        for t in in_tensors:
+            if t.op.type == "Placeholder" and switches.is_switch_op(t.op):
+                raise switches.switch_as_input_error(t.op, path, format)
+    unfed = switches.unfed_switches(graph, out_tensors, stop=in_tensors if inputs else ())
+    if unfed:
+        raise switches.missing_switches_error(unfed, path, format)
+    if not inputs:
         names = find_inputs(graph, out_tensors)
         if not names:
             raise ModelLoadError(path, format, "no Placeholder feeds the outputs "
@@ -243,8 +327,15 @@ class SessionModel(LoadedModel):
         with self.graph.as_default():
             has_variables = bool(import_tf().compat.v1.global_variables())
         if has_variables:
-            return freeze_session(self.session, self.graph, inputs, outputs)
-        return FrozenGraph(self.graph_defs()[0], inputs, outputs)
+            frozen = freeze_session(self.session, self.graph, inputs, outputs)
+        else:
+            frozen = FrozenGraph(self.graph_defs()[0], inputs, outputs)
+        # Switches folded to constants leave tf.cond branches that never run: gone before the
+        # twin (a training-mode batch norm there is no reason to lose the float64 floor).
+        from .cond_prune import prune_constant_conds
+
+        frozen.graph_def, _folded = prune_constant_conds(frozen.graph_def, outputs)
+        return frozen
 
     def close(self) -> None:
         if self.session is not None:

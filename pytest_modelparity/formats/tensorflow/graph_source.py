@@ -21,6 +21,11 @@ from .graph import GraphUnavailable, import_tf, wrap_frozen
 from ..base import LoadedModel
 
 
+# The load options that say which sub-graph of a TF1 source is the model: they reach every
+# conversion of it (export_model(..., inputs=, outputs=, feeds=), modelparity_load_options).
+GRAPH_OPTIONS = ("inputs", "outputs", "feeds")
+
+
 def kind(path: Path) -> str | None:
     """``"graphdef"`` or ``"checkpoint"`` when ``path`` is such a source, else None."""
     from . import checkpoint, graphdef
@@ -51,19 +56,9 @@ def graph_function(path: Path, **load_options: Any) -> GraphFunction:
 
     source_kind = kind(path)
     module = {"graphdef": graphdef, "checkpoint": checkpoint}[source_kind or "graphdef"]
-    try:
-        loaded = module.load(path, device="cpu", **load_options)
-    except ModelLoadError as exc:
-        if load_options:
-            raise
-        # The converters get the path alone (modelparity_load_options name the tensors for
-        # loading the source, not for converting it): a graph whose tensors are not found
-        # automatically cannot become another format.
-        raise ModelLoadError(path, source_kind, f"{exc.problem}; the converters read the graph with its tensors "
-                             "found automatically (load options do not reach them)",
-                             "freeze a graph whose only sink is the output (tf.compat.v1.graph_util."
-                             "extract_sub_graph(graph_def, ['output_node'])), or convert a SavedModel of the model",
-                             action="convert") from exc
+    # The load options (inputs, outputs, feeds) are the reference's: the converters read the
+    # same sub-graph with the same switches folded, so every form computes the same thing.
+    loaded = module.load(path, device="cpu", **{k: v for k, v in load_options.items() if v is not None})
     try:
         frozen = loaded.frozen_graph()
     except GraphUnavailable as exc:
@@ -75,19 +70,22 @@ def graph_function(path: Path, **load_options: Any) -> GraphFunction:
     shapes = {s.name: [d for d in s.shape] for s in loaded.outputs if s.shape}
     function, holder = wrap_frozen(frozen.graph_def, inputs, outputs, shapes)
     route = "TF1 graph wrapped as a function" if source_kind == "graphdef" else "TF1 checkpoint frozen, wrapped"
+    named = [f"{k}={load_options[k]!r}" for k in GRAPH_OPTIONS if load_options.get(k)]
+    if named:
+        route += f" ({', '.join(named)})"
     if getattr(loaded, "load_route", None):  # an old MetaGraph imported on a retry
         route += f"; {loaded.load_route}"
     return GraphFunction(function, holder, loaded, route)
 
 
-def write_saved_model(path: Path, dest: Path) -> Path:
+def write_saved_model(path: Path, dest: Path, **load_options: Any) -> tuple[Path, str]:
     """A SavedModel at ``dest`` whose ``serving_default`` is the frozen TF1 graph of ``path``
-    (what tensorflowjs' converter reads)."""
+    (what tensorflowjs' converter reads), and the route the graph took."""
     tf = import_tf()
-    graph = graph_function(path)
+    graph = graph_function(path, **load_options)
     try:
         with quiet():
             tf.saved_model.save(graph.holder, str(dest), signatures={"serving_default": graph.function})
     finally:
         graph.loaded.close()
-    return dest
+    return dest, graph.route

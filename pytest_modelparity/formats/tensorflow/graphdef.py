@@ -10,12 +10,13 @@ and names the output nodes after the Keras outputs.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from ...errors import ExportError, ModelLoadError
 from ...runtime.devices import require_tf_device
 from ..common import first_line, quiet
 from .._files import read_regular
+from .switches import fold_feeds
 from .graph import SessionModel, const_weights, import_tf, new_session, require_path, resolve_tensors
 
 NAME = "graphdef"
@@ -47,10 +48,12 @@ def read_graph_def(path: Path) -> Any:
 
 
 def load(source: Any, *, device: str = "cpu", inputs: Sequence[str] | None = None,
-         outputs: Sequence[str] | None = None) -> SessionModel:
+         outputs: Sequence[str] | None = None, feeds: Mapping[str, Any] | None = None) -> SessionModel:
+    """``feeds`` sets graph switches (``{"is_training": False}``), folded in as constants."""
     path = require_path(Path(source), NAME)
     dev = require_tf_device(device, format=NAME)
     graph_def = read_graph_def(path)
+    fold_feeds(graph_def, feeds, path, NAME)
     tf = import_tf()
     graph = tf.Graph()
     try:

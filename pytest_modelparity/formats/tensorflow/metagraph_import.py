@@ -11,7 +11,7 @@ and its message says which.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ...errors import ModelLoadError
 from ..common import first_line, quiet
@@ -53,11 +53,15 @@ def _refused_by_droppable(exc: Exception) -> bool:
     return any(name in str(exc) for name in DROPPABLE_ATTRS)
 
 
-def import_meta_graph(tf: Any, meta: Path, device: str, format: str) -> tuple[Any, Any, str | None]:
+def import_meta_graph(tf: Any, meta: Path, device: str, format: str,
+                      rewrite: Callable[[Any], Any] | None = None) -> tuple[Any, Any, str | None]:
     """Import ``meta`` into a new ``tf.Graph`` on ``device``: ``(graph, saver or None, route
     or None)``. The route is None for a plain import and says what was dropped when the
-    import was retried (in another new graph: a failed import can leave ops behind)."""
+    import was retried (in another new graph: a failed import can leave ops behind).
+    ``rewrite`` edits the GraphDef first (graph switches folded to constants)."""
     proto = read_meta_graph(meta, format)
+    if rewrite is not None:
+        rewrite(proto.graph_def)
     graph = tf.Graph()
     try:
         with quiet(), graph.as_default(), tf.device(device):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from ...errors import ModelLoadError
 from . import graph_source, saved_model
@@ -36,19 +36,21 @@ class Serving:
     output_names: list[str]  # in the model's output order
     holder: Any              # an object tracking the variables, for the TFLite converter
     model: Any = None        # the Keras model, tracked by the holder only where it must be
+    route: str | None = None  # how a TF1 source was read and frozen (its export route says it)
 
 
-def begin_export(model: Any, path: str | Path, format: str, filename: str) -> tuple[Path, Serving, ConverterLog]:
+def begin_export(model: Any, path: str | Path, format: str, filename: str,
+                 graph_options: Mapping[str, Any] | None = None) -> tuple[Path, Serving, ConverterLog]:
     """What a converting export (tflite, onnx) starts from: the file to write (``filename``
     inside ``path`` when that is a directory), the model's serving function, and a log that
-    will hold the converter's output."""
+    will hold the converter's output. ``graph_options``: a TF1 source's inputs/outputs/feeds."""
     path = Path(path)
     if path.is_dir():
         path = path / filename
-    return path, serving_function(model, format), ConverterLog(format)
+    return path, serving_function(model, format, graph_options), ConverterLog(format)
 
 
-def serving_function(model: Any, format: str = "tflite") -> Serving:
+def serving_function(model: Any, format: str = "tflite", graph_options: Mapping[str, Any] | None = None) -> Serving:
     """The serving function of a Keras model, or of a SavedModel directory's signature.
 
     Shared by the TFLite and ONNX exporters: tracing the model ourselves works for
@@ -59,7 +61,7 @@ def serving_function(model: Any, format: str = "tflite") -> Serving:
     tf = import_tf()
 
     if isinstance(model, (str, Path)):
-        return _saved_model_serving(Path(model))
+        return _saved_model_serving(Path(model), graph_options)
     specs, out_names = keras_signature(model, format)
 
     def serve(*args: Any) -> dict[str, Any]:
@@ -71,13 +73,13 @@ def serving_function(model: Any, format: str = "tflite") -> Serving:
     return Serving(function, specs, out_names, variable_holder(model), model)
 
 
-def _saved_model_serving(path: Path) -> Serving:
+def _saved_model_serving(path: Path, graph_options: Mapping[str, Any] | None = None) -> Serving:
     """A positional tf.function over a SavedModel's serving signature (keyword-only)."""
     tf = import_tf()
 
     if not saved_model.detect(path):
         if graph_source.kind(path) is not None:
-            return _graph_serving(path)
+            return _graph_serving(path, graph_options)
         raise ModelLoadError(path, None, "it is not a SavedModel directory nor a TF1 graph (.pb, checkpoint), and "
                              "only a Keras model, a SavedModel directory or a TF1 graph can be converted to tflite, "
                              "onnx or tfjs", "pass the Keras model, or the directory "
@@ -94,10 +96,10 @@ def _saved_model_serving(path: Path) -> Serving:
     return Serving(function, specs, [s.name for s in loaded.outputs], loaded.loaded)
 
 
-def _graph_serving(path: Path) -> Serving:
+def _graph_serving(path: Path, graph_options: Mapping[str, Any] | None = None) -> Serving:
     """A positional tf.function over a TF1 graph source, frozen and wrapped (``graph_source``)."""
     tf = import_tf()
-    graph = graph_source.graph_function(path)
+    graph = graph_source.graph_function(path, **dict(graph_options or {}))
     names = [s.name for s in graph.loaded.inputs]
     specs = [tf.TensorSpec(s.shape, tf.as_dtype(s.dtype), name=s.name) for s in graph.loaded.inputs]
     output_names = [s.name for s in graph.loaded.outputs]
@@ -108,7 +110,7 @@ def _graph_serving(path: Path) -> Serving:
         return wrapped(**dict(zip(names, args)))
 
     function = tf.function(serve, input_signature=specs, autograph=False)
-    return Serving(function, specs, output_names, graph.holder)
+    return Serving(function, specs, output_names, graph.holder, route=graph.route)
 
 
 def variable_holder(model: Any):

@@ -131,7 +131,7 @@ def _ops_named(problem: str) -> tuple[str, ...]:
 
 
 def export(model: Any, path: Path, *, quantization: str | None = None, validate_export: bool = True,
-           **converter_options: Any) -> Path:
+           graph_options: dict[str, Any] | None = None, **converter_options: Any) -> Path:
     """Write a tfjs graph model of ``model`` into directory ``path``; return its ``model.json``.
 
     ``model``: a Keras model (exported to a temporary SavedModel with ``model.export``) or the
@@ -163,8 +163,11 @@ def export(model: Any, path: Path, *, quantization: str | None = None, validate_
             from ..tensorflow import graph_source, saved_model as saved_model_format
 
             if not (saved_model / "saved_model.pb").is_file() and graph_source.kind(saved_model) is not None:
-                saved_model = graph_source.write_saved_model(saved_model, Path(tmp) / "saved_model")
-                rewrites["signature frozen from the TF1 graph"] = 1
+                saved_model, graph_route = graph_source.write_saved_model(saved_model, Path(tmp) / "saved_model",
+                                                                          **dict(graph_options or {}))
+                # the _output_shapes retry of an old MetaGraph is said in this route too
+                retry = graph_route[graph_route.index("old MetaGraph"):] if "old MetaGraph" in graph_route else ""
+                rewrites["signature frozen from the TF1 graph" + (f"; {retry}" if retry else "")] = 1
             elif not (saved_model / "saved_model.pb").is_file():
                 raise ModelLoadError(saved_model, None, "it is not a SavedModel directory nor a TF1 graph, and only a "
                                      "Keras model, a SavedModel directory or a TF1 graph can be converted to tflite, onnx "

@@ -84,7 +84,7 @@ _OPS_SETS = {"TFLITE_BUILTINS", "SELECT_TF_OPS", "TFLITE_BUILTINS_INT8", "EXPERI
 def export(model: Any, path: Path, *, quantization: str | None = None,
            representative_data: Iterable[Any] | None = None,
            representative_samples: int = REPRESENTATIVE_SAMPLES, io_dtype: str = "float32",
-           converter_options: dict[str, Any] | None = None) -> Path:
+           converter_options: dict[str, Any] | None = None, graph_options: dict[str, Any] | None = None) -> Path:
     """Convert a Keras model (or a SavedModel directory) to ``path`` (a ``.tflite`` file);
     float32 unless ``quantization``. The file is run once in LiteRT before it is returned.
 
@@ -131,7 +131,7 @@ def export(model: Any, path: Path, *, quantization: str | None = None,
     # A half-precision model computes in float32 with the same weights: TFLite has no float16
     # kernels and no converter option makes it take them (mixed_precision.py, measured).
     plan = float32_plan(model)
-    path, serving, log = begin_export(plan.subject, path, NAME, "model.tflite")
+    path, serving, log = begin_export(plan.subject, path, NAME, "model.tflite", graph_options)
     try:
         with log.capture(), plan.scope:
             concrete = serving.function.get_concrete_function()
@@ -176,6 +176,8 @@ def export(model: Any, path: Path, *, quantization: str | None = None,
                 route_text += f"; {kept}"
             if plan.route:
                 route_text += f"; {plan.route}"
+            if serving.route:  # a TF1 source: how its graph was read and frozen
+                route_text += f"; {serving.route}"
         finish_export(path, content, NAME, route_text, log, validate_content)
     finally:
         log.discard()

@@ -1,0 +1,257 @@
+"""A TF1 *training* checkpoint as third parties ship it: an ``is_training`` switch around a
+fused batch norm and a dropout (``tf.cond``, v1 control flow), labels, Adam, the prefix
+``<dir>/``, a state file naming the author's machine and a stale ``_output_shapes``. It loads
+with ``feeds={"is_training": False}`` alone, its output found without naming it; the untaken
+branches are pruned so it gets a float64 floor; its conversions take the same feeds; and
+``is_training=True``, re-initialised weights and a kernel x1.01 each fail with the cause named.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tensorflow")
+
+import tf1_training  # noqa: E402
+from pytest_modelparity import assert_outputs_close, export_model, load_model  # noqa: E402
+from pytest_modelparity.formats import export_route  # noqa: E402
+from pytest_modelparity.errors import ModelLoadError  # noqa: E402
+
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+
+FEEDS = {"is_training": False}
+TWIN_FLOOR = "float64 run of its graph twin"
+
+
+@pytest.fixture(scope="module")
+def shipped(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, np.ndarray]:
+    """``(checkpoint directory, the frozen .pb made by hand, the inference truth)``."""
+    root = tmp_path_factory.mktemp("tagger")
+    truth = tf1_training.save_shipped(root / "ckpt", frozen=root / "frozen.pb")
+    return root / "ckpt", root / "frozen.pb", truth
+
+
+@pytest.mark.parametrize("slash", ["", "/"])
+def test_loads_with_feeds_only_and_finds_its_output(shipped, slash: str) -> None:
+    directory, _frozen, truth = shipped
+    with load_model(str(directory) + slash, feeds=FEEDS) as model:
+        assert model.format == "checkpoint"
+        assert [s.name for s in model.inputs] == ["x"]  # not is_training, not labels
+        assert [s.name for s in model.outputs] == ["predictions"]
+        assert "_output_shapes" in (model.load_route or "")
+        np.testing.assert_array_equal(model.predict(tf1_training.batch())["predictions"], truth)
+
+
+def test_an_unset_switch_is_named_with_its_dtype_and_the_option(shipped) -> None:
+    directory, _frozen, _truth = shipped
+    with pytest.raises(ModelLoadError) as info:
+        load_model(directory)
+    text = str(info.value)
+    assert "is_training (bool scalar)" in text and "feeds={'is_training': False}" in text
+    assert "must be a scalar" not in text and "You must feed" not in text
+
+
+def test_a_switch_named_as_an_input_or_a_wrong_feed_is_refused(shipped) -> None:
+    directory, _frozen, _truth = shipped
+    with pytest.raises(ModelLoadError, match=r"a graph switch \(is_training \(bool scalar\)\), not a batch input"):
+        load_model(directory, inputs=["x:0", "is_training:0"], outputs=["predictions:0"])
+    with pytest.raises(ModelLoadError, match=r"(?s)feeds names 'is_trainin'.*not in the graph.*is_training"):
+        load_model(directory, feeds={"is_trainin": False})
+    with pytest.raises(ModelLoadError, match=r"does not fit placeholder is_training \(bool\)"):
+        load_model(directory, feeds={"is_training": 0.5})
+
+
+def test_untaken_branches_are_pruned_and_the_graph_gets_a_float64_floor(shipped) -> None:
+    directory, frozen_pb, _truth = shipped
+    with load_model(directory, feeds=FEEDS) as reference:
+        graph = reference.frozen_graph().graph_def
+        ops = {n.op for n in graph.node}
+        assert not ops & {"Switch", "Merge", "RandomUniform"}, ops
+        assert not [n.name for n in graph.node if n.op.startswith("FusedBatchNorm") and n.attr["is_training"].b]
+        with load_model(frozen_pb) as frozen:
+            report = assert_outputs_close(frozen, reference, inputs=tf1_training.batch(8))
+        assert TWIN_FLOOR in str(report), str(report)
+
+
+@pytest.mark.parametrize("bug, cause", [
+    ("is_training=True", "training mode"),
+    ("re-initialised weights", "hold different weights"),
+    ("kernel x1.01", "conv/kernel"),
+])
+def test_each_planted_bug_fails_with_its_cause(shipped, tmp_path: Path, bug: str, cause: str) -> None:
+    directory, _frozen, _truth = shipped
+    if bug == "is_training=True":
+        candidate = load_model(directory, feeds={"is_training": True})
+    else:
+        tf1_training.save_shipped(tmp_path / "bug", **({"seed": 7} if bug.startswith("re-") else {"kernel_scale": 1.01}))
+        candidate = load_model(tmp_path / "bug", feeds=FEEDS)
+    with candidate, load_model(directory, feeds=FEEDS) as reference:
+        with pytest.raises(AssertionError) as info:
+            assert_outputs_close(candidate, reference, inputs=tf1_training.batch(8))
+        text = str(info.value)  # diagnosed while both models are open
+    assert TWIN_FLOOR in text and cause in text, text
+
+
+def test_export_model_takes_the_load_options(shipped, tmp_path: Path) -> None:
+    directory, _frozen, truth = shipped
+    written = export_model(directory, "tflite", tmp_path / "m", feeds=FEEDS)
+    route = export_route(written) or ""
+    assert "feeds={'is_training': False}" in route and "dropped _output_shapes" in route, route
+    with load_model(written) as converted:
+        out = converted.predict(tf1_training.batch())
+        np.testing.assert_allclose(next(iter(out.values())), truth, atol=1e-6)
+    with pytest.raises(ValueError, match="name tensors of a TF1 graph"):
+        export_model(written, "onnx", tmp_path / "m2", feeds=FEEDS)  # a .tflite is no TF1 graph
+    with pytest.raises(ModelLoadError, match=r"is_training \(bool scalar\)"):
+        export_model(directory, "tflite", tmp_path / "m3")  # the switch unset: said, not a raw error
+
+
+def test_two_sink_frozen_graph_exports_with_its_outputs_named(tmp_path: Path) -> None:
+    import tf1_graphs
+
+    namespace: dict = {}
+    exec(tf1_graphs.TWO_SINKS_CONFTEST, namespace)
+    frozen = namespace["freeze_two_sinks"](tmp_path)
+    with pytest.raises(ModelLoadError, match=r"2 candidate sink\(s\): predictions:0, mean_logit:0") as info:
+        export_model(frozen, "tflite", tmp_path / "m.tflite")  # the likely output listed first
+    assert "load options do not reach" not in str(info.value)
+    written = export_model(frozen, "tflite", tmp_path / "m.tflite", outputs=["predictions:0"])
+    batch = np.random.default_rng(0).normal(size=(4, 12)).astype("float32")
+    with load_model(written) as converted, load_model(frozen, outputs=["predictions:0"]) as reference:
+        assert_outputs_close(converted, reference, inputs=batch)
+
+
+SUITE = textwrap.dedent('''
+    import pytest
+    import tf1_training
+    from pytest_modelparity import assert_outputs_close
+
+    @pytest.fixture(scope="session")
+    def tagger(tmp_path_factory):
+        root = tmp_path_factory.mktemp("tagger")
+        tf1_training.save_shipped(root / "ckpt", frozen=root / "frozen.pb")
+        return root
+
+    @pytest.fixture(scope="session")
+    def modelparity_source(tagger):
+        return str(tagger / "ckpt") + "/"
+
+    @pytest.fixture(scope="session")
+    def modelparity_load_options():
+        return {"feeds": {"is_training": False}}
+''')
+
+TEST = textwrap.dedent('''
+    from pytest_modelparity import assert_outputs_close
+
+    def test_export(parity_candidate, parity_reference, parity_batch):
+        report = assert_outputs_close(parity_candidate, parity_reference, inputs=parity_batch)
+        assert "float64 run of its graph twin" in str(report), str(report)
+''')
+
+
+FROZEN_TEST = textwrap.dedent('''
+    from pytest_modelparity import load_model
+
+    def test_frozen_pb(tagger, parity_reference, parity_batch):
+        with load_model(tagger / "frozen.pb") as frozen:
+            report = assert_outputs_close(frozen, parity_reference, inputs=parity_batch)
+        assert "float64 run of its graph twin" in str(report), str(report)
+''')
+
+
+@pytest.mark.usefixtures("_heavy_modules_stay_loaded", "installed_node_modules")
+def test_through_the_fixtures_every_conversion_takes_the_feeds(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(SUITE)
+    pytester.makepyfile(test_tagger=TEST + FROZEN_TEST)
+    pytester.syspathinsert(Path(__file__).parent)
+    result = pytester.runpytest("-p", "no:cacheprovider", "-v", "--modelparity-formats=tflite,onnx,tfjs",
+                                "--modelparity-export-process=inline")
+    result.assert_outcomes(passed=4)
+    assert "load options do not reach" not in result.stdout.str()
+
+
+def _keep_prob_graph(path: Path) -> Path:
+    """A tutorial-style frozen graph: ``keep_prob`` declared without a shape, and an
+    ``is_training`` with a default (``placeholder_with_default(False)``) around a tf.cond."""
+    import tensorflow as tf
+
+    v1 = tf.compat.v1
+    graph = tf.Graph()
+    v2_flow = v1.control_flow_v2_enabled()
+    v1.disable_control_flow_v2()
+    try:
+        with graph.as_default():
+            x = v1.placeholder(tf.float32, [None, 6], name="x")
+            keep_prob = v1.placeholder(tf.float32, name="keep_prob")
+            is_training = v1.placeholder_with_default(False, [], name="is_training")
+            w = tf.constant(np.random.default_rng(1).normal(size=(6, 2)).astype("float32"))
+            h = v1.nn.dropout(tf.matmul(x, w), keep_prob=keep_prob)
+            h = v1.cond(is_training, lambda: h * 2.0, lambda: tf.identity(h))
+            tf.nn.sigmoid(h, name="scores")
+    finally:
+        if v2_flow:
+            v1.enable_control_flow_v2()
+    path.write_bytes(graph.as_graph_def().SerializeToString())
+    return path
+
+
+def test_an_unshaped_keep_prob_is_a_switch_and_a_default_is_taken(tmp_path: Path) -> None:
+    frozen = _keep_prob_graph(tmp_path / "tutorial.pb")
+    with pytest.raises(ModelLoadError, match=r"(?s)keep_prob \(float32 unknown shape\).*feeds=\{'keep_prob': 1.0\}"):
+        load_model(frozen)
+    with load_model(frozen, feeds={"keep_prob": 1.0}) as model:
+        assert [s.name for s in model.inputs] == ["x"] and [s.name for s in model.outputs] == ["scores"]
+        ops = {n.op for n in model.frozen_graph().graph_def.node}
+        assert not ops & {"Switch", "Merge"}, ops  # is_training took its default (False): its cond is gone
+        batch = np.random.default_rng(2).normal(size=(3, 6)).astype("float32")
+        w = np.random.default_rng(1).normal(size=(6, 2)).astype("float32")
+        np.testing.assert_allclose(model.predict(batch)["scores"], 1 / (1 + np.exp(-(batch @ w))), rtol=1e-5)
+
+
+@pytest.mark.usefixtures("_heavy_modules_stay_loaded")
+def test_one_cause_is_said_in_full_once_per_session(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(SUITE.replace('return {"feeds": {"is_training": False}}', "return {}"))
+    pytester.makepyfile(test_tagger=TEST)
+    pytester.syspathinsert(Path(__file__).parent)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--modelparity-formats=tflite,onnx",
+                                "--modelparity-export-process=inline")  # no worker to start: nothing converts
+    result.assert_outcomes(errors=2)
+    out = result.stdout.str()
+    assert out.count("fix: set each switch with the load option feeds={'is_training': False}") == 1, out
+    assert "(the same error as the first test that needed it, where its full text and fix are shown)" in out
+
+
+def test_outputs_are_found_among_cond_bookkeeping_metrics_and_summaries() -> None:
+    """The issue's 118 sinks, all tf.cond bookkeeping, the real output not among them: without
+    gradients to mark the loss, conds, a metric, a summary and a loss reading the labels are
+    still not outputs; ``model/Sigmoid`` is the one found."""
+    import tensorflow as tf
+
+    from pytest_modelparity.formats.tensorflow.graph import find_outputs
+
+    v1 = tf.compat.v1
+    graph = tf.Graph()
+    v2_flow = v1.control_flow_v2_enabled()
+    v1.disable_control_flow_v2()
+    try:
+        with graph.as_default():
+            x = v1.placeholder(tf.float32, [None, 4], name="model/Placeholder")
+            labels = v1.placeholder(tf.float32, [None, 2], name="model/labels")
+            is_training = v1.placeholder(tf.bool, [], name="model/Placeholder_2")
+            h = x
+            for i in range(3):
+                h = v1.cond(is_training, lambda h=h: h * 0.5, lambda h=h: h + 0.0, name=f"model/cond_{i}")
+            w = tf.constant(np.ones((4, 2), "float32"))
+            probs = tf.nn.sigmoid(tf.matmul(h, w), name="model/Sigmoid")
+            tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=tf.matmul(h, w)), name="loss")
+            _acc, _update = v1.metrics.accuracy(tf.argmax(labels, 1), tf.argmax(probs, 1))
+            v1.summary.scalar("prob_mean", tf.reduce_mean(probs))
+    finally:
+        if v2_flow:
+            v1.enable_control_flow_v2()
+    assert find_outputs(graph) == ["model/Sigmoid:0"]
