@@ -31,6 +31,17 @@ def _heavy_modules_stay_loaded() -> None:
             importlib.import_module(runtime)
 
 
+@pytest.fixture
+def pytester(_heavy_modules_stay_loaded: None, pytester: pytest.Pytester) -> pytest.Pytester:
+    """Every pytester test gets the heavy modules loaded before pytester snapshots sys.modules.
+
+    A test that imported TensorFlow in its own body (after the snapshot) lost it at teardown,
+    and the next test's import aborted the whole worker (SIGABRT in PyExceptionRegistry::Init):
+    test_plugin_options' device test followed by test_not_compared did, whenever one xdist
+    worker happened to run both files."""
+    return pytester
+
+
 # The tfjs runner's npm modules, found when the suite starts, before pytester gives each run a
 # temporary HOME (which would run `npm ci` again in every suite).
 from pytest_modelparity.runtime.tfjs_runner import cache_root  # noqa: E402
