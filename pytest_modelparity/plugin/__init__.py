@@ -71,6 +71,9 @@ def pytest_configure(config: pytest.Config) -> None:
         if problem:
             raise pytest.UsageError(f"modelparity: {problem}. --modelparity-strict makes a missing device a "
                                     "failure; without it the tests that need the GPU skip with this reason.")
+    if options.trust_models:  # read by the loaders here and in the export process (formats/tensorflow/trust.py)
+        config.stash[_TRUST_BEFORE] = os.environ.get(TRUST_ENV)
+        os.environ[TRUST_ENV] = "1"
     state = config.stash[STATE_KEY] = ParitySession(options, logs=_log_sink(config, options))
     config.pluginmanager.register(OutcomeRecorder(state), "modelparity-outcomes")
     from ..exports import floor_cache
@@ -109,9 +112,18 @@ def _log_sink(config: pytest.Config, options: Any) -> Any:
 
 
 _FLOOR_BEFORE = pytest.StashKey[Any]()  # the floor cache of a session around this one (pytester)
+_TRUST_BEFORE = pytest.StashKey[Any]()  # MODELPARITY_TRUST_MODELS before --modelparity-trust-models set it
+# formats/tensorflow/trust.TRUST_ENV, spelled here: importing that module at start-up would import numpy
+TRUST_ENV = "MODELPARITY_TRUST_MODELS"
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    if _TRUST_BEFORE in config.stash:
+        before = config.stash[_TRUST_BEFORE]
+        if before is None:
+            os.environ.pop(TRUST_ENV, None)
+        else:
+            os.environ[TRUST_ENV] = before
     state = config.stash.get(STATE_KEY, None)
     if state is not None:
         state.close()
