@@ -183,3 +183,16 @@ def test_the_command_line_option_trusts_the_session(models: Path, pytester: pyte
     assert (models / "main_op.txt").read_text() == "written at load", trusted.stdout.str()
     assert "WriteFile" not in trusted.stdout.str()
     (models / "main_op.txt").unlink()
+
+
+def test_one_word_trusts_a_keras_lambda_too(tmp_path: Path) -> None:
+    import keras
+
+    inp = keras.Input((2,))
+    model = keras.Model(inp, keras.layers.Lambda(lambda t: t * 3.0)(inp))
+    path = tmp_path / "lambda.keras"
+    model.save(path)
+    with pytest.raises(ModelLoadError, match="(?s)Lambda.*--modelparity-trust-models"):
+        load_model(path)
+    loaded = load_model(path, trusted=True)
+    np.testing.assert_allclose(loaded.predict(np.ones((1, 2), np.float32))[loaded.outputs[0].name], [[3.0, 3.0]])
