@@ -71,6 +71,11 @@ def pytest_configure(config: pytest.Config) -> None:
         if problem:
             raise pytest.UsageError(f"modelparity: {problem}. --modelparity-strict makes a missing device a "
                                     "failure; without it the tests that need the GPU skip with this reason.")
+    if options.report or options.html:  # imported now: at the end, short of memory, an import can fail
+        import importlib
+
+        for name in ("summary", "html"):
+            importlib.import_module(f"..reports.{name}", __package__)
     if options.trust_models:  # read by the loaders here and in the export process (formats/tensorflow/trust.py)
         config.stash[_TRUST_BEFORE] = os.environ.get(TRUST_ENV)
         os.environ[TRUST_ENV] = "1"
@@ -539,14 +544,22 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED  # said in the terminal summary
     if not state.rows and not (state.options.report or state.options.html):
         return
+    _RESERVE.release_if_short()  # under `ulimit -v`: the address space held back is the reports' now
+    from ..reports.html import write_html  # imported at configure already (below): a lookup now
     from ..reports.summary import build_document, write_json
 
-    doc = build_document(rows=state.rows, tests=state.tests, artifacts=state.artifacts,
-                         options=_options_doc(state), workers=state.workers, browsers=state.browsers)
-    doc["not_compared"] = as_json(unchecked)  # docs/report-schema.md
+    try:
+        doc = build_document(rows=state.rows, tests=state.tests, artifacts=state.artifacts,
+                             options=_options_doc(state), workers=state.workers, browsers=state.browsers)
+        doc["not_compared"] = as_json(unchecked)  # docs/report-schema.md
+    except (MemoryError, SystemError) as exc:
+        _RESERVE.release()
+        state.write_errors.append(f"the reports ({', '.join(_report_options(state))}) were not written: the "
+                                  f"process ran out of memory building them ({type(exc).__name__}); raise "
+                                  "`ulimit -v` (the summary above is complete)")
+        session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+        return
     state.document = doc
-    from ..reports.html import write_html
-
     for option, path, write in (("--modelparity-report", state.options.report, write_json),
                                 ("--modelparity-html", state.options.html, write_html)):
         if path is None:
@@ -556,6 +569,16 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         except OSError as exc:  # checked at start-up; still, a full disk must not be a traceback
             state.write_errors.append(f"{option}: could not write {path} ({type(exc).__name__}: {exc})")
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+        except (MemoryError, SystemError) as exc:  # each writer on its own: the other may still fit
+            _RESERVE.release()
+            state.write_errors.append(f"{option}: could not write {path}: the process ran out of memory "
+                                      f"writing it ({type(exc).__name__}); raise `ulimit -v`")
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+
+
+def _report_options(state: Any) -> list[str]:
+    return [o for o, p in (("--modelparity-report", state.options.report),
+                           ("--modelparity-html", state.options.html)) if p is not None]
 
 
 def _workers_logged(folder: Path, since: float) -> bool:

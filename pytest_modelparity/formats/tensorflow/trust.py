@@ -105,10 +105,10 @@ def read_protobuf(path: Path, format: str, kind: str) -> Any:
         else:
             proto.ParseFromString(data)
     except Exception as exc:  # noqa: BLE001 - DecodeError, ParseError, UnicodeDecodeError
-        raise ModelLoadError(path, format, f"{path.name} does not parse as a {kind.replace('_', ' ')} protobuf "
-                             f"({first_line(exc)}): the file is truncated or corrupt",
-                             "export the model again (model.export(path), tf.saved_model.save or the Saver), "
-                             "or copy it again whole") from exc
+        raise ModelLoadError(path, format, f"{path.name} cannot be read: it does not parse as a "
+                             f"{kind.replace('_', ' ')} protobuf ({first_line(exc)})",
+                             "the file is truncated or corrupt: export the model again (model.export(path), "
+                             "tf.saved_model.save or the Saver), or copy it again whole") from exc
     if kind == "saved_model" and not proto.meta_graphs:
         raise ModelLoadError(path, format, f"{path.name} parses but holds no MetaGraph: the file is truncated "
                              "or corrupt", "export the SavedModel again (model.export(path) or tf.saved_model.save)")
