@@ -181,6 +181,11 @@ class ExportProcess:
             # autograph's __autograph_generated_file*.py, tensorflowjs' intermediate SavedModel)
             # lands in a folder of this worker's own, removed when the worker ends, killed or
             # not; an owner-tagged name, so a run killed itself is swept by the next one.
+            # A converter log an ExportError names must outlive the worker and its temporary
+            # folder: kept beside the session's own log (under the cache), else where the
+            # parent keeps them (formats/common.log_dir), never under the TMPDIR set next.
+            env.setdefault("MODELPARITY_LOG_DIR", str(self.log_path.parent / "converters") if self.log_path
+                           else os.path.join(tempfile.gettempdir(), "pytest-modelparity-logs"))
             self._tmp = Path(tempfile.mkdtemp(prefix=owned_prefix("modelparity-tmp-")))
             env["TMPDIR"] = str(self._tmp)
             if threading.current_thread() is threading.main_thread():  # see _die_with_parent

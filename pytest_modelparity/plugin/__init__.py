@@ -616,7 +616,10 @@ def _terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
         if len(shown) < len(rows):
             terminalreporter.write_line(hidden_rows_line(rows, shown))
     logs = state.logs
-    if logs is not None and logs.path is not None and (logs.written or (state.workers and _workers_logged(
+    lost = logs.lost_line() if logs is not None else None
+    if lost is not None:  # a full disk under the log: one line, not an OSError out of an export
+        terminalreporter.write_line(lost, yellow=True)
+    elif logs is not None and logs.path is not None and (logs.written or (state.workers and _workers_logged(
             logs.path.parent, state.started))):
         terminalreporter.write_line(f"modelparity: TensorFlow and converter output kept in "
                                     f"{logs.path.parent}{os.sep} (-v -s shows it on the terminal instead)")
