@@ -113,6 +113,8 @@ def test_a_serving_function_that_writes_is_refused_and_nothing_is_written(models
     assert not (models / "written.txt").exists()
     with pytest.raises(ModelLoadError, match="WriteFile"):  # nor converted: the converters run the graph too
         export_model(str(models / "writes"), "tflite", models / "out.tflite")
+    with pytest.raises(ModelLoadError, match="WriteFile"):
+        export_model(str(models / "writes.pb"), "tflite", models / "out.tflite")
     assert not (models / "out.tflite").exists() and not (models / "written.txt").exists()
 
 

@@ -249,10 +249,10 @@ def export_model(model: Any, format: str, path: str | Path, *, converter_options
     if missing is not None:
         raise missing
     trusted = options.pop("trusted", None)
-    if isinstance(model, (str, Path)) and Path(model).is_dir():  # a SavedModel: scanned before converting
-        from .tensorflow.trust import refuse_untrusted
+    if isinstance(model, (str, Path)):  # a SavedModel, .pb or checkpoint: scanned before converting
+        from .tensorflow.trust import refuse_untrusted_source
 
-        refuse_untrusted(Path(model), "saved_model", trusted, action="convert")
+        refuse_untrusted_source(Path(model), trusted)
     if converter_options is not None:
         params = inspect.signature(module.export).parameters
         if "converter_options" in params:

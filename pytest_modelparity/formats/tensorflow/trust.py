@@ -275,3 +275,21 @@ def missing_python(exc: BaseException, model: Any) -> ModelLoadError | None:
                           "saved with the model: it exists only in the process that built it",
                           "export a model that computes with TensorFlow ops only (replace the py_function), or "
                           "compare the model in the process that defines it", action="run")
+
+
+def refuse_untrusted_source(path: Path, trusted: bool | None) -> None:
+    """``refuse_untrusted`` for a path a converter starts from: a SavedModel directory, a frozen
+    ``.pb``, a TF1 ``.meta`` or checkpoint prefix, or a folder of checkpoints (each ``.meta``)."""
+    path = Path(path)
+    if path.is_dir():
+        if (path / "saved_model.pb").is_file() or (path / "saved_model.pbtxt").is_file():
+            refuse_untrusted(path, "saved_model", trusted, action="convert")
+        else:
+            for meta in sorted(path.glob("*.meta")):
+                refuse_untrusted(meta, "checkpoint", trusted, action="convert")
+    elif path.suffix == ".pb" and path.is_file():
+        refuse_untrusted(path, "graphdef", trusted, action="convert")
+    elif path.suffix == ".meta" and path.is_file():
+        refuse_untrusted(path, "checkpoint", trusted, action="convert")
+    elif Path(f"{path}.meta").is_file():
+        refuse_untrusted(Path(f"{path}.meta"), "checkpoint", trusted, action="convert")
