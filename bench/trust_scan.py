@@ -44,7 +44,7 @@ def main() -> None:
         model = getattr(keras.applications, name)(weights=None)
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / name
-            model.export(str(path))
+            model.export(str(path), verbose=False)
             from tensorflow.core.protobuf import saved_model_pb2
 
             proto = saved_model_pb2.SavedModel.FromString((path / "saved_model.pb").read_bytes())
