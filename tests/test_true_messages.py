@@ -116,14 +116,24 @@ def test_a_full_disk_under_the_log_is_one_line(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(missing_runtime("tflite", export=True) is not None, reason="needs the TFLite converter")
 def test_the_converter_log_an_export_error_names_outlives_the_export_process(tmp_path: Path) -> None:
+    """The log lived in the worker's TMPDIR, removed with the worker; and a worker whose session
+    log was on a full disk exited (code 1) at its first line of output."""
     from families import recurrent
 
     from pytest_modelparity import ExportError
     from pytest_modelparity.exports.worker import ExportProcess
 
+    import models
+
+    session_log = tmp_path / "logs" / "export.log"
+    session_log.parent.mkdir()
+    if os.path.exists("/dev/full"):  # the worker's own output goes to a full disk: it must carry on
+        session_log.symlink_to("/dev/full")
     model, _ = recurrent("lstm")
-    process = ExportProcess(timeout_s=300, log_path=tmp_path / "logs" / "export.log")
+    process = ExportProcess(timeout_s=300, log_path=session_log)
     try:
+        assert process.export(models.mlp(seed=1), "keras", tmp_path / "ok" / "m").is_file()
+        assert not process.inline_reasons and process.pid != os.getpid()
         with pytest.raises(ExportError) as info:  # the dynamic route fails on TensorList ops
             process.export(model, "tflite", tmp_path / "out" / "m", converter_options={"route": "dynamic"})
     finally:

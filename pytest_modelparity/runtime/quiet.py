@@ -17,9 +17,9 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
-__all__ = ["TF_LOG_LEVEL_ENV", "quiet_tensorflow", "LogSink", "make_ignored_dir"]
+__all__ = ["TF_LOG_LEVEL_ENV", "quiet_tensorflow", "LogSink", "TolerantStream", "make_ignored_dir"]
 
 TF_LOG_LEVEL_ENV = "TF_CPP_MIN_LOG_LEVEL"
 # 2: TensorFlow's C++ INFO and WARNING lines off, errors kept.
@@ -98,7 +98,7 @@ class LogSink:
                     stream.flush()
             saved = [os.dup(1), os.dup(2)]
             text = io.TextIOWrapper(log, encoding="utf-8", errors="replace", write_through=True)
-            tolerant = _Tolerant(text, self)
+            tolerant = TolerantStream(text, self._lose)
             self._depth = 1
             try:
                 os.dup2(log.fileno(), 1)
@@ -131,26 +131,28 @@ class LogSink:
                 "--modelparity-cache-dir elsewhere")
 
 
-class _Tolerant:
-    """``sys.stdout``/``sys.stderr`` while captured: a write the disk refuses is dropped and
-    noted once, never an OSError in the middle of an export or a load."""
+class TolerantStream:
+    """A text stream whose failed writes (a full disk under a log) are dropped and reported to
+    ``on_error``, never an OSError in the middle of an export or a load."""
 
-    def __init__(self, text: io.TextIOWrapper, sink: LogSink) -> None:
+    def __init__(self, text: Any, on_error: Callable[[OSError], None] | None = None) -> None:
         self._text = text
-        self._sink = sink
+        self._on_error = on_error
 
     def write(self, data: str) -> int:
         try:
             return self._text.write(data)
         except OSError as exc:
-            self._sink._lose(exc)
+            if self._on_error is not None:
+                self._on_error(exc)
             return len(data)
 
     def flush(self) -> None:
         try:
             self._text.flush()
         except OSError as exc:
-            self._sink._lose(exc)
+            if self._on_error is not None:
+                self._on_error(exc)
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._text, name)
