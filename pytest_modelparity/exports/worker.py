@@ -579,7 +579,7 @@ def _main(reply_fd: int, log_path: str = "") -> None:
     from ..runtime.quiet import TolerantStream
 
     # stdout and stderr are the session log: a full disk under it drops lines, not the worker
-    sys.stdout, sys.stderr = TolerantStream(sys.stdout), TolerantStream(sys.stderr)  # type: ignore[assignment]
+    sys.stdout, sys.stderr = TolerantStream(sys.stdout), TolerantStream(sys.stderr)
     reply = os.fdopen(reply_fd, "wb")
     if log_path:
         # The converters point fds 1 and 2 at a temporary log of their own while converting: a
