@@ -142,3 +142,15 @@ def test_the_converter_log_an_export_error_names_outlives_the_export_process(tmp
     assert log and f"converter log: {log}" in str(info.value), str(info.value)
     assert Path(log).is_file() and Path(log).parent == tmp_path / "logs" / "converters", log
     assert "TensorList" in Path(log).read_text()
+
+
+def test_a_damaged_runtime_in_the_export_process_says_so() -> None:
+    """An installed package that does not import (a damaged onnxruntime: its .so missing) failed
+    the export as "the converter failed (ImportError: ...)", pointing at the converter."""
+    from pytest_modelparity.exports import worker
+
+    err = worker._rebuild({"type": "ImportError", "message": "libonnxruntime.so: cannot open shared object file"},
+                          "onnx", Path("/tmp/x/model.onnx"))
+    text = str(err)
+    assert "installed but does not import" in text and "libonnxruntime.so" in text, text
+    assert "--force-reinstall" in text and "converter failed" not in text, text

@@ -513,6 +513,11 @@ def _rebuild(info: dict, format: str, path: Path) -> Exception:
                                f"(--modelparity-export-memory)",
                                "raise --modelparity-export-memory; docs/model-size.md lists what each format needs")
         return ExportError(path, format, f"the converter ran {limit[0]} in the export worker", limit[1])
+    if kind in ("ImportError", "ModuleNotFoundError"):  # installed (found) but it does not import: damaged
+        return ExportError(path, format, f"a package this export needs is installed but does not import "
+                           f"({kind}: {first})",
+                           "reinstall it (pip install --force-reinstall <package>, in the environment that runs "
+                           "pytest); `python -c 'import <package>'` shows the same error")
     return ExportError(path, format, f"the converter failed ({kind}: {first})", None)
 
 

@@ -513,7 +513,7 @@ def _options_doc(state: ParitySession) -> dict:
             "logs": str(state.logs.path.parent) if state.logs is not None and state.logs.path is not None else None,
             "cache": o.cache, "cache_dir": str(o.cache_dir), "ini_rtol": o.rtol, "ini_atol": o.atol,
             "reference_device": o.reference_device, "tf32": "on" if o.tf32 else "off",
-            "left_out": [list(p) for p in state.left_out]}
+            "trust_models": o.trust_models, "left_out": [list(p) for p in state.left_out]}
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
