@@ -88,6 +88,12 @@ BUILD = textwrap.dedent('''
         with tf.control_dependencies([tf.io.write_file(os.path.join(out, "frozen.txt"), "x")]):
             tf.identity(x * 2.0, name="y")
     open(os.path.join(out, "writes.pb"), "wb").write(frozen.as_graph_def().SerializeToString())
+
+    py = tf.Graph()
+    with py.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 2], name="x")
+        tf.identity(tf.compat.v1.py_func(lambda t: t * 2.0, [x], tf.float32), name="y")
+    open(os.path.join(out, "pyfunc.pb"), "wb").write(py.as_graph_def().SerializeToString())
 ''')
 
 
@@ -140,6 +146,14 @@ def test_a_py_function_is_refused_and_trusted_fails_in_plain_words(models: Path)
     text = str(info.value)
     assert "tf.py_function" in text and "not saved with the model" in text and "EagerPyFunc" in text, text
     assert "Traceback" not in text and "registry" not in text, text
+
+
+def test_a_trusted_frozen_graph_with_a_py_func_fails_in_plain_words(models: Path) -> None:
+    _refused(models / "pyfunc.pb", "PyFunc", "Python code", inputs=["x:0"], outputs=["y:0"])
+    model = load_model(models / "pyfunc.pb", inputs=["x:0"], outputs=["y:0"], trusted=True)
+    with pytest.raises(ModelLoadError) as info:
+        model.predict(np.ones((1, 2), np.float32))
+    assert "not saved with the model" in str(info.value) and "'graphdef'" in str(info.value), str(info.value)
 
 
 def test_a_frozen_graph_that_writes_is_refused(models: Path) -> None:

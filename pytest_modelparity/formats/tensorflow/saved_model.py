@@ -68,7 +68,10 @@ class SavedModelModel(LoadedModel):
             with tf.device(self._device.tf_name):
                 result = self.native(**{name: tf.constant(x) for name, x in feeds.items()})
         except Exception as exc:  # noqa: BLE001 - one known cause is reworded, the rest re-raised
-            raise (missing_python(exc, self) or exc) from exc
+            found = missing_python(exc, self)
+            if found is None:
+                raise
+            raise found from exc
         if not isinstance(result, dict):
             result = dict(zip((s.name for s in self.outputs), tf.nest.flatten(result)))
         return {s.name: np.asarray(result[s.name]) for s in self.outputs}
