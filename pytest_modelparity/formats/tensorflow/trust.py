@@ -12,7 +12,7 @@ refused with the ops, nodes and functions named, unless it is trusted: ``trusted
 and its export process). docs/security.md says what is refused and what runs.
 
 Allowed though listed: the loader's own restore (Save/Restore ops named by the MetaGraph's
-``saver_def``, TF2's ``__inference__traced_save/restore`` functions) and a vocabulary
+``saver_def`` and the functions those nodes call, TF2's ``__inference__traced_save/restore``) and a vocabulary
 table (``InitializeTableFromTextFile``) whose file name is fed by the SavedModel's asset
 mechanism (a function argument or placeholder; TensorFlow points it at ``assets/``), or a
 constant naming a file inside the model's own folder.
@@ -60,7 +60,6 @@ REACHING_OPS: dict[str, str] = {
 _SAVER_OPS = frozenset({"Save", "SaveV2", "SaveSlices", "Restore", "RestoreV2", "RestoreSlice",
                         "MergeV2Checkpoints"})
 _VOCAB_OPS = frozenset({"InitializeTableFromTextFile", "InitializeTableFromTextFileV2"})
-_TRACED_SAVER = re.compile(r"^__inference__traced_(save|restore)_\d+$")
 
 
 @dataclass(frozen=True)
@@ -203,7 +202,7 @@ def scan_meta_graph(meta: Any, folder: Path) -> list[Finding]:
 
 
 # Collections of ops a TF1 SavedModel loader runs inside load_model.
-_INIT_COLLECTIONS = ("saved_model_main_op", "legacy_init_op", "saved_model_train_op", "table_initializer")
+_INIT_COLLECTIONS = ("saved_model_main_op", "legacy_init_op", "table_initializer")
 
 
 def _ancestors(roots: list[str], inputs: dict[str, list[str]]) -> set[str]:
@@ -221,7 +220,7 @@ def _scan_graph(graph_def: Any, folder: Path, saver_scope: str | None, saver_nod
     functions = {f.signature.name: f for f in graph_def.library.function}
     by_name = {n.name: n for n in graph_def.node}
     saver_roots = [fn for n in saver_nodes if n in by_name for fn in (by_name[n].op, *_called(by_name[n]))]
-    allowed = _closure(saver_roots, functions) | {name for name in functions if _TRACED_SAVER.match(name)}
+    allowed = _closure(saver_roots, functions)  # by the saver_def's nodes, never by a function's name
     found = _scan_nodes(graph_def.node, None, set(), folder, saver_scope, saver_nodes)
     for name, fn in functions.items():
         args = {a.name for a in fn.signature.input_arg}
