@@ -104,8 +104,10 @@ def read_protobuf(path: Path, format: str, kind: str) -> Any:
         else:
             proto.ParseFromString(data)
     except Exception as exc:  # noqa: BLE001 - DecodeError, ParseError, UnicodeDecodeError
-        raise ModelLoadError(path, format, f"{path.name} cannot be read: it does not parse as a "
-                             f"{kind.replace('_', ' ')} protobuf ({first_line(exc)})",
+        label = {"saved_model": "SavedModel's saved_model.pb", "meta_graph": ".meta MetaGraph",
+                 "graph_def": "GraphDef"}[kind]
+        raise ModelLoadError(path, format, f"the {label} cannot be read ({path.name} does not parse as a "
+                             f"protobuf: {first_line(exc)})",
                              "the file is truncated or corrupt: export the model again (model.export(path), "
                              "tf.saved_model.save or the Saver), or copy it again whole") from exc
     if kind == "saved_model" and not proto.meta_graphs:
