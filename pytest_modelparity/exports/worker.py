@@ -181,6 +181,11 @@ class ExportProcess:
             # autograph's __autograph_generated_file*.py, tensorflowjs' intermediate SavedModel)
             # lands in a folder of this worker's own, removed when the worker ends, killed or
             # not; an owner-tagged name, so a run killed itself is swept by the next one.
+            # A converter log an ExportError names must outlive the worker and its temporary
+            # folder: kept beside the session's own log (under the cache), else where the
+            # parent keeps them (formats/common.log_dir), never under the TMPDIR set next.
+            env.setdefault("MODELPARITY_LOG_DIR", str(self.log_path.parent / "converters") if self.log_path
+                           else os.path.join(tempfile.gettempdir(), "pytest-modelparity-logs"))
             self._tmp = Path(tempfile.mkdtemp(prefix=owned_prefix("modelparity-tmp-")))
             env["TMPDIR"] = str(self._tmp)
             if threading.current_thread() is threading.main_thread():  # see _die_with_parent
@@ -508,6 +513,11 @@ def _rebuild(info: dict, format: str, path: Path) -> Exception:
                                f"(--modelparity-export-memory)",
                                "raise --modelparity-export-memory; docs/model-size.md lists what each format needs")
         return ExportError(path, format, f"the converter ran {limit[0]} in the export worker", limit[1])
+    if kind in ("ImportError", "ModuleNotFoundError"):  # installed (found) but it does not import: damaged
+        return ExportError(path, format, f"a package this export needs is installed but does not import "
+                           f"({kind}: {first})",
+                           "reinstall it (pip install --force-reinstall <package>, in the environment that runs "
+                           "pytest); `python -c 'import <package>'` shows the same error")
     return ExportError(path, format, f"the converter failed ({kind}: {first})", None)
 
 
@@ -571,6 +581,10 @@ def _die_with_parent() -> None:
 
 def _main(reply_fd: int, log_path: str = "") -> None:
     _die_with_parent()
+    from ..runtime.quiet import TolerantStream
+
+    # stdout and stderr are the session log: a full disk under it drops lines, not the worker
+    sys.stdout, sys.stderr = TolerantStream(sys.stdout), TolerantStream(sys.stderr)
     reply = os.fdopen(reply_fd, "wb")
     if log_path:
         # The converters point fds 1 and 2 at a temporary log of their own while converting: a

@@ -173,12 +173,30 @@ def load_model(source: Any, format: str | None = None, *, device: str = "cpu", *
     missing = missing_runtime(format)
     if missing is not None:
         raise missing
+    _place_trust(format, source, options)
     if format == "tfjs" and isinstance(options.get("backend"), str):
         from .tfjs.browser import BROWSER_BACKENDS, load as load_in_browser
 
         if options["backend"] in BROWSER_BACKENDS:  # a page in headless Chromium
             return load_in_browser(source, device=device, **options)
     return format_module(format).load(source, device=device, **options)
+
+
+# Formats whose graph is scanned before loading (formats/tensorflow/trust.py); keras and h5
+# take the same word as safe_mode=False (their Lambda layers run Python code).
+_SCANNED = ("saved_model", "graphdef", "checkpoint")
+
+
+def _place_trust(format: str, source: Any, options: dict[str, Any]) -> None:
+    """``trusted=`` (or the session's --modelparity-trust-models) where a loader takes it."""
+    trusted = options.pop("trusted", None)
+    if format in _SCANNED:
+        options["trusted"] = trusted
+    elif format in ("keras", "h5") and isinstance(source, (str, Path)) and "safe_mode" not in options:
+        from .tensorflow.trust import is_trusted
+
+        if is_trusted(trusted):
+            options["safe_mode"] = False
 
 
 # The suffix an export path gets when it has none of its format's own: the path returned then
@@ -242,6 +260,11 @@ def export_model(model: Any, format: str, path: str | Path, *, converter_options
     missing = missing_runtime(format, export=True)
     if missing is not None:
         raise missing
+    trusted = options.pop("trusted", None)
+    if isinstance(model, (str, Path)):  # a SavedModel, .pb or checkpoint: scanned before converting
+        from .tensorflow.trust import refuse_untrusted_source
+
+        refuse_untrusted_source(Path(model), trusted)
     if converter_options is not None:
         params = inspect.signature(module.export).parameters
         if "converter_options" in params:

@@ -293,9 +293,34 @@ def has_open_dims(specs: Any) -> bool:
 
 
 def probe_batch(specs: Any, size: int) -> dict[str, np.ndarray]:
-    """Zeros of batch 1 for each ``TensorSpec``, its open non-batch dims at ``size``."""
-    return {s.name: np.zeros(tuple(1 if i == 0 and d is None else (size if d is None else d)
-                                   for i, d in enumerate(s.shape)), dtype=s.dtype) for s in specs}
+    """Zeros of batch 1 for each ``TensorSpec``, its open non-batch dims at ``size``; an input
+    whose declared shape cannot fit in memory is refused first, named with its bytes."""
+    shapes = {s.name: tuple(1 if i == 0 and d is None else (size if d is None else d)
+                            for i, d in enumerate(s.shape)) for s in specs}
+    for s in specs:
+        check_declared_input(s.name, shapes[s.name], np.dtype(s.dtype))
+    return {s.name: np.zeros(shapes[s.name], dtype=s.dtype) for s in specs}
+
+
+def check_declared_input(name: str, shape: tuple[int, ...], dtype: np.dtype) -> None:
+    """``ModelLoadError`` (no path: the caller names the file) for an input whose one batch takes
+    more memory than this process can have: numpy would raise a bare MemoryError, whose usual fix
+    ("free memory") is untrue for a shape no machine feeds."""
+    from ..runtime.resources import available_memory, human_bytes
+
+    nbytes = int(np.prod(shape, dtype=np.float64)) * dtype.itemsize
+    free = available_memory()
+    if free is not None and nbytes > free:
+        raise ModelLoadError(None, None, f"input {name!r} is declared with the shape {list(shape)} ({dtype.name}): "
+                             f"one batch of it takes {_bytes(nbytes, human_bytes)}, more than the "
+                             f"{human_bytes(free)} of memory this process can use",
+                             "the file itself declares that shape: if a dimension was meant to be free, export "
+                             "again with None there (the input_signature or keras.Input shape); otherwise the "
+                             "model needs a machine with that much memory")
+
+
+def _bytes(n: int, human: Callable[[float], str]) -> str:
+    return f"{human(n)} ({n:,} bytes)"
 
 
 def run_probe(run: Callable[[dict[str, np.ndarray]], Any], specs: Any) -> tuple[int, Any]:

@@ -71,6 +71,14 @@ def pytest_configure(config: pytest.Config) -> None:
         if problem:
             raise pytest.UsageError(f"modelparity: {problem}. --modelparity-strict makes a missing device a "
                                     "failure; without it the tests that need the GPU skip with this reason.")
+    if options.report or options.html:  # imported now: at the end, short of memory, an import can fail
+        import importlib
+
+        for name in ("summary", "html"):
+            importlib.import_module(f"..reports.{name}", __package__)
+    if options.trust_models:  # read by the loaders here and in the export process (formats/tensorflow/trust.py)
+        config.stash[_TRUST_BEFORE] = os.environ.get(TRUST_ENV)
+        os.environ[TRUST_ENV] = "1"
     state = config.stash[STATE_KEY] = ParitySession(options, logs=_log_sink(config, options))
     config.pluginmanager.register(OutcomeRecorder(state), "modelparity-outcomes")
     if options.record is not None or options.against is not None:
@@ -113,9 +121,18 @@ def _log_sink(config: pytest.Config, options: Any) -> Any:
 
 
 _FLOOR_BEFORE = pytest.StashKey[Any]()  # the floor cache of a session around this one (pytester)
+_TRUST_BEFORE = pytest.StashKey[Any]()  # MODELPARITY_TRUST_MODELS before --modelparity-trust-models set it
+# formats/tensorflow/trust.TRUST_ENV, spelled here: importing that module at start-up would import numpy
+TRUST_ENV = "MODELPARITY_TRUST_MODELS"
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    if _TRUST_BEFORE in config.stash:
+        before = config.stash[_TRUST_BEFORE]
+        if before is None:
+            os.environ.pop(TRUST_ENV, None)
+        else:
+            os.environ[TRUST_ENV] = before
     state = config.stash.get(STATE_KEY, None)
     if state is not None:
         state.close()
@@ -512,7 +529,7 @@ def _options_doc(state: ParitySession) -> dict:
             "logs": str(state.logs.path.parent) if state.logs is not None and state.logs.path is not None else None,
             "cache": o.cache, "cache_dir": str(o.cache_dir), "ini_rtol": o.rtol, "ini_atol": o.atol,
             "reference_device": o.reference_device, "tf32": "on" if o.tf32 else "off",
-            "left_out": [list(p) for p in state.left_out]}
+            "trust_models": o.trust_models, "left_out": [list(p) for p in state.left_out]}
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -545,14 +562,22 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED  # said in the terminal summary
     if not state.rows and not (state.options.report or state.options.html):
         return
+    _RESERVE.release_if_short()  # under `ulimit -v`: the address space held back is the reports' now
+    from ..reports.html import write_html  # imported at configure already (below): a lookup now
     from ..reports.summary import build_document, write_json
 
-    doc = build_document(rows=state.rows, tests=state.tests, artifacts=state.artifacts,
-                         options=_options_doc(state), workers=state.workers, browsers=state.browsers)
-    doc["not_compared"] = as_json(unchecked)  # docs/report-schema.md
+    try:
+        doc = build_document(rows=state.rows, tests=state.tests, artifacts=state.artifacts,
+                             options=_options_doc(state), workers=state.workers, browsers=state.browsers)
+        doc["not_compared"] = as_json(unchecked)  # docs/report-schema.md
+    except (MemoryError, SystemError) as exc:
+        _RESERVE.release()
+        state.write_errors.append(f"the reports ({', '.join(_report_options(state))}) were not written: the "
+                                  f"process ran out of memory building them ({type(exc).__name__}); raise "
+                                  "`ulimit -v` (the summary above is complete)")
+        session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+        return
     state.document = doc
-    from ..reports.html import write_html
-
     for option, path, write in (("--modelparity-report", state.options.report, write_json),
                                 ("--modelparity-html", state.options.html, write_html)):
         if path is None:
@@ -562,6 +587,16 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         except OSError as exc:  # checked at start-up; still, a full disk must not be a traceback
             state.write_errors.append(f"{option}: could not write {path} ({type(exc).__name__}: {exc})")
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+        except (MemoryError, SystemError) as exc:  # each writer on its own: the other may still fit
+            _RESERVE.release()
+            state.write_errors.append(f"{option}: could not write {path}: the process ran out of memory "
+                                      f"writing it ({type(exc).__name__}); raise `ulimit -v`")
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+
+
+def _report_options(state: Any) -> list[str]:
+    return [o for o, p in (("--modelparity-report", state.options.report),
+                           ("--modelparity-html", state.options.html)) if p is not None]
 
 
 def _workers_logged(folder: Path, since: float) -> bool:
@@ -599,7 +634,10 @@ def _terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
         if len(shown) < len(rows):
             terminalreporter.write_line(hidden_rows_line(rows, shown))
     logs = state.logs
-    if logs is not None and logs.path is not None and (logs.written or (state.workers and _workers_logged(
+    lost = logs.lost_line() if logs is not None else None
+    if lost is not None:  # a full disk under the log: one line, not an OSError out of an export
+        terminalreporter.write_line(lost, yellow=True)
+    elif logs is not None and logs.path is not None and (logs.written or (state.workers and _workers_logged(
             logs.path.parent, state.started))):
         terminalreporter.write_line(f"modelparity: TensorFlow and converter output kept in "
                                     f"{logs.path.parent}{os.sep} (-v -s shows it on the terminal instead)")

@@ -55,6 +55,10 @@ _OPTIONS: tuple[tuple[str, Literal["string", "bool"], str], ...] = (
     ("no-cache", "bool", "export every model afresh into a temporary directory"),
     ("strict", "bool", "a missing runtime (LiteRT, onnxruntime, Node.js...) or device fails instead of skipping, "
                        "and a format the run was meant to compare and did not (the NOT COMPARED lines) fails the session"),
+    ("trust-models", "bool",
+     "load and convert models whose graph reads or writes files, runs Python (PyFunc) or calls a debug "
+     "server (refused by default, named with their ops), and Keras files with Lambda layers: only for "
+     "models you trust (docs/security.md)"),
     ("power", "bool",
      "show the run's power: plant small known bugs in each Keras reference (kernel x1.01, input x255/256, "
      "two same-shape outputs swapped) and say whether the bound that passed each candidate would fail on "
@@ -123,6 +127,7 @@ class ParityOptions:
     cache_dir: Path = Path(".modelparity-cache")
     cache: bool = True
     strict: bool = False
+    trust_models: bool = False  # --modelparity-trust-models (docs/security.md)
     power: bool = False  # --modelparity-power: planted bugs judged by each passing bound
     reference_device: str | None = None   # None: the reference runs on the candidate's device
     tf32: bool = True
@@ -446,6 +451,7 @@ def parse_options(config: pytest.Config) -> ParityOptions:
         cache_dir=cache_dir,
         cache=cache,
         strict=bool(_value(config, "modelparity_strict")),
+        trust_models=bool(_value(config, "modelparity_trust_models")),
         power=bool(_value(config, "modelparity_power")),
         reference_device=parse_reference_device(_value(config, "modelparity_reference_device")),
         tf32=parse_tf32(_value(config, "modelparity_tf32")),

@@ -700,7 +700,8 @@ def _load_source(source: Any, format: str, device: str, options: dict) -> Any:
             path, format, f"modelparity_load_options {options!r} holds an option that format {format!r} "
             f"does not take ({exc})",
             "return only options of this format's loader from modelparity_load_options (graphdef, "
-            "checkpoint: inputs, outputs, feeds; keras, h5: safe_mode, custom_objects)") from exc
+            "checkpoint: inputs, outputs, feeds; keras, h5: safe_mode, custom_objects; any format: "
+            "trusted, docs/security.md)") from exc
 
 
 def _load_reference(src: Source, device: str, options: dict | None = None) -> Any:

@@ -338,15 +338,24 @@ def _tfjs_version() -> str | None:
 
 
 def environment() -> dict:
-    """Python, platform and the versions of TF and every runtime, without importing them."""
+    """Python, platform and the versions of TF and every runtime, without importing them. Each
+    field is read on its own: under an address-space limit (``ulimit -v``) starting ``uname -p``
+    or ``node --version`` can raise MemoryError, which leaves that field null, not the report."""
     return {
         "python": platform.python_version(),
-        "platform": platform.platform(),
-        "packages": {label: _version(names) for label, names in _PACKAGES},
-        "node": _node_version(),
-        "tfjs_npm": _tfjs_version(),
+        "platform": _or_none(platform.platform),
+        "packages": {label: _or_none(lambda names=names: _version(names)) for label, names in _PACKAGES},
+        "node": _or_none(_node_version),
+        "tfjs_npm": _or_none(_tfjs_version),
         "env": {k: os.environ[k] for k in ("TF_ENABLE_ONEDNN_OPTS", "CUDA_VISIBLE_DEVICES") if k in os.environ},
     }
+
+
+def _or_none(read: Any) -> Any:
+    try:
+        return read()
+    except (MemoryError, OSError, subprocess.SubprocessError):
+        return None
 
 
 def hidden_rows_line(rows: Sequence[dict], shown: Sequence[dict]) -> str:
@@ -443,5 +452,18 @@ def write_text_atomic(path: Path, text: str) -> Path:
 
 
 def write_json(path: Path, document: dict) -> Path:
-    """The JSON report, written atomically."""
-    return write_text_atomic(path, json.dumps(document, indent=2, allow_nan=False) + "\n")
+    """The JSON report, written atomically and streamed: no copy of the whole text is held (a
+    large run's report under ``ulimit -v`` failed building that one string)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(document, fh, indent=2, allow_nan=False)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    return path

@@ -17,9 +17,9 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
-__all__ = ["TF_LOG_LEVEL_ENV", "quiet_tensorflow", "LogSink", "make_ignored_dir"]
+__all__ = ["TF_LOG_LEVEL_ENV", "quiet_tensorflow", "LogSink", "TolerantStream", "make_ignored_dir"]
 
 TF_LOG_LEVEL_ENV = "TF_CPP_MIN_LOG_LEVEL"
 # 2: TensorFlow's C++ INFO and WARNING lines off, errors kept.
@@ -55,6 +55,7 @@ class LogSink:
         self.root = root  # the folder to create ignored for git (the cache dir)
         self.show = show
         self.written = False
+        self.lost: str | None = None  # why the log could not be written (a full disk), said once at the end
         self._lock = threading.RLock()
         self._depth = 0
 
@@ -82,20 +83,27 @@ class LogSink:
             except OSError:  # an unwritable cache dir: leave the output where it goes anyway
                 yield
                 return
-            if not self.written:
-                log.write(f"\n==== session pid {os.getpid()} started {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
-            log.write(f"== {what} (pid {os.getpid()})\n".encode())
+            try:
+                if not self.written:
+                    log.write(f"\n==== session pid {os.getpid()} started {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
+                log.write(f"== {what} (pid {os.getpid()})\n".encode())
+            except OSError as exc:  # a full disk: the output goes where it goes anyway, said at the end
+                self._lose(exc)
+                log.close()
+                yield
+                return
             self.written = True
             for stream in (sys.stdout, sys.stderr):
                 with contextlib.suppress(Exception):
                     stream.flush()
             saved = [os.dup(1), os.dup(2)]
             text = io.TextIOWrapper(log, encoding="utf-8", errors="replace", write_through=True)
+            tolerant = TolerantStream(text, self._lose)
             self._depth = 1
             try:
                 os.dup2(log.fileno(), 1)
                 os.dup2(log.fileno(), 2)
-                with contextlib.redirect_stdout(text), contextlib.redirect_stderr(text):
+                with contextlib.redirect_stdout(tolerant), contextlib.redirect_stderr(tolerant):
                     yield
             finally:
                 self._depth = 0
@@ -109,3 +117,42 @@ class LogSink:
                 with contextlib.suppress(Exception):
                     text.detach()
                 log.close()
+
+    def _lose(self, exc: OSError) -> None:
+        if self.lost is None:
+            self.lost = f"{type(exc).__name__}: {exc.strerror or exc}"
+
+    def lost_line(self) -> str | None:
+        """The one end-of-run line for a log that could not be written, or None."""
+        if self.lost is None:
+            return None
+        return (f"modelparity: TensorFlow and converter output could not be written to {self.path} ({self.lost}); "
+                "it went to the terminal or was dropped; the tests were not affected. Free disk space there, or point "
+                "--modelparity-cache-dir elsewhere")
+
+
+class TolerantStream:
+    """A text stream whose failed writes (a full disk under a log) are dropped and reported to
+    ``on_error``, never an OSError in the middle of an export or a load."""
+
+    def __init__(self, text: Any, on_error: Callable[[OSError], None] | None = None) -> None:
+        self._text = text
+        self._on_error = on_error
+
+    def write(self, data: str) -> int:
+        try:
+            return self._text.write(data)
+        except OSError as exc:
+            if self._on_error is not None:
+                self._on_error(exc)
+            return len(data)
+
+    def flush(self) -> None:
+        try:
+            self._text.flush()
+        except OSError as exc:
+            if self._on_error is not None:
+                self._on_error(exc)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._text, name)

@@ -239,6 +239,29 @@ def resource_failure(exc: BaseException, where: str) -> tuple[str, str] | None:
         return (f"out of memory ({detail}{have})",
                 "free memory or raise the memory limit (`ulimit -v`, the container's limit); exports of large "
                 "models need several times their weights' size (docs/model-size.md)")
-    return (f"no new thread could be started ({detail})",
-            "raise the process/thread limit (`ulimit -u`, the container's pids limit) or run fewer pytest-xdist "
-            "workers; OMP_NUM_THREADS=1 lowers the threads TensorFlow starts")
+    return _thread_failure(detail)
+
+
+def _thread_failure(detail: str) -> tuple[str, str]:
+    """Which limit stopped a thread: each thread's stack takes address space, so under
+    ``ulimit -v`` that is the cause far more often than the process count (``ulimit -u``)."""
+    fewer = "OMP_NUM_THREADS=1 and TF_NUM_INTEROP_THREADS=1 lower the threads TensorFlow starts"
+    limit = address_space_limit()
+    if limit is not None:
+        return (f"no new thread could be started ({detail}) under an address-space limit of "
+                f"{human_bytes(limit)} (ulimit -v): every thread's stack takes address space",
+                f"raise the address-space limit (`ulimit -v unlimited`, or a larger value; TensorFlow alone maps "
+                f"about 1.5 GB); {fewer}")
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NPROC)
+    except (ImportError, OSError, ValueError, AttributeError):
+        soft = -1
+    if soft not in (-1, getattr(resource, "RLIM_INFINITY", -1)):
+        return (f"no new thread could be started ({detail}) under a process/thread limit of {soft} (ulimit -u)",
+                f"raise it (`ulimit -u`), or run fewer pytest-xdist workers; {fewer}")
+    return (f"no new thread could be started ({detail}); neither `ulimit -u` nor `ulimit -v` is set, so the "
+            "system's own thread limit was reached (the container's pids limit, kernel.threads-max) or memory "
+            "ran short",
+            f"raise the container's pids limit or run fewer pytest-xdist workers; {fewer}")

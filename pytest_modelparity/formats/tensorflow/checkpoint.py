@@ -23,6 +23,7 @@ from ..common import first_line, quiet, record_route
 from .graph import SessionModel, import_tf, new_session, resolve_tensors
 from .metagraph_import import import_meta_graph
 from .switches import fold_feeds
+from .trust import refuse_untrusted
 
 NAME = "checkpoint"
 EXPORT_REQUIRES: tuple[tuple[str, str], ...] = ()
@@ -163,10 +164,12 @@ def _locate(text: str) -> tuple[Path, str]:
 
 
 def load(source: Any, *, device: str = "cpu", inputs: Sequence[str] | None = None,
-         outputs: Sequence[str] | None = None, feeds: Mapping[str, Any] | None = None) -> SessionModel:
+         outputs: Sequence[str] | None = None, feeds: Mapping[str, Any] | None = None,
+         trusted: bool | None = None) -> SessionModel:
     """``feeds`` sets graph switches (``{"is_training": False}``), folded in as constants."""
     text = os.fspath(source)
     meta, prefix = _locate(text)
+    refuse_untrusted(meta, NAME, trusted)  # before TensorFlow imports it (docs/security.md)
     dev = require_tf_device(device, format=NAME)
     tf = import_tf()
     graph, saver, route = import_meta_graph(tf, meta, dev.tf_name, NAME,

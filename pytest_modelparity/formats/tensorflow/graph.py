@@ -312,7 +312,15 @@ class SessionModel(LoadedModel):
 
     def _predict(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         feed_dict = {t: feeds[s.name] for t, s in zip(self._in, self.inputs)}
-        values = self.session.run(self._out, feed_dict=feed_dict)
+        try:
+            values = self.session.run(self._out, feed_dict=feed_dict)
+        except Exception as exc:  # noqa: BLE001 - a trusted py_function's missing body in words, the rest re-raised
+            from .trust import missing_python
+
+            found = missing_python(exc, self)
+            if found is None:
+                raise
+            raise found from exc
         return {s.name: np.asarray(v) for s, v in zip(self.outputs, values)}
 
     def graph_defs(self) -> list[Any]:

@@ -18,6 +18,7 @@ from ..common import first_line, quiet
 from .._files import read_regular
 from .switches import fold_feeds
 from .graph import SessionModel, const_weights, import_tf, new_session, require_path, resolve_tensors
+from .trust import refuse_untrusted
 
 NAME = "graphdef"
 EXPORT_REQUIRES: tuple[tuple[str, str], ...] = ()
@@ -48,11 +49,13 @@ def read_graph_def(path: Path) -> Any:
 
 
 def load(source: Any, *, device: str = "cpu", inputs: Sequence[str] | None = None,
-         outputs: Sequence[str] | None = None, feeds: Mapping[str, Any] | None = None) -> SessionModel:
+         outputs: Sequence[str] | None = None, feeds: Mapping[str, Any] | None = None,
+         trusted: bool | None = None) -> SessionModel:
     """``feeds`` sets graph switches (``{"is_training": False}``), folded in as constants."""
     path = require_path(Path(source), NAME)
     dev = require_tf_device(device, format=NAME)
     graph_def = read_graph_def(path)
+    refuse_untrusted(path, NAME, trusted, proto=graph_def)  # before TensorFlow imports it (docs/security.md)
     fold_feeds(graph_def, feeds, path, NAME)
     tf = import_tf()
     graph = tf.Graph()

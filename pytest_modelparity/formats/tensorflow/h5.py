@@ -78,7 +78,8 @@ def load(source: Any, *, device: str = "cpu", safe_mode: bool = True,
     if safe_mode and _has_lambda(config):
         raise ModelLoadError(path, NAME, "the file holds a Lambda layer (Python bytecode), which is not "
                              "loaded by default because loading it runs that code",
-                             "pass safe_mode=False to load_model only if you trust this file")
+                             "only if you trust this file: run pytest with --modelparity-trust-models, or give "
+                             "safe_mode=False (or trusted=True) in load_model(...) or modelparity_load_options")
     require_tf_device(device, format=NAME)
     model = load_keras_file(path, NAME, safe_mode=safe_mode, custom_objects=custom_objects)
     declare_input_specs(model, input_specs)

@@ -124,7 +124,8 @@ def load_keras_file(path: Path, format: str, *, safe_mode: bool, custom_objects:
         if "safe_mode" in text or "Lambda" in text and "unsafe" in text.lower():
             raise ModelLoadError(path, format, "the file holds a Lambda layer (Python code), which is not "
                                  "loaded by default because loading it runs that code",
-                                 "pass safe_mode=False to load_model only if you trust this file") from exc
+                                 "only if you trust this file: run pytest with --modelparity-trust-models, or give "
+                                 "safe_mode=False (or trusted=True) in load_model(...) or modelparity_load_options") from exc
         if "Unknown layer" in text or "custom_objects" in text or "Could not locate" in text:
             raise ModelLoadError(path, format, f"the file uses a class Keras does not know ({first_line(exc)})",
                                  "pass custom_objects={'Name': cls} to load_model, or import the module "

@@ -21,6 +21,7 @@ from .._files import read_regular
 from .graph import freeze_concrete, import_tf, require_path, spec
 from ..base import LoadedModel
 from .keras_specs import pack_inputs
+from .trust import missing_python, refuse_untrusted
 
 NAME = "saved_model"
 EXPORT_REQUIRES: tuple[tuple[str, str], ...] = ()
@@ -63,8 +64,14 @@ class SavedModelModel(LoadedModel):
 
     def _predict(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         tf = import_tf()
-        with tf.device(self._device.tf_name):
-            result = self.native(**{name: tf.constant(x) for name, x in feeds.items()})
+        try:
+            with tf.device(self._device.tf_name):
+                result = self.native(**{name: tf.constant(x) for name, x in feeds.items()})
+        except Exception as exc:  # noqa: BLE001 - one known cause is reworded, the rest re-raised
+            found = missing_python(exc, self)
+            if found is None:
+                raise
+            raise found from exc
         if not isinstance(result, dict):
             result = dict(zip((s.name for s in self.outputs), tf.nest.flatten(result)))
         return {s.name: np.asarray(result[s.name]) for s in self.outputs}
@@ -93,7 +100,7 @@ class SavedModelModel(LoadedModel):
 
 
 def load(source: Any, *, device: str = "cpu", signature: str | None = None,
-         tags: Sequence[str] | None = None) -> SavedModelModel:
+         tags: Sequence[str] | None = None, trusted: bool | None = None) -> SavedModelModel:
     """Load a SavedModel directory (or its ``saved_model.pb``) and pick a signature."""
     path = Path(source)
     if path.name in ("saved_model.pb", "saved_model.pbtxt") and path.is_file():
@@ -107,6 +114,7 @@ def load(source: Any, *, device: str = "cpu", signature: str | None = None,
         # TensorFlow would say "requires a tags= argument ... 0 MetaGraphs", which points away.
         raise ModelLoadError(proto, NAME, "saved_model.pb is empty (0 bytes): the SavedModel is truncated or corrupt",
                              "export the SavedModel again (model.export(path) or tf.saved_model.save)")
+    refuse_untrusted(path, NAME, trusted)  # before TensorFlow runs any of it (docs/security.md)
     dev = require_tf_device(device, format=NAME)
     tf = import_tf()
     nodes = _object_nodes(path)  # one read of saved_model.pb for both checks

@@ -184,6 +184,10 @@ class TFLiteModel(LoadedModel):
                                                                 num_threads=num_threads))
         except (ValueError, RuntimeError) as exc:
             raise _interpreter_error(path, content, exc) from exc
+        except ModelLoadError as exc:  # a declared input too large to feed (common.check_declared_input)
+            if exc.path is not None:
+                raise
+            raise ModelLoadError(path, NAME, exc.problem, exc.fix) from exc
         self.native = native
         in_details = native.get_input_details()
         out_details = native.get_output_details()
