@@ -33,9 +33,13 @@ from .calibration import default_rows_hint, outside_calibration
 from .converter import converter_defect
 from .localize import DIVERGE_REL, LayerDiff, first_divergence, format_rows, localize_divergence
 from .quantization import cost_hint, float16_weights_hint
+from .outputs import output_swap
+from .config import configuration_hint
+from .preprocessing import preprocessing_hint, preprocessing_layers
 from .noise import accumulation_noise, noise_hint, reduction_length
 from .random_ops import RandomOp, describe_ops, find_random_ops
-from .transforms import input_transform, output_transform
+from .inputs import input_transform
+from .transforms import output_transform
 from .weights import weight_hint_parts, weights_of
 
 __all__ = ["Hint", "LayerDiff", "RandomOp", "diagnose_batch_variance", "diagnose_comparison",
@@ -122,6 +126,13 @@ def _diagnose_comparison(report: Any, actual: Any, expected: Any, cand_model: An
         if d is not None:
             hints.append(_hint(d))
 
+    # 0c. Outputs exchanged: named before any weight or layer hint, which a swap would mislead
+    # (the weights agree; the layer table finds the last layer "different").
+    swap = _safe(hints, lambda: output_swap(flat_a, flat_e, [o.path for o, _, _ in pairs],
+                                            {o.path: o.tolerance for o, _, _ in pairs}))
+    if swap is not None and len(pairs) == len(failed):
+        return [_hint(swap)] + hints
+
     # 1. Accumulation noise: when every failure is noise-sized, that is the whole story. Only
     # under a tolerance the user set: a default (built-in or float64-shadow) bound already
     # allows the model's float noise, so a failure beyond it is not noise, and a FAILED
@@ -152,22 +163,32 @@ def _diagnose_comparison(report: Any, actual: Any, expected: Any, cand_model: An
             hints += found
             nondeterministic = True
 
-    # 3. Weights.
+    # 3. Preprocessing state (Normalization statistics, boundaries, vocabularies), then weights;
+    # a differing preprocessing state explains the output, so the later checks stay silent.
+    preprocessing = False
     if cand_model is not None and ref_model is not None:
-        w = _safe(hints, lambda: weight_hint_parts(ref_model, cand_model))
+        p = _safe(hints, lambda: preprocessing_hint(ref_model, cand_model))
+        if p is not None:
+            hints.append(_hint(p))
+            preprocessing = True
+        skip = _safe(hints, lambda: preprocessing_layers(ref_model)) or set() if preprocessing else set()
+        w = _safe(hints, lambda: weight_hint_parts(ref_model, cand_model, ignore=skip))
         if w is not None:
             hints.append(_hint(w))
+    weights_agree = w is None and all(_safe(hints, lambda: weights_of(m)) for m in (ref_model, cand_model)) \
+        if cand_model is not None and ref_model is not None else False
+    explained = nondeterministic or preprocessing  # the checks below would only blur the cause
 
     # 4. Input transforms (both models), then output transforms (arrays only).
     input_found = False
-    if both and not nondeterministic and budget.allows("input transforms", runs=12):
+    if both and not explained and budget.allows("input transforms", runs=12):
         tols = {o.path: o.tolerance for o, _, _ in pairs}
         h = _safe(hints, lambda: input_transform(ref_model, inputs, actual, [o.path for o, _, _ in pairs], tols))
         if h is not None:
             hints.append(_hint(h))
             input_found = True
     output_found = False
-    if not input_found:
+    if not input_found and not preprocessing:
         for o, a, e in pairs:
             h = _safe(hints, lambda: output_transform(a, e, o.tolerance))
             if h is not None:
@@ -176,17 +197,26 @@ def _diagnose_comparison(report: Any, actual: Any, expected: Any, cand_model: An
 
     # 5. Training mode of a deterministic candidate against a Keras reference.
     training = False
-    if both and not nondeterministic and not input_found and not output_found \
+    if both and not explained and not input_found and not output_found \
             and budget.allows("training-mode rerun", runs=1):
         h = _safe(hints, lambda: _training_mode_match(ref_model, full_inputs, pairs))
         if h is not None:
             hints.append(h)
             training = True
 
+    # 5b. Weights agree and nothing above explains it: the configuration (an epsilon, a layer
+    # only one form has) is compared instead of blaming a layer for what its config does.
+    if weights_agree and not explained and not input_found and not output_found and not training:
+        c = _safe(hints, lambda: configuration_hint(ref_model, cand_model))
+        if c is not None:
+            cause, message, evidence = c
+            hints.append(Hint(cause, message, "the weights agree tensor for tensor; " + evidence))
+            explained = True
+
     # 6. Where the forms start to differ (when nothing above explains the whole output). A
     # layer "diverges" above the noise the failing outputs were allowed (their default bound,
     # a multiple of the model's own float error): ResNet50's correct ONNX form drifts 1.2e-4.
-    if both and not nondeterministic and not input_found and not output_found and not training \
+    if both and not explained and not input_found and not output_found and not training \
             and budget.allows("layer table (first divergent layer)", runs=LOCALIZE_RUNS):
         # A TFLite file's layer table runs without XNNPACK, whose kernels round a log-magnitude
         # net's filter bank apart by its float64 error: there the float64 floor's bound, where

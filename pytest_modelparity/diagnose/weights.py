@@ -167,13 +167,16 @@ def compare_weights(reference: dict[str, np.ndarray], candidate: dict[str, np.nd
     return diffs, len(pairs)
 
 
-def weight_hint_parts(reference_model: Any, candidate_model: Any) -> tuple[str, str, str] | None:
-    """(cause, message, evidence) when both forms expose weights and some differ."""
+def weight_hint_parts(reference_model: Any, candidate_model: Any,
+                      ignore: set[str] | frozenset[str] = frozenset()) -> tuple[str, str, str] | None:
+    """(cause, message, evidence) when both forms expose weights and some differ (a weight of a
+    layer named in ``ignore``, already reported elsewhere, does not count)."""
     ref = weights_of(reference_model)
     cand = weights_of(candidate_model)
     if not ref or not cand:
         return None
     diffs, matched = compare_weights(ref, cand)
+    diffs = [d for d in diffs if not any(part in ignore for part in re.split(r"[/.]", d.name))]
     if not diffs or matched == 0:
         return None
     worst = "; ".join(f"`{d.name}` {d.shape} max |diff| {d.max_abs:.3g} ({d.max_rel:.1%} of its largest value)"

@@ -1,0 +1,205 @@
+"""Planted causes named first, with no hint that points the wrong way (issue 38): ids shifted
+on every input at once, categorical ids of shape (B, 1), two outputs exchanged, an int16
+waveform fed as floats, a Normalization layer's statistics, a port's configuration slips."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pytest_modelparity import ParityError, assert_outputs_close, export_model, load_model
+
+MISLEADING = {"weights_differ", "weights_reinitialised", "first_divergent_layer", "output_scaled"}
+
+
+def _hints(info) -> list:
+    return info.value.report.hints
+
+
+def _named_first(info, cause: str) -> object:
+    hints = _hints(info)
+    assert hints and hints[0].cause == cause, [str(h) for h in hints]
+    assert not [h for h in hints[1:] if h.cause in MISLEADING], [str(h) for h in hints]
+    return hints[0]
+
+
+# -- two outputs exchanged -----------------------------------------------------------------
+
+def _two_heads(swapped: bool):
+    import keras
+
+    keras.utils.set_random_seed(3)
+    x = keras.Input((8,), name="x")
+    h = keras.layers.Dense(16, activation="relu", name="body")(x)
+    mean = keras.layers.Dense(4, name="mean_head")(h)
+    log_var = keras.layers.Dense(4, name="log_var_head")(h)
+    outs = {"mean": log_var, "log_var": mean} if swapped else {"mean": mean, "log_var": log_var}
+    return keras.Model(x, outs, name="vae_head")
+
+
+@pytest.fixture(scope="module")
+def heads():
+    ref = _two_heads(False)
+    bug = _two_heads(True)
+    for layer in ref.layers:  # by name: the layer order follows the outputs' order
+        bug.get_layer(layer.name).set_weights(layer.get_weights())
+    return ref, bug, np.random.default_rng(0).normal(size=(6, 8)).astype("float32")
+
+
+@pytest.mark.parametrize("fmt", ["keras", "saved_model", "tflite", "onnx"])
+def test_swapped_outputs_are_named_before_any_weight_or_layer_hint(heads, fmt, tmp_path):
+    ref, bug, x = heads
+    cand = bug if fmt == "keras" else load_model(export_model(bug, fmt, tmp_path / "bug"))
+    with pytest.raises(ParityError) as info:
+        assert_outputs_close(cand, ref, inputs=x)
+    hint = _named_first(info, "outputs_swapped")
+    assert "mean" in hint.message and "log_var" in hint.message, hint.message
+
+
+# -- ids shifted on every input, categorical ids ---------------------------------------------
+
+def _encoder_decoder():
+    import keras
+
+    keras.utils.set_random_seed(4)
+    src = keras.Input((10,), dtype="int32", name="source")
+    tgt = keras.Input((6,), dtype="int32", name="target")
+    emb = keras.layers.Embedding(40, 8, name="shared_embedding")  # one tokenizer, one table
+    enc = keras.layers.GRU(8, name="encoder")(emb(src))
+    dec = keras.layers.GRU(8, return_sequences=True, name="decoder")(emb(tgt), initial_state=enc)
+    return keras.Model({"source": src, "target": tgt}, keras.layers.Dense(40, name="logits")(dec), name="seq2seq")
+
+
+def test_ids_shifted_on_both_inputs_of_an_encoder_decoder():
+    model = _encoder_decoder()
+    rng = np.random.default_rng(1)
+    x = {"source": rng.integers(1, 38, (4, 10)).astype("int32"), "target": rng.integers(1, 38, (4, 6)).astype("int32")}
+
+    def candidate(b):  # a tokenizer whose ids are one higher, on both sides
+        return model({k: v + 1 for k, v in b.items()})
+
+    with pytest.raises(ParityError) as info:
+        assert_outputs_close(candidate, model, inputs=x)
+    hint = _named_first(info, "token_id_shift")
+    assert "every id input ('source', 'target'" in hint.message and "token ids + 1" in hint.message, hint.message
+
+
+def _recommender():
+    import keras
+
+    keras.utils.set_random_seed(5)
+    user = keras.Input((1,), dtype="int32", name="user_id")
+    item = keras.Input((1,), dtype="int32", name="item_id")
+    u = keras.layers.Flatten()(keras.layers.Embedding(30, 8, name="users")(user))
+    i = keras.layers.Flatten()(keras.layers.Embedding(50, 8, name="items")(item))
+    h = keras.layers.Dense(8, activation="relu")(keras.layers.Concatenate()([u, i]))
+    return keras.Model({"user_id": user, "item_id": item}, keras.layers.Dense(1, name="score")(h), name="recommender")
+
+
+@pytest.mark.parametrize("shifted", ["user_id", "item_id"])
+def test_categorical_ids_of_shape_b_1_shifted(shifted):
+    model = _recommender()
+    rng = np.random.default_rng(2)
+    x = {"user_id": rng.integers(1, 28, (8, 1)).astype("int32"), "item_id": rng.integers(1, 48, (8, 1)).astype("int32")}
+
+    def candidate(b):
+        return model({**b, shifted: b[shifted] + 1})
+
+    with pytest.raises(ParityError) as info:
+        assert_outputs_close(candidate, model, inputs=x)
+    hint = _named_first(info, "token_id_shift")
+    assert f"input '{shifted}' ids + 1" in hint.message, hint.message
+
+
+# -- a waveform fed int16 samples as floats ------------------------------------------------
+
+def _waveform_net():
+    import keras
+
+    keras.utils.set_random_seed(6)
+    wav = keras.Input((1024,), name="waveform")
+    x = keras.layers.Reshape((1024, 1))(wav)
+    x = keras.layers.Conv1D(8, 16, strides=8, activation="tanh", name="frontend")(x)
+    x = keras.layers.GlobalAveragePooling1D()(x)
+    return keras.Model(wav, keras.layers.Dense(5, name="classes")(x), name="audio")
+
+
+def test_waveform_fed_int16_samples_as_floats():
+    model = _waveform_net()
+    t = np.arange(1024) / 16000.0
+    x = np.stack([0.3 * np.sin(2 * np.pi * f * t) for f in (220, 440, 880)]).astype("float32") * 1e-3
+
+    def candidate(b):  # int16 PCM passed on without dividing by 32768
+        return model(b * 32768.0)
+
+    with pytest.raises(ParityError) as info:
+        assert_outputs_close(candidate, model, inputs=x)
+    hint = _named_first(info, "input_scaling")
+    assert "multiplied by 32768 (int16 samples fed as floats" in hint.message, hint.message
+    assert "pixels" not in hint.message
+
+
+# -- a Normalization layer's statistics ------------------------------------------------------
+
+def _normalized(mean):
+    import keras
+
+    keras.utils.set_random_seed(7)
+    x = keras.Input((4,), name="features")
+    h = keras.layers.Normalization(mean=mean, variance=[4.0, 1.0, 9.0, 0.25], name="norm")(x)
+    h = keras.layers.Dense(8, activation="relu", name="hidden")(h)
+    return keras.Model(x, keras.layers.Dense(2, name="out")(h), name="tabular")
+
+
+def test_normalization_mean_shifted_by_half_a_standard_deviation():
+    ref = _normalized([1.0, -2.0, 0.5, 3.0])
+    bug = _normalized([2.0, -2.0, 0.5, 3.0])  # mean off by half of std 2 on the first feature
+    bug.set_weights(ref.get_weights())
+    x = np.random.default_rng(3).normal(size=(8, 4)).astype("float32") * 2
+    with pytest.raises(ParityError) as info:
+        assert_outputs_close(bug, ref, inputs=x)
+    hint = _named_first(info, "preprocessing_state")
+    assert "Normalization `norm` mean differs by up to 1" in hint.message, hint.message
+    assert "0.5 of a standard deviation" in hint.evidence, hint.evidence
+
+
+# -- a port's configuration slips ------------------------------------------------------------
+
+def _tagger(epsilon: float = 1e-3, channels_first_flatten: bool = False):
+    """A small music-tagger-like CNN on a (16, 16, 1) spectrogram."""
+    import keras
+
+    keras.utils.set_random_seed(8)
+    x = keras.Input((16, 16, 1), name="spectrogram")
+    h = keras.layers.Conv2D(4, 3, padding="same", name="conv1")(x)
+    h = keras.layers.BatchNormalization(epsilon=epsilon, name="bn1")(h)
+    h = keras.layers.ReLU(name="relu1")(h)
+    h = keras.layers.MaxPooling2D(4, name="pool1")(h)
+    if channels_first_flatten:
+        h = keras.layers.Permute((3, 1, 2), name="to_channels_first")(h)
+    h = keras.layers.Flatten(name="flatten")(h)
+    return keras.Model(x, keras.layers.Dense(3, name="dense")(h), name="tagger")
+
+
+@pytest.fixture(scope="module")
+def tagger():
+    model = _tagger()
+    rng = np.random.default_rng(9)
+    bn = model.get_layer("bn1")  # trained-looking statistics: a small variance makes epsilon count
+    bn.set_weights([w + rng.uniform(0.5, 1.5, w.shape) if i == 0 else
+                    (rng.uniform(1e-4, 1e-2, w.shape) if i == 3 else w) for i, w in enumerate(bn.get_weights())])
+    return model, rng.normal(size=(4, 16, 16, 1)).astype("float32")
+
+
+@pytest.mark.parametrize("slip, cause, words", [
+    (dict(epsilon=1e-5), "configuration_differs", "BatchNormalization `bn1` epsilon 0.001 in the reference, 1e-05"),
+    (dict(channels_first_flatten=True), "layer_only_in_one_form", "Permute `to_channels_first` only in the candidate"),
+])
+def test_port_slips_are_named_not_blamed_on_weights(tagger, slip, cause, words):
+    model, x = tagger
+    port = _tagger(**slip)
+    port.set_weights(model.get_weights())  # weights copied, as a port does
+    with pytest.raises(ParityError) as info:
+        assert_outputs_close(port, model, inputs=x)
+    hint = _named_first(info, cause)
+    assert words in hint.message and "the weights agree" in hint.evidence, str(hint)
