@@ -203,3 +203,77 @@ def test_port_slips_are_named_not_blamed_on_weights(tagger, slip, cause, words):
         assert_outputs_close(port, model, inputs=x)
     hint = _named_first(info, cause)
     assert words in hint.message and "the weights agree" in hint.evidence, str(hint)
+
+
+# -- a fused first convolution x1.01 ---------------------------------------------------------
+
+def _detector():
+    """A subclassed detector: a first convolution with its bias (no activation), a block."""
+    import keras
+
+    class Detector(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.stem = keras.layers.Conv2D(8, 3, padding="same")
+            self.body = keras.layers.Conv2D(8, 3, strides=2, padding="same", activation="relu")
+            self.head = keras.layers.Conv2D(4, 1)
+
+        def call(self, x):
+            return self.head(self.body(self.stem(x)))
+
+    keras.utils.set_random_seed(10)
+    model = Detector()
+    model(np.zeros((1, 16, 16, 3), "float32"))
+    rng = np.random.default_rng(10)
+    model.set_weights([w + rng.normal(0, 0.3, w.shape) if w.ndim == 1 else w for w in model.get_weights()])
+    return model
+
+
+@pytest.mark.parametrize("fmt", ["tflite", "onnx", "saved_model"])
+def test_fused_first_convolution_reported_with_its_one_percent(fmt, tmp_path):
+    model = _detector()
+    bug = _detector()
+    bug.set_weights(model.get_weights())
+    bug.stem.kernel.assign(model.stem.kernel * 1.01)
+    x = np.random.default_rng(11).uniform(0, 1, (4, 16, 16, 3)).astype("float32")
+    with pytest.raises(ParityError) as info:
+        assert_outputs_close(load_model(export_model(bug, fmt, tmp_path / "bug")), model, inputs=x)
+    hints = _hints(info)
+    if fmt == "saved_model":  # its variables are read: the kernel itself is named
+        assert hints[0].cause == "weights_differ" and "kernel` (3, 3, 3, 8)" in hints[0].evidence \
+            and "(1.0% of its largest value)" in hints[0].evidence, [str(h) for h in hints]
+    layer = next(h for h in hints if h.cause == "first_divergent_layer")
+    rel = float(layer.evidence.split("(rel ")[1].split(")")[0])
+    assert 0.005 < rel < 0.02, layer.evidence  # the 1% itself, not the conv before its bias (rel 0.3)
+    assert "it is the first layer" in layer.evidence, layer.evidence
+
+
+# -- "its input" read from the graph ---------------------------------------------------------
+
+def _gated():
+    """A WaveNet-style gate: `filt` and `gate` both read the residual stream `res`."""
+    import keras
+
+    keras.utils.set_random_seed(12)
+    x = keras.Input((32, 2), name="audio")
+    res = keras.layers.Conv1D(8, 1, name="res")(x)
+    filt = keras.layers.Conv1D(8, 2, padding="causal", activation="tanh", name="filt")(res)
+    gate = keras.layers.Conv1D(8, 2, padding="causal", activation="sigmoid", name="gate")(res)
+    h = keras.layers.Multiply(name="gated")([filt, gate])
+    h = keras.layers.Add(name="skip")([h, res])
+    return keras.Model(x, keras.layers.Dense(3, name="out")(keras.layers.GlobalAveragePooling1D(name="gap")(h)))
+
+
+def test_first_divergent_layer_names_its_input_from_the_graph(tmp_path):
+    model = _gated()
+    bug = _gated()
+    bug.set_weights(model.get_weights())
+    kernel, bias = model.get_layer("gate").get_weights()
+    bug.get_layer("gate").set_weights([kernel * 1.05, bias])
+    x = np.random.default_rng(13).normal(size=(4, 32, 2)).astype("float32")
+    with pytest.raises(ParityError) as info:
+        assert_outputs_close(load_model(export_model(bug, "tflite", tmp_path / "bug")), model, inputs=x)
+    layer = next(h for h in _hints(info) if h.cause == "first_divergent_layer")
+    # `gate` is fused into the Mul in the TFLite file: named, and `filt` (its sibling) is not "its input"
+    assert "`gated`" in layer.message and "or in `gate` fused into it" in layer.message, str(layer)
+    assert "its inputs: `filt` agrees" in layer.evidence and "`gate` is fused into it" in layer.evidence, str(layer)

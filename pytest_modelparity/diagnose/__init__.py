@@ -376,11 +376,28 @@ def _localize_hint(ref: Any, cand: Any, inputs: Any, rel: float = DIVERGE_REL) -
     if got is None:
         return None
     row, before = got
-    inputs_note = (f"its input `{before.layer}` agrees (max abs {before.max_abs:.3g})" if before is not None
-                   else "it is the first layer")
+    fused: list[str] = []
+    if row.inputs:  # each input the reference's graph names, as the table found it
+        by_layer = {d.layer: d for d in diffs}
+        said = []
+        for name in row.inputs:
+            d = by_layer.get(name)
+            if d is not None and d.max_abs is not None and not d.diverged:
+                said.append(f"`{name}` agrees (max abs {d.max_abs:.3g})")
+            elif d is not None and d.note.startswith("fused into"):
+                said.append(f"`{name}` is fused into it in the candidate")
+                fused.append(name)
+            else:
+                said.append(f"`{name}` could not be compared")
+        inputs_note = ("its input " if len(said) == 1 else "its inputs: ") + ", ".join(said)
+    elif before is not None:
+        inputs_note = f"its input `{before.layer}` agrees (max abs {before.max_abs:.3g})"
+    else:
+        inputs_note = "it is the first layer"
     cand = f" (candidate {row.candidate_op} `{row.candidate}`)" if row.candidate else ""
+    with_fused = (f", or in {', '.join(f'`{n}`' for n in fused)} fused into it in the candidate" if fused else "")
     return Hint("first_divergent_layer",
-                f"the forms start to differ at layer `{row.layer}` ({row.op}){cand}",
+                f"the forms start to differ at layer `{row.layer}` ({row.op}){with_fused}{cand}",
                 f"max abs {row.max_abs:.3g} (rel {row.max_rel:.3g}) there while {inputs_note}\n" + format_rows(diffs))
 
 
