@@ -277,3 +277,17 @@ def test_first_divergent_layer_names_its_input_from_the_graph(tmp_path):
     # `gate` is fused into the Mul in the TFLite file: named, and `filt` (its sibling) is not "its input"
     assert "`gated`" in layer.message and "or in `gate` fused into it" in layer.message, str(layer)
     assert "its inputs: `filt` agrees" in layer.evidence and "`gate` is fused into it" in layer.evidence, str(layer)
+
+
+# -- quantised advice that runs ----------------------------------------------------------------
+
+def test_quantised_advice_fits_the_variant():
+    from pytest_modelparity.diagnose.quantization import LayerCost, advice
+
+    fused = "m_1/relu1_1/Relu;m_1/conv1_1/BiasAdd;m_1/conv1_1/convolution"
+    costs = [LayerCost(fused, "CONV_2D", 0.3, 0.2), LayerCost("m_1/dense_1/MatMul", "FULLY_CONNECTED", 0.1, 0.05)]
+    assert "QuantizationDebugger(converter" not in advice("dynamic_range", costs)
+    assert "does not run on a dynamic-range converter" in advice("dynamic_range", costs)
+    int8 = advice("int8", costs)
+    assert f"denylisted_nodes=['{fused}', 'm_1/dense_1/MatMul']" in int8, int8  # paste-able, in full
+    assert "from_concrete_functions" in int8

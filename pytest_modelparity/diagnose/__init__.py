@@ -225,6 +225,9 @@ def _diagnose_comparison(report: Any, actual: Any, expected: Any, cand_model: An
         rel = max([DIVERGE_REL] + [(getattr(o.tolerance, "float64_scale", None) if plain else None) or o.tolerance.scale
                                    for o, _, _ in pairs if getattr(o.tolerance, "default", False)])
         h = _safe(hints, lambda: _localize_hint(ref_model, cand_model, inputs, rel))
+        if h is not None and weights_agree:  # then the cause is what the layer does, not what it holds
+            h = Hint(h.cause, h.message + "; the weights agree, so look at its configuration (an epsilon, a layout, "
+                     "a layer missing or added)", h.evidence)
         if h is not None:
             hints.append(h)
     skipped = budget.skipped_hint()
