@@ -127,6 +127,22 @@ def _zoo_cause(build: object) -> str:
     return found.group(1) if found else "?"
 
 
+def _corroborates(hint: object, first: object) -> bool:
+    """A layer table that points at the layer whose weights the first hint says differ agrees
+    with it (not misleading)."""
+    import re
+
+    if getattr(hint, "cause", "") != "first_divergent_layer" or not getattr(first, "cause", "").startswith("weights"):
+        return False
+    layer = re.search(r"layer `([^`]+)`", getattr(hint, "message", ""))
+    if not layer:
+        return False
+    parts = {re.sub(r"_\d+$", "", p) for p in layer.group(1).split("/")[1:] or layer.group(1).split("/")}
+    weights = {re.sub(r"_\d+$", "", p) for name in re.findall(r"`([^`]+)`", getattr(first, "evidence", ""))
+               for p in re.split(r"[/.]", name)}
+    return bool(parts & weights)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--no-zoo", action="store_true", help="only issue 38's planted bugs")
@@ -139,14 +155,16 @@ def main() -> None:
             t0 = time.perf_counter()
             try:
                 run()  # type: ignore[operator]
-                got, caught = [], False
+                hints, got, caught = [], [], False
             except ParityError as exc:
-                got, caught = [h.cause for h in exc.report.hints], True
+                hints = exc.report.hints
+                got, caught = [h.cause for h in hints], True
             except Exception as exc:  # noqa: BLE001 - a case that cannot run here (no Node.js)
                 rows.append((bug, fmt, cause, "n/a", "-", "-", f"{type(exc).__name__}", time.perf_counter() - t0))
                 continue
             named = bool(got) and got[0] == cause
-            misleading = [c for c in got[1:] if c in MISLEADING and c != cause]
+            misleading = [h.cause for h in hints[1:] if h.cause in MISLEADING and h.cause != cause
+                          and not _corroborates(h, hints[0])]
             rows.append((bug, fmt, cause, "yes" if caught else "NO", "yes" if named else "NO",
                          ", ".join(misleading) or "0", ", ".join(got) or "-", time.perf_counter() - t0))
     print(f"{'bug':<42} {'format':<12} {'caught':<6} {'named':<6} misleading  hints  (s)")

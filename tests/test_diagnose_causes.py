@@ -291,3 +291,24 @@ def test_quantised_advice_fits_the_variant():
     int8 = advice("int8", costs)
     assert f"denylisted_nodes=['{fused}', 'm_1/dense_1/MatMul']" in int8, int8  # paste-able, in full
     assert "from_concrete_functions" in int8
+
+
+def _looked_up(vocabulary):
+    import keras
+
+    keras.utils.set_random_seed(14)
+    x = keras.Input((1,), dtype="int64", name="category")
+    h = keras.layers.IntegerLookup(vocabulary=vocabulary, name="lookup")(x)
+    h = keras.layers.Flatten()(keras.layers.Embedding(8, 4, name="emb")(h))
+    return keras.Model(x, keras.layers.Dense(2, name="out")(h), name="categories")
+
+
+def test_lookup_vocabulary_reordered_is_named():
+    ref = _looked_up([5, 7, 9, 11])
+    bug = _looked_up([7, 5, 9, 11])
+    bug.set_weights(ref.get_weights())
+    x = np.array([[5], [7], [9], [11], [5], [7]], "int64")
+    with pytest.raises(ParityError) as info:
+        assert_outputs_close(bug, ref, inputs=x)
+    hint = _named_first(info, "preprocessing_state")
+    assert "IntegerLookup `lookup` its vocabulary holds the same 5 entries in another order" in hint.message, hint

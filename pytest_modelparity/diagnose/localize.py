@@ -270,6 +270,11 @@ def _name_matches(layer: str, candidate_name: str) -> bool:
     return any(pattern.fullmatch(tok) for tok in re.split(r"[/;:]", candidate_name) if tok)
 
 
+def _aligned(shape: tuple, target: tuple) -> bool:
+    """The same shape, or the same up to the channel move a converter makes."""
+    return tuple(shape) == tuple(target) or bool(_layouts(shape, target))
+
+
 def _layouts(shape: tuple, target: tuple) -> list[tuple[tuple[int, ...], str]]:
     """Axis permutations that turn a candidate tensor of ``shape`` into ``target``'s layout:
     channels-first to channels-last and back (ONNX converters run convolutions in NCHW)."""
@@ -356,17 +361,23 @@ def compare_intermediates(ref: list[Entry], cand: list[Entry], *, rel: float = D
         diffs = _LazyDiffs(r, cand)
         close = [j for j in pool if diffs.at_least(j) <= rel and diffs[j][1] <= rel]
         named = [j for j in pool if _name_matches(token, cand[j][0])]
+        # A tensor of the reference's own shape (or its channel move) before a mere reshape
+        # of the same values: a Dropout pairs with the candidate's identity, not a RESHAPE.
+        aligned = [j for j in pool if _aligned(cand[j][2].shape, r.shape)]
         if close:
             named_close = [j for j in close if j in named]
-            j = named_close[-1] if named_close else close[0]
+            group = named_close or close
+            group = [j for j in group if j in aligned] or group
+            j = group[-1] if named_close else group[0]
             st = "match"
             pos = j
         elif named:
             j = named[-1]
             st = "differs"
             pos = j
-        elif pool:
-            j = min(pool, key=lambda k: diffs[k][0])
+        elif aligned:
+            # never the model's output (or any tensor) merely reshaped to this size
+            j = min(aligned, key=lambda k: diffs[k][0])
             st = "differs"
         else:
             rows_out.append(LayerDiff(name, op, None, None, False, note="no counterpart"))
