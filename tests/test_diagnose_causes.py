@@ -312,3 +312,16 @@ def test_lookup_vocabulary_reordered_is_named():
         assert_outputs_close(bug, ref, inputs=x)
     hint = _named_first(info, "preprocessing_state")
     assert "IntegerLookup `lookup` its vocabulary holds the same 5 entries in another order" in hint.message, hint
+
+
+def test_an_exported_port_with_an_extra_permutation_names_it(tagger, tmp_path):
+    """No Keras config to read on a TFLite file: the layer table names the transpose only the
+    candidate runs, at the flatten (not `dense` "while its input agrees")."""
+    model, x = tagger
+    port = _tagger(channels_first_flatten=True)
+    port.set_weights(model.get_weights())
+    with pytest.raises(ParityError) as info:
+        assert_outputs_close(load_model(export_model(port, "tflite", tmp_path / "port")), model, inputs=x)
+    hint = _hints(info)[0]
+    assert hint.cause == "first_divergent_layer" and "layer `flatten`" in hint.message, str(hint)
+    assert "a transpose only the candidate runs (`" in hint.message and "to_channels_first" in hint.message, str(hint)

@@ -399,6 +399,9 @@ def _localize_hint(ref: Any, cand: Any, inputs: Any, rel: float = DIVERGE_REL) -
         inputs_note = "it is the first layer"
     cand = f" (candidate {row.candidate_op} `{row.candidate}`)" if row.candidate else ""
     with_fused = (f", or in {', '.join(f'`{n}`' for n in fused)} fused into it in the candidate" if fused else "")
+    if row.permuted:  # named before the layer: the permutation is the cause, the layer only shows it
+        with_fused += (f", right after a transpose only the candidate runs (`{row.permuted}`): an extra axis "
+                       "permutation (a channels-first/channels-last slip)")
     return Hint("first_divergent_layer",
                 f"the forms start to differ at layer `{row.layer}` ({row.op}){with_fused}{cand}",
                 f"max abs {row.max_abs:.3g} (rel {row.max_rel:.3g}) there while {inputs_note}\n" + format_rows(diffs))

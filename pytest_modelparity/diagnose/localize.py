@@ -35,6 +35,7 @@ class LayerDiff:
     first: bool = False            # the first divergent layer
     layout: str = ""               # how the candidate tensor was aligned, e.g. "NCHW, transposed"
     inputs: tuple[str, ...] = ()   # the layers feeding this one, read from the reference's graph
+    permuted: str = ""             # a transpose only the candidate runs just before this row
 
     def __str__(self) -> str:
         return format_rows([self])
@@ -352,6 +353,7 @@ def compare_intermediates(ref: list[Entry], cand: list[Entry], *, rel: float = D
     cand = [e for e in cand if np.asarray(e[2]).dtype.kind == "f" and np.ndim(e[2]) >= 1]
     rows_out: list[LayerDiff] = []
     status: list[str] = []
+    where: list[int] = []  # the candidate index of each compared row
     pos = 0
     for name, op, r in ref:
         # A graph reference's scope carries Keras' call suffix (`conv_1`): a Keras candidate's
@@ -370,6 +372,13 @@ def compare_intermediates(ref: list[Entry], cand: list[Entry], *, rel: float = D
             group = [j for j in group if j in aligned] or group
             j = group[-1] if named_close else group[0]
             st = "match"
+            # agreeing only through a reshape of another tensor while the layer's own tensor
+            # (its name, its shape) differs: the difference starts here (a port's flatten
+            # after an extra Permute holds the same values in another order)
+            own = [k for k in named if k in aligned and k not in close
+                   and _name_matches(token, cand[k][0].split(";")[0])] if j not in aligned else []
+            if own:
+                j, st = own[-1], "differs"
             pos = j
         elif named:
             j = named[-1]
@@ -382,6 +391,7 @@ def compare_intermediates(ref: list[Entry], cand: list[Entry], *, rel: float = D
         else:
             rows_out.append(LayerDiff(name, op, None, None, False, note="no counterpart"))
             status.append("absent")
+            where.append(-1)
             continue
         holder = _fused_holder(name, token, cand[j][0], ref)
         if st == "differs" and holder is None:
@@ -391,10 +401,12 @@ def compare_intermediates(ref: list[Entry], cand: list[Entry], *, rel: float = D
             # against this earlier part it differs by design (issue 27: "rel 13.2")
             rows_out.append(LayerDiff(name, op, None, None, False, note=f"fused into `{holder}` in the candidate"))
             status.append("fused")
+            where.append(-1)
             continue
         rows_out.append(LayerDiff(name, op, diffs[j][0], diffs[j][1], False, cand[j][0], cand[j][1],
                                   layout=diffs[j][2]))
         status.append(st)
+        where.append(j)
     last_match = max((i for i, s in enumerate(status) if s == "match"), default=-1)
     first_marked = False
     for i, (row, st) in enumerate(zip(rows_out, status)):
@@ -407,7 +419,19 @@ def compare_intermediates(ref: list[Entry], cand: list[Entry], *, rel: float = D
             row.diverged = True
             if not first_marked:
                 row.first = first_marked = True
+                row.permuted = _permutation_before(cand, where, status, i)
     return rows_out
+
+
+def _permutation_before(cand: list[Entry], where: list[int], status: list[str], i: int) -> str:
+    """A transpose the candidate runs between the last agreeing row's tensor and row ``i``'s
+    that no reference row was paired with: a permutation the reference does not have."""
+    start = max((where[k] for k in range(i) if status[k] == "match" and where[k] >= 0), default=-1)
+    used = set(where)
+    for k in range(start + 1, where[i]):
+        if k not in used and cand[k][1].lower() in ("transpose", "permute"):
+            return cand[k][0]
+    return ""
 
 
 # A candidate tensor holds a later reference entry's value (after the bias, after the
