@@ -6,7 +6,8 @@ Bugs (the models are the small ones of tests/test_diagnose_causes.py and tests/z
 ids +1 on both inputs of an encoder-decoder; ids +1 on a recommender's (B, 1) user_id and
 item_id; two same-shape outputs swapped (keras, saved_model, tflite, onnx); a waveform fed
 int16 samples as floats (x32768); a Normalization mean off by half a standard deviation; a
-port's BatchNormalization epsilon and a channels-first flatten; a fused first convolution
+port's BatchNormalization epsilon and a channels-first flatten (keras; the flatten also as
+tflite and saved_model, where the layer table must name the candidate's transpose); a fused first convolution
 x1.01 (tflite, onnx, saved_model: named = the layer table at ~1%, or the kernel itself).
 
 Run:  .venv/bin/python bench/diagnosis.py [--no-zoo]
@@ -88,6 +89,10 @@ def _issue38_cases(tmp: Path) -> list[tuple[str, str, str, object]]:
         port = t._tagger(**slip)
         port.set_weights(tag.get_weights())
         out.append((label, "keras", cause, lambda port=port: assert_outputs_close(port, tag, inputs=tx)))
+        if "flatten" in label:  # no Keras config on a file: the layer table names the transpose
+            for fmt in ("tflite", "saved_model"):
+                out.append((label, fmt, "first_divergent_layer", lambda port=port, fmt=fmt: assert_outputs_close(
+                    load_model(export_model(port, fmt, tmp / f"port_{fmt}")), tag, inputs=tx)))
 
     det, dbug = t._detector(), t._detector()
     dbug.set_weights(det.get_weights())
