@@ -11,7 +11,7 @@ tflite and saved_model, where the layer table must name the candidate's transpos
 x1.01 (tflite, onnx, saved_model: named = the layer table at ~1%, or the kernel itself).
 
 Run:  .venv/bin/python bench/diagnosis.py [--no-zoo]
-      (2 cores: ~4 min with the earlier zoo, tfjs cases skipped without Node.js)
+      (2 cores: 39 s with the earlier zoo; a case that cannot run here, e.g. tfjs without Node.js, reads n/a)
 """
 
 from __future__ import annotations
