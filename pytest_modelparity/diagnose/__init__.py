@@ -33,9 +33,13 @@ from .calibration import default_rows_hint, outside_calibration
 from .converter import converter_defect
 from .localize import DIVERGE_REL, LayerDiff, first_divergence, format_rows, localize_divergence
 from .quantization import cost_hint, float16_weights_hint
+from .outputs import output_swap
+from .config import configuration_hint
+from .preprocessing import preprocessing_hint, preprocessing_layers
 from .noise import accumulation_noise, noise_hint, reduction_length
 from .random_ops import RandomOp, describe_ops, find_random_ops
-from .transforms import input_transform, output_transform
+from .inputs import input_transform
+from .transforms import output_transform
 from .weights import weight_hint_parts, weights_of
 
 __all__ = ["Hint", "LayerDiff", "RandomOp", "diagnose_batch_variance", "diagnose_comparison",
@@ -126,6 +130,13 @@ def _diagnose_comparison(report: Any, actual: Any, expected: Any, cand_model: An
         if d is not None:
             hints.append(_hint(d))
 
+    # 0c. Outputs exchanged: named before any weight or layer hint, which a swap would mislead
+    # (the weights agree; the layer table finds the last layer "different").
+    swap = _safe(hints, lambda: output_swap(flat_a, flat_e, [o.path for o, _, _ in pairs],
+                                            {o.path: o.tolerance for o, _, _ in pairs}))
+    if swap is not None and len(pairs) == len(failed):
+        return [_hint(swap)] + hints
+
     # 1. Accumulation noise: when every failure is noise-sized, that is the whole story. Only
     # under a tolerance the user set: a default (built-in or float64-shadow) bound already
     # allows the model's float noise, so a failure beyond it is not noise, and a FAILED
@@ -156,22 +167,32 @@ def _diagnose_comparison(report: Any, actual: Any, expected: Any, cand_model: An
             hints += found
             nondeterministic = True
 
-    # 3. Weights.
+    # 3. Preprocessing state (Normalization statistics, boundaries, vocabularies), then weights;
+    # a differing preprocessing state explains the output, so the later checks stay silent.
+    preprocessing = False
     if cand_model is not None and ref_model is not None:
-        w = _safe(hints, lambda: weight_hint_parts(ref_model, cand_model))
+        p = _safe(hints, lambda: preprocessing_hint(ref_model, cand_model))
+        if p is not None:
+            hints.append(_hint(p))
+            preprocessing = True
+        skip = _safe(hints, lambda: preprocessing_layers(ref_model)) or set() if preprocessing else set()
+        w = _safe(hints, lambda: weight_hint_parts(ref_model, cand_model, ignore=skip))
         if w is not None:
             hints.append(_hint(w))
+    weights_agree = w is None and all(_safe(hints, lambda: weights_of(m)) for m in (ref_model, cand_model)) \
+        if cand_model is not None and ref_model is not None else False
+    explained = nondeterministic or preprocessing  # the checks below would only blur the cause
 
     # 4. Input transforms (both models), then output transforms (arrays only).
     input_found = False
-    if ref_runs and not nondeterministic and budget.allows("input transforms", runs=12):
+    if ref_runs and not explained and budget.allows("input transforms", runs=12):
         tols = {o.path: o.tolerance for o, _, _ in pairs}
         h = _safe(hints, lambda: input_transform(ref_model, inputs, actual, [o.path for o, _, _ in pairs], tols))
         if h is not None:
             hints.append(_hint(h))
             input_found = True
     output_found = False
-    if not input_found:
+    if not input_found and not preprocessing:
         for o, a, e in pairs:
             h = _safe(hints, lambda: output_transform(a, e, o.tolerance))
             if h is not None:
@@ -180,17 +201,26 @@ def _diagnose_comparison(report: Any, actual: Any, expected: Any, cand_model: An
 
     # 5. Training mode of a deterministic candidate against a Keras reference.
     training = False
-    if ref_runs and not nondeterministic and not input_found and not output_found \
+    if ref_runs and not explained and not input_found and not output_found \
             and budget.allows("training-mode rerun", runs=1):
         h = _safe(hints, lambda: _training_mode_match(ref_model, full_inputs, pairs))
         if h is not None:
             hints.append(h)
             training = True
 
+    # 5b. Weights agree and nothing above explains it: the configuration (an epsilon, a layer
+    # only one form has) is compared instead of blaming a layer for what its config does.
+    if weights_agree and not explained and not input_found and not output_found and not training:
+        c = _safe(hints, lambda: configuration_hint(ref_model, cand_model))
+        if c is not None:
+            cause, message, evidence = c
+            hints.append(Hint(cause, message, "the weights agree tensor for tensor; " + evidence))
+            explained = True
+
     # 6. Where the forms start to differ (when nothing above explains the whole output). A
     # layer "diverges" above the noise the failing outputs were allowed (their default bound,
     # a multiple of the model's own float error): ResNet50's correct ONNX form drifts 1.2e-4.
-    if both and not nondeterministic and not input_found and not output_found and not training \
+    if both and not explained and not input_found and not output_found and not training \
             and budget.allows("layer table (first divergent layer)", runs=LOCALIZE_RUNS):
         # A TFLite file's layer table runs without XNNPACK, whose kernels round a log-magnitude
         # net's filter bank apart by its float64 error: there the float64 floor's bound, where
@@ -199,6 +229,9 @@ def _diagnose_comparison(report: Any, actual: Any, expected: Any, cand_model: An
         rel = max([DIVERGE_REL] + [(getattr(o.tolerance, "float64_scale", None) if plain else None) or o.tolerance.scale
                                    for o, _, _ in pairs if getattr(o.tolerance, "default", False)])
         h = _safe(hints, lambda: _localize_hint(ref_model, cand_model, inputs, rel))
+        if h is not None and weights_agree:  # then the cause is what the layer does, not what it holds
+            h = Hint(h.cause, h.message + "; the weights agree, so look at its configuration (an epsilon, a layout, "
+                     "a layer missing or added)", h.evidence)
         if h is not None:
             hints.append(h)
     skipped = budget.skipped_hint()
@@ -355,11 +388,31 @@ def _localize_hint(ref: Any, cand: Any, inputs: Any, rel: float = DIVERGE_REL) -
     if got is None:
         return None
     row, before = got
-    inputs_note = (f"its input `{before.layer}` agrees (max abs {before.max_abs:.3g})" if before is not None
-                   else "it is the first layer")
+    fused: list[str] = []
+    if row.inputs:  # each input the reference's graph names, as the table found it
+        by_layer = {d.layer: d for d in diffs}
+        said = []
+        for name in row.inputs:
+            d = by_layer.get(name)
+            if d is not None and d.max_abs is not None and not d.diverged:
+                said.append(f"`{name}` agrees (max abs {d.max_abs:.3g})")
+            elif d is not None and d.note.startswith("fused into"):
+                said.append(f"`{name}` is fused into it in the candidate")
+                fused.append(name)
+            else:
+                said.append(f"`{name}` could not be compared")
+        inputs_note = ("its input " if len(said) == 1 else "its inputs: ") + ", ".join(said)
+    elif before is not None:
+        inputs_note = f"its input `{before.layer}` agrees (max abs {before.max_abs:.3g})"
+    else:
+        inputs_note = "it is the first layer"
     cand = f" (candidate {row.candidate_op} `{row.candidate}`)" if row.candidate else ""
+    with_fused = (f", or in {', '.join(f'`{n}`' for n in fused)} fused into it in the candidate" if fused else "")
+    if row.permuted:  # named before the layer: the permutation is the cause, the layer only shows it
+        with_fused += (f", right after a transpose only the candidate runs (`{row.permuted}`): an extra axis "
+                       "permutation (a channels-first/channels-last slip)")
     return Hint("first_divergent_layer",
-                f"the forms start to differ at layer `{row.layer}` ({row.op}){cand}",
+                f"the forms start to differ at layer `{row.layer}` ({row.op}){with_fused}{cand}",
                 f"max abs {row.max_abs:.3g} (rel {row.max_rel:.3g}) there while {inputs_note}\n" + format_rows(diffs))
 
 

@@ -34,6 +34,8 @@ class LayerDiff:
     note: str = ""
     first: bool = False            # the first divergent layer
     layout: str = ""               # how the candidate tensor was aligned, e.g. "NCHW, transposed"
+    inputs: tuple[str, ...] = ()   # the layers feeding this one, read from the reference's graph
+    permuted: str = ""             # a transpose only the candidate runs just before this row
 
     def __str__(self) -> str:
         return format_rows([self])
@@ -205,10 +207,13 @@ def _graph_intermediates(graph: Any, sess: Any, feeds: dict[str, np.ndarray], ou
         from ..formats import ancestor_ops
 
         needed = ancestor_ops([_tensor(graph, o).op for o in outputs])
+    fed = _fed_ops(graph)
     fetch = []
     for op in graph.get_operations():
         if needed is not None and op.name not in needed:
             continue
+        if fed and op.name not in fed:
+            continue  # a constant's reshape (a bias made 4-D): the same in every batch, no layer's output
         if op.type in ("Const", "Placeholder", "NoOp", "VarHandleOp", "ReadVariableOp", "Identity") or op.name.endswith("/read"):
             continue
         for t in op.outputs:
@@ -216,6 +221,20 @@ def _graph_intermediates(graph: Any, sess: Any, feeds: dict[str, np.ndarray], ou
                 fetch.append((op.name, op.type, t))
     values = sess.run([t for _, _, t in fetch], feed_dict=feed_dict)
     return [(n, o, np.asarray(v)) for (n, o, _), v in zip(fetch, values)]
+
+
+def _fed_ops(graph: Any) -> set[str]:
+    """Names of the ops whose value depends on a placeholder (the model's inputs)."""
+    todo = [op for op in graph.get_operations() if op.type == "Placeholder"]
+    seen = {op.name for op in todo}
+    while todo:
+        op = todo.pop()
+        for t in op.outputs:
+            for consumer in t.consumers():
+                if consumer.name not in seen:
+                    seen.add(consumer.name)
+                    todo.append(consumer)
+    return seen
 
 
 def _function_intermediates(fn: Any, feeds: dict[str, np.ndarray]) -> list[Entry]:
@@ -252,6 +271,11 @@ def _name_matches(layer: str, candidate_name: str) -> bool:
     return any(pattern.fullmatch(tok) for tok in re.split(r"[/;:]", candidate_name) if tok)
 
 
+def _aligned(shape: tuple, target: tuple) -> bool:
+    """The same shape, or the same up to the channel move a converter makes."""
+    return tuple(shape) == tuple(target) or bool(_layouts(shape, target))
+
+
 def _layouts(shape: tuple, target: tuple) -> list[tuple[tuple[int, ...], str]]:
     """Axis permutations that turn a candidate tensor of ``shape`` into ``target``'s layout:
     channels-first to channels-last and back (ONNX converters run convolutions in NCHW)."""
@@ -273,14 +297,16 @@ def _layouts(shape: tuple, target: tuple) -> list[tuple[tuple[int, ...], str]]:
 _FIRST_ROWS = 2
 
 
-def _diff(ref: np.ndarray, cand: np.ndarray, rows: int | None = None) -> tuple[float, float, str]:
+def _diff(ref: np.ndarray, cand: np.ndarray, rows: int | None = None,
+          permute_ok: bool = True) -> tuple[float, float, str]:
     """(max abs, max rel, layout) of ``cand`` against ``ref``: the same shape, or when the
     shapes differ, the better of a layout transpose (NCHW <-> NHWC) and a plain reshape.
     ``rows``: only the first rows of both (the relative figure still against ``ref``'s whole
-    scale), a lower bound of the full difference."""
+    scale), a lower bound of the full difference. ``permute_ok`` False: no layout transpose (the
+    candidate tensor is a permutation's own output, which a transpose would undo and hide)."""
     r = np.asarray(ref)
     c = np.asarray(cand)
-    tries = [(np.transpose(c, perm), label) for perm, label in _layouts(c.shape, r.shape)]
+    tries = [(np.transpose(c, perm), label) for perm, label in _layouts(c.shape, r.shape)] if permute_ok else []
     tries.append((c.reshape(r.shape), ""))
     scale = max(scale_of(r), 1e-30)
     if rows is not None:
@@ -308,11 +334,17 @@ class _LazyDiffs(dict):
     def at_least(self, j: int) -> float:
         if j in self or np.ndim(self.ref) == 0 or np.shape(self.ref)[0] <= _FIRST_ROWS:
             return self[j][1]
-        return _diff(self.ref, self.cand[j][2], rows=_FIRST_ROWS)[1]
+        return _diff(self.ref, self.cand[j][2], rows=_FIRST_ROWS, permute_ok=_may_transpose(self.cand[j][1]))[1]
 
     def __missing__(self, j: int) -> tuple[float, float, str]:
-        self[j] = found = _diff(self.ref, self.cand[j][2])
+        self[j] = found = _diff(self.ref, self.cand[j][2], permute_ok=_may_transpose(self.cand[j][1]))
         return found
+
+
+def _may_transpose(op: str) -> bool:
+    """A layout transpose aligns a converter's channels-first tensors, never the output of a
+    permutation the candidate itself runs (a port's channels-first flatten is the bug)."""
+    return op.lower() not in ("permute", "transpose")
 
 
 def compare_intermediates(ref: list[Entry], cand: list[Entry], *, rel: float = DIVERGE_REL) -> list[LayerDiff]:
@@ -321,6 +353,7 @@ def compare_intermediates(ref: list[Entry], cand: list[Entry], *, rel: float = D
     cand = [e for e in cand if np.asarray(e[2]).dtype.kind == "f" and np.ndim(e[2]) >= 1]
     rows_out: list[LayerDiff] = []
     status: list[str] = []
+    where: list[int] = []  # the candidate index of each compared row
     pos = 0
     for name, op, r in ref:
         # A graph reference's scope carries Keras' call suffix (`conv_1`): a Keras candidate's
@@ -330,32 +363,50 @@ def compare_intermediates(ref: list[Entry], cand: list[Entry], *, rel: float = D
         diffs = _LazyDiffs(r, cand)
         close = [j for j in pool if diffs.at_least(j) <= rel and diffs[j][1] <= rel]
         named = [j for j in pool if _name_matches(token, cand[j][0])]
+        # A tensor of the reference's own shape (or its channel move) before a mere reshape
+        # of the same values: a Dropout pairs with the candidate's identity, not a RESHAPE.
+        aligned = [j for j in pool if _aligned(cand[j][2].shape, r.shape)]
         if close:
             named_close = [j for j in close if j in named]
-            j = named_close[-1] if named_close else close[0]
+            group = named_close or close
+            group = [j for j in group if j in aligned] or group
+            j = group[-1] if named_close else group[0]
             st = "match"
+            # agreeing only through a reshape of another tensor while the layer's own tensor
+            # (its name, its shape) differs: the difference starts here (a port's flatten
+            # after an extra Permute holds the same values in another order)
+            own = [k for k in named if k in aligned and k not in close
+                   and _name_matches(token, cand[k][0].split(";")[0])] if j not in aligned else []
+            if own:
+                j, st = own[-1], "differs"
             pos = j
         elif named:
             j = named[-1]
             st = "differs"
             pos = j
-        elif pool:
-            j = min(pool, key=lambda k: diffs[k][0])
+        elif aligned:
+            # never the model's output (or any tensor) merely reshaped to this size
+            j = min(aligned, key=lambda k: diffs[k][0])
             st = "differs"
         else:
             rows_out.append(LayerDiff(name, op, None, None, False, note="no counterpart"))
             status.append("absent")
+            where.append(-1)
             continue
         holder = _fused_holder(name, token, cand[j][0], ref)
+        if st == "differs" and holder is None:
+            holder = _holds_later(ref, name, r, cand[j][2], diffs[j][1])
         if st == "differs" and holder is not None:
             # a fused TFLite op (CONV_2D + BN + ReLU) holds the output of its last op: set
             # against this earlier part it differs by design (issue 27: "rel 13.2")
             rows_out.append(LayerDiff(name, op, None, None, False, note=f"fused into `{holder}` in the candidate"))
             status.append("fused")
+            where.append(-1)
             continue
         rows_out.append(LayerDiff(name, op, diffs[j][0], diffs[j][1], False, cand[j][0], cand[j][1],
                                   layout=diffs[j][2]))
         status.append(st)
+        where.append(j)
     last_match = max((i for i, s in enumerate(status) if s == "match"), default=-1)
     first_marked = False
     for i, (row, st) in enumerate(zip(rows_out, status)):
@@ -368,7 +419,42 @@ def compare_intermediates(ref: list[Entry], cand: list[Entry], *, rel: float = D
             row.diverged = True
             if not first_marked:
                 row.first = first_marked = True
+                row.permuted = _permutation_before(cand, where, status, i)
     return rows_out
+
+
+def _permutation_before(cand: list[Entry], where: list[int], status: list[str], i: int) -> str:
+    """A transpose the candidate runs between the last agreeing row's tensor and row ``i``'s
+    that no reference row was paired with: a permutation the reference does not have."""
+    start = max((where[k] for k in range(i) if status[k] == "match" and where[k] >= 0), default=-1)
+    used = set(where)
+    for k in range(start + 1, where[i]):
+        if k not in used and cand[k][1].lower() in ("transpose", "permute"):
+            return cand[k][0]
+    return ""
+
+
+# A candidate tensor holds a later reference entry's value (after the bias, after the
+# activation) when it is this many times closer to that entry than to the one it was set against.
+_CLOSER = 4.0
+_LOOKAHEAD = 4
+
+
+def _holds_later(ref: list[Entry], name: str, r: np.ndarray, cand_value: np.ndarray, rel_here: float) -> str | None:
+    """The later reference entry (within a few) whose value the candidate tensor holds, when
+    it is much closer to it than to ``name``'s: a fused op (Conv + BiasAdd + Relu) is set
+    against the reference's tensor after the bias and activation, not before them."""
+    if not rel_here or not np.isfinite(rel_here):
+        return None
+    at = next((i for i, e in enumerate(ref) if e[0] == name), None)
+    if at is None:
+        return None
+    for other, _op, value in ref[at + 1:at + 1 + _LOOKAHEAD]:
+        if np.size(value) != np.size(cand_value) or np.shape(value) == () or value is r:
+            continue
+        if _diff(value, cand_value)[1] * _CLOSER < rel_here:
+            return other
+    return None
 
 
 def _fused_holder(name: str, token: str, cand_name: str, ref: list[Entry]) -> str | None:
@@ -415,7 +501,33 @@ def localize_divergence(reference: Any, candidate: Any, inputs: Any, *, rel: flo
     if not cand:
         raise ValueError(f"cannot expose the intermediate tensors of the candidate ({_describe(candidate)})"
                          f"{_because(errors)}; " + _how_to_expose(candidate))
-    return compare_intermediates(ref, cand, rel=rel)
+    rows_out = compare_intermediates(ref, cand, rel=rel)
+    feeding = _keras_inputs(native_of(reference))
+    for row in rows_out:
+        row.inputs = tuple(feeding.get(row.layer, ()))
+    return rows_out
+
+
+def _keras_inputs(model: Any) -> dict[str, list[str]]:
+    """{layer: the layers whose outputs it takes}, from a functional Keras model's graph (a
+    WaveNet gate's input is the residual stream, not its sibling listed just before it)."""
+    if not is_keras_model(model):
+        return {}
+    out: dict[str, list[str]] = {}
+    for layer in getattr(model, "layers", []):
+        try:
+            node = layer._inbound_nodes[0]
+            tensors = node.input_tensors
+        except Exception:  # noqa: BLE001 - a subclassed or shared layer: no single node
+            continue
+        names = []
+        for t in tensors:
+            history = getattr(t, "_keras_history", None)
+            op = getattr(history, "operation", None) if history is not None else None
+            if op is not None and op.name not in names and type(op).__name__ != "InputLayer":
+                names.append(op.name)
+        out[layer.name] = names
+    return out
 
 
 def _because(errors: list[str]) -> str:
@@ -438,11 +550,18 @@ def _describe(model: Any) -> str:
 
 
 def first_divergence(diffs: list[LayerDiff]) -> tuple[LayerDiff, LayerDiff | None] | None:
-    """(first divergent row, the last agreeing row before it) or None."""
+    """(first divergent row, the agreeing row of its input) or None: its input as the
+    reference's graph says when it says (else the last agreeing row before it); None as the
+    input when the graph names inputs none of which was compared and agrees."""
     before = None
+    agreeing: dict[str, LayerDiff] = {}
     for d in diffs:
         if d.first:
+            if d.inputs:
+                fed = [agreeing[n] for n in d.inputs if n in agreeing]
+                return d, (fed[0] if fed else None)
             return d, before
         if d.max_abs is not None and not d.diverged:
             before = d
+            agreeing[d.layer] = d
     return None

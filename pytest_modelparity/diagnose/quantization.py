@@ -175,8 +175,12 @@ def _rows_text(costs: list[LayerCost]) -> str:
                      + f")  [{c.tensor.split(';', 1)[0]}]" for c in costs[:max(SHOWN, 6)])
 
 
+def _top_costs(costs: list[LayerCost]) -> list[LayerCost]:
+    return [c for c in costs[:SHOWN] if c.added > 0] or costs[:1]
+
+
 def _top(costs: list[LayerCost]) -> str:
-    top = [c for c in costs[:SHOWN] if c.added > 0] or costs[:1]
+    top = _top_costs(costs)
     return ", ".join(f"`{c.layer}` ({c.op})" for c in top)
 
 
@@ -185,16 +189,31 @@ def cost_hint(quantized: Any, sibling: Any, inputs: Any, variant: str) -> tuple[
     costs, used = _measured(quantized, sibling, inputs)
     if not costs:
         return None
-    if variant == "float16":
-        fix = ("float16 weights cost this model more than the float16 budget: keep those layers in float32 "
-               "(compare tflite instead), or loosen the budget if the cost is acceptable")
-    else:
-        fix = ("keep them in float (tf.lite.experimental.QuantizationDebugOptions(denylisted_nodes=[...their tensor "
-               "names...]) and QuantizationDebugger(...).get_nondebug_quantized_model()), quantise their weights per "
-               "channel, or calibrate on representative rows (modelparity_dataset)")
+    fix = advice(variant, costs)
     return ("quantization_cost", f"quantisation costs the most at {_top(costs)}: {fix}",
             f"each op's output in the tflite:{variant} file vs the same tensor of its float32 sibling (relative "
             f"RMS over {_rows_said(used)}), costliest first:\n{_rows_text(costs)}")
+
+
+def advice(variant: str, costs: list[LayerCost]) -> str:
+    """How to keep the costliest layers in float, on a route that runs for ``variant``."""
+    if variant == "float16":
+        return ("float16 weights cost this model more than the float16 budget: keep those layers in float32 "
+                "(compare tflite instead), or loosen the budget if the cost is acceptable")
+    if variant == "dynamic_range":
+        # QuantizationDebugger refuses a converter without a representative dataset: no
+        # denylist advice here that cannot run.
+        return ("dynamic-range quantisation rounds their weights to int8 (tf.lite.experimental.QuantizationDebugger "
+                "does not run on a dynamic-range converter): compare tflite:float16 instead, or quantise int8 with "
+                "a representative dataset and denylist them there")
+    names = [c.tensor for c in _top_costs(costs)]
+    return ("keep them in float: build the converter as the plugin did (tf.lite.TFLiteConverter."
+            "from_concrete_functions, optimizations=[tf.lite.Optimize.DEFAULT], the same representative_dataset) "
+            "and run tf.lite.experimental.QuantizationDebugger(converter=converter, debug_dataset=..., "
+            f"debug_options=tf.lite.experimental.QuantizationDebugOptions(denylisted_nodes={names!r}))"
+            ".get_nondebug_quantized_model() -- the full tensor names, as written here (a layer's short name "
+            "matches nothing); or quantise their weights per channel, or calibrate on representative rows "
+            "(modelparity_dataset)")
 
 
 def _rows_said(used: int | None) -> str:

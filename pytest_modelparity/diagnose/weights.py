@@ -30,6 +30,9 @@ def weights_of(model: Any) -> dict[str, np.ndarray] | None:
     if getattr(model, "format", None) in _TRANSFORMED_FORMATS:
         return None
     got = hook(model, "weights")
+    variables = getattr(native_of(model), "variables", None)
+    if got and variables and not isinstance(variables, dict) and len(got) < len(list(variables)):
+        got = None  # names collided (a SavedModel's `model/kernel` for every kernel): read them all below
     if got:
         return {str(k): np.asarray(v) for k, v in got.items()}
     native = native_of(model)
@@ -51,10 +54,24 @@ def weights_of(model: Any) -> dict[str, np.ndarray] | None:
     variables = getattr(native, "variables", None)
     if variables:
         try:
-            return {_var_name(v): np.asarray(v.numpy()) for v in variables}
+            return _unique(variables)
         except Exception:  # noqa: BLE001
             return None
     return None
+
+
+def _unique(variables: Any) -> dict[str, np.ndarray]:
+    """{name: value}, a name repeated suffixed ``#2``, ``#3``: a loaded SavedModel's variables
+    can all be called ``model/kernel:0`` (the layer scope lost), and a dict would keep one."""
+    out: dict[str, np.ndarray] = {}
+    for v in variables:
+        name = _var_name(v)
+        key, k = name, 1
+        while key in out:
+            k += 1
+            key = f"{name}#{k}"
+        out[key] = np.asarray(v.numpy())
+    return out
 
 
 def _var_name(v: Any) -> str:
@@ -110,14 +127,42 @@ def match_weights(reference: dict[str, np.ndarray], candidate: dict[str, np.ndar
             continue
         pairs.append((rname, cname))
         del left[cname]
+    # Then by the path without numeric suffixes and the model's own name (a second instance of
+    # a subclassed model: `det_2/block_2/conv2d_7/bias` is `det/block/conv2d_1/bias`), in order.
+    skeletons: dict[str, list[str]] = {}
+    for cname in left:
+        skeletons.setdefault(_skeleton(cname), []).append(cname)
+    unmatched = []
     for rname in rest:
         shape = reference[rname].shape
-        for cname in list(left):
-            if left[cname].shape == shape:
-                pairs.append((rname, cname))
-                del left[cname]
-                break
+        cname = next((c for c in skeletons.get(_skeleton(rname), []) if c in left and left[c].shape == shape), None)
+        if cname is None:
+            unmatched.append(rname)
+            continue
+        pairs.append((rname, cname))
+        del left[cname]
+    # Last, by shape: the closest tensor of that shape (a zero bias never pairs with unit
+    # variances only because they came next in order).
+    for rname in unmatched:
+        r = np.asarray(reference[rname])
+        same = [c for c in left if left[c].shape == r.shape]
+        if not same:
+            continue
+        cname = min(same, key=lambda c: _distance(r, left[c]))
+        pairs.append((rname, cname))
+        del left[cname]
     return pairs
+
+
+def _skeleton(name: str) -> str:
+    parts = [re.sub(r"_\d+$", "", p) for p in re.split(r"[/.]", re.sub(r":\d+$", "", name)) if p]
+    return "/".join(parts[1:] if len(parts) > 2 else parts)
+
+
+def _distance(r: np.ndarray, c: np.ndarray) -> float:
+    if r.dtype.kind not in "fiu" or c.dtype.kind not in "fiu" or not r.size:
+        return 0.0
+    return float(np.max(np.abs(np.asarray(r, np.float64) - np.asarray(c, np.float64))))
 
 
 def fresh_init_reason(name: str, value: np.ndarray) -> str | None:
@@ -167,13 +212,16 @@ def compare_weights(reference: dict[str, np.ndarray], candidate: dict[str, np.nd
     return diffs, len(pairs)
 
 
-def weight_hint_parts(reference_model: Any, candidate_model: Any) -> tuple[str, str, str] | None:
-    """(cause, message, evidence) when both forms expose weights and some differ."""
+def weight_hint_parts(reference_model: Any, candidate_model: Any,
+                      ignore: set[str] | frozenset[str] = frozenset()) -> tuple[str, str, str] | None:
+    """(cause, message, evidence) when both forms expose weights and some differ (a weight of a
+    layer named in ``ignore``, already reported elsewhere, does not count)."""
     ref = weights_of(reference_model)
     cand = weights_of(candidate_model)
     if not ref or not cand:
         return None
     diffs, matched = compare_weights(ref, cand)
+    diffs = [d for d in diffs if not any(part in ignore for part in re.split(r"[/.]", d.name))]
     if not diffs or matched == 0:
         return None
     worst = "; ".join(f"`{d.name}` {d.shape} max |diff| {d.max_abs:.3g} ({d.max_rel:.1%} of its largest value)"

@@ -1,0 +1,184 @@
+"""Every planted bug, per format: caught (the comparison FAILS), named (the first "Likely cause"
+is the planted one) and misleading (a later hint points elsewhere: weights that agree, a layer
+downstream of the cause, an output scale) -- issue 38's zoo plus the earlier one (tests/zoo).
+
+Bugs (the models are the small ones of tests/test_diagnose_causes.py and tests/zoo):
+ids +1 on both inputs of an encoder-decoder; ids +1 on a recommender's (B, 1) user_id and
+item_id; two same-shape outputs swapped (keras, saved_model, tflite, onnx); a waveform fed
+int16 samples as floats (x32768); a Normalization mean off by half a standard deviation; a
+port's BatchNormalization epsilon and a channels-first flatten (keras; the flatten also as
+tflite and saved_model, where the layer table must name the candidate's transpose); a fused first convolution
+x1.01 (tflite, onnx, saved_model: named = the layer table at ~1%, or the kernel itself).
+
+Run:  .venv/bin/python bench/diagnosis.py [--no-zoo]
+      (2 cores: 39 s with the earlier zoo; a case that cannot run here, e.g. tfjs without Node.js, reads n/a)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+warnings.filterwarnings("ignore")
+
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from pytest_modelparity import (ParityError, assert_batch_invariant, assert_deterministic,  # noqa: E402
+                                assert_outputs_close, export_model, load_model)
+
+# Hints that point away from the cause when another one was planted.
+MISLEADING = {"weights_differ", "weights_reinitialised", "first_divergent_layer", "output_scaled",
+              "input_scaling", "token_id_shift", "outputs_swapped", "preprocessing_state",
+              "configuration_differs", "layer_only_in_one_form"}
+
+
+def _issue38_cases(tmp: Path) -> list[tuple[str, str, str, object]]:
+    """(bug, format, expected cause, run) with run() raising ParityError on a caught bug."""
+    import test_diagnose_causes as t
+
+    out: list[tuple[str, str, str, object]] = []
+    ref, bug = t._two_heads(False), t._two_heads(True)
+    for layer in ref.layers:
+        bug.get_layer(layer.name).set_weights(layer.get_weights())
+    x = np.random.default_rng(0).normal(size=(6, 8)).astype("float32")
+    for fmt in ("keras", "saved_model", "tflite", "onnx"):
+        def swap(fmt: str = fmt) -> None:
+            cand = bug if fmt == "keras" else load_model(export_model(bug, fmt, tmp / f"swap_{fmt}"))
+            assert_outputs_close(cand, ref, inputs=x)
+        out.append(("outputs swapped", fmt, "outputs_swapped", swap))
+
+    seq = t._encoder_decoder()
+    rng = np.random.default_rng(1)
+    sx = {"source": rng.integers(1, 38, (4, 10)).astype("int32"), "target": rng.integers(1, 38, (4, 6)).astype("int32")}
+    out.append(("encoder-decoder ids +1 on both inputs", "keras", "token_id_shift",
+                lambda: assert_outputs_close(lambda b: seq({k: v + 1 for k, v in b.items()}), seq, inputs=sx)))
+    rec = t._recommender()
+    rx = {"user_id": rng.integers(1, 28, (8, 1)).astype("int32"), "item_id": rng.integers(1, 48, (8, 1)).astype("int32")}
+    for key in ("user_id", "item_id"):
+        out.append((f"recommender {key} (B, 1) +1", "keras", "token_id_shift",
+                    lambda key=key: assert_outputs_close(lambda b: rec({**b, key: b[key] + 1}), rec, inputs=rx)))
+    wav = t._waveform_net()
+    tt = np.arange(1024) / 16000.0
+    wx = np.stack([0.3 * np.sin(2 * np.pi * f * tt) for f in (220, 440, 880)]).astype("float32") * 1e-3
+    out.append(("waveform fed int16 samples (x32768)", "keras", "input_scaling",
+                lambda: assert_outputs_close(lambda b: wav(b * 32768.0), wav, inputs=wx)))
+    nref, nbug = t._normalized([1.0, -2.0, 0.5, 3.0]), t._normalized([2.0, -2.0, 0.5, 3.0])
+    nbug.set_weights(nref.get_weights())
+    nx = np.random.default_rng(3).normal(size=(8, 4)).astype("float32") * 2
+    out.append(("Normalization mean +0.5 std", "keras", "preprocessing_state",
+                lambda: assert_outputs_close(nbug, nref, inputs=nx)))
+
+    tag = t._tagger()
+    bn = tag.get_layer("bn1")
+    trng = np.random.default_rng(9)
+    bn.set_weights([w + trng.uniform(0.5, 1.5, w.shape) if i == 0 else
+                    (trng.uniform(1e-4, 1e-2, w.shape) if i == 3 else w) for i, w in enumerate(bn.get_weights())])
+    tx = trng.normal(size=(4, 16, 16, 1)).astype("float32")
+    for label, slip, cause in (("port: BatchNormalization epsilon 1e-5", dict(epsilon=1e-5), "configuration_differs"),
+                               ("port: channels-first flatten", dict(channels_first_flatten=True),
+                                "layer_only_in_one_form")):
+        port = t._tagger(**slip)
+        port.set_weights(tag.get_weights())
+        out.append((label, "keras", cause, lambda port=port: assert_outputs_close(port, tag, inputs=tx)))
+        if "flatten" in label:  # no Keras config on a file: the layer table names the transpose
+            for fmt in ("tflite", "saved_model"):
+                out.append((label, fmt, "first_divergent_layer", lambda port=port, fmt=fmt: assert_outputs_close(
+                    load_model(export_model(port, fmt, tmp / f"port_{fmt}")), tag, inputs=tx)))
+
+    det, dbug = t._detector(), t._detector()
+    dbug.set_weights(det.get_weights())
+    dbug.stem.kernel.assign(det.stem.kernel * 1.01)
+    dx = np.random.default_rng(11).uniform(0, 1, (4, 16, 16, 3)).astype("float32")
+    for fmt in ("tflite", "onnx", "saved_model"):
+        expected = "weights_differ" if fmt == "saved_model" else "first_divergent_layer"
+        out.append(("fused first conv x1.01", fmt, expected, lambda fmt=fmt: assert_outputs_close(
+            load_model(export_model(dbug, fmt, tmp / f"det_{fmt}")), det, inputs=dx)))
+    return out
+
+
+def _zoo_cases(tmp: Path) -> list[tuple[str, str, str, object]]:
+    import zoo
+
+    out: list[tuple[str, str, str, object]] = []
+    for build in zoo.CAUSES:
+        def run(build=build) -> None:
+            case = build(tmp)
+            kw = dict(case.kwargs, **({"rtol": 0.0, "atol": 0.0} if case.passes_by_default else {}))
+            if case.check == "outputs_close":
+                assert_outputs_close(case.candidate, case.reference, inputs=case.inputs, **kw)
+            elif case.check == "deterministic":
+                assert_deterministic(case.candidate, case.inputs, **kw)
+            else:
+                assert_batch_invariant(case.candidate, case.inputs, **kw)
+        fmt = "tfjs" if "tfjs" in build.__name__ else "-"
+        out.append((f"zoo: {build.__name__}", fmt, _zoo_cause(build), run))
+    return out
+
+
+def _zoo_cause(build: object) -> str:
+    import inspect
+    import re
+
+    found = re.search(r'cause="([a-z_]+)"', inspect.getsource(build))  # type: ignore[arg-type]
+    return found.group(1) if found else "?"
+
+
+def _corroborates(hint: object, first: object) -> bool:
+    """A layer table that points at the layer whose weights the first hint says differ agrees
+    with it (not misleading)."""
+    import re
+
+    if getattr(hint, "cause", "") != "first_divergent_layer" or not getattr(first, "cause", "").startswith("weights"):
+        return False
+    layer = re.search(r"layer `([^`]+)`", getattr(hint, "message", ""))
+    if not layer:
+        return False
+    parts = {re.sub(r"_\d+$", "", p) for p in layer.group(1).split("/")[1:] or layer.group(1).split("/")}
+    weights = {re.sub(r"_\d+$", "", p) for name in re.findall(r"`([^`]+)`", getattr(first, "evidence", ""))
+               for p in re.split(r"[/.]", name)}
+    return bool(parts & weights)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--no-zoo", action="store_true", help="only issue 38's planted bugs")
+    args = ap.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        cases = _issue38_cases(tmp) + ([] if args.no_zoo else _zoo_cases(tmp))
+        for bug, fmt, cause, run in cases:
+            t0 = time.perf_counter()
+            try:
+                run()  # type: ignore[operator]
+                hints, got, caught = [], [], False
+            except ParityError as exc:
+                hints = exc.report.hints
+                got, caught = [h.cause for h in hints], True
+            except Exception as exc:  # noqa: BLE001 - a case that cannot run here (no Node.js)
+                rows.append((bug, fmt, cause, "n/a", "-", "-", f"{type(exc).__name__}", time.perf_counter() - t0))
+                continue
+            named = bool(got) and got[0] == cause
+            misleading = [h.cause for h in hints[1:] if h.cause in MISLEADING and h.cause != cause
+                          and not _corroborates(h, hints[0])]
+            rows.append((bug, fmt, cause, "yes" if caught else "NO", "yes" if named else "NO",
+                         ", ".join(misleading) or "0", ", ".join(got) or "-", time.perf_counter() - t0))
+    print(f"{'bug':<42} {'format':<12} {'caught':<6} {'named':<6} misleading  hints  (s)")
+    for bug, fmt, cause, caught, named, mis, got, s in rows:
+        print(f"{bug:<42} {fmt:<12} {caught:<6} {named:<6} {mis:<10} {got}  {s:.1f}")
+    ran = [r for r in rows if r[3] != "n/a"]
+    print(f"\n{len(ran)} bugs run: caught {sum(r[3] == 'yes' for r in ran)}, named {sum(r[4] == 'yes' for r in ran)}, "
+          f"misleading hints {sum(r[5] != '0' for r in ran)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+"""Compare the state of two Keras forms' preprocessing layers, as weights are compared:
+Normalization mean/variance, Discretization boundaries, lookup vocabularies. A Normalization
+built with ``mean=`` holds its statistics as constants, not weights, so a port whose mean is
+off by half a standard deviation agrees weight for weight and still differs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ._util import is_keras_model, native_of
+
+# state: {layer name: (layer type, {field: value})}
+State = dict[str, tuple[str, dict[str, Any]]]
+
+
+def all_layers(model: Any) -> list[Any]:
+    flat = getattr(model, "_flatten_layers", None)
+    if callable(flat):
+        try:
+            return list(flat(include_self=False, recursive=True))
+        except TypeError:
+            pass
+    return list(getattr(model, "layers", []))
+
+
+def _array(v: Any) -> np.ndarray | None:
+    try:
+        return np.asarray(v.numpy() if hasattr(v, "numpy") else v, np.float64)
+    except Exception:  # noqa: BLE001 - an unbuilt layer's symbolic value: nothing to compare
+        return None
+
+
+def preprocessing_state(model: Any) -> State:
+    """The preprocessing state of a Keras model (empty for other forms)."""
+    native = native_of(model)
+    if not is_keras_model(native):
+        return {}
+    out: State = {}
+    for layer in all_layers(native):
+        kind = type(layer).__name__
+        fields: dict[str, Any] = {}
+        if kind == "Normalization":
+            for f in ("mean", "variance"):
+                v = _array(getattr(layer, f, None))
+                if v is not None and v.size:
+                    fields[f] = v.reshape(-1)
+        elif kind == "Discretization":
+            b = getattr(layer, "bin_boundaries", None)
+            if b is not None:
+                fields["bin_boundaries"] = np.asarray(b, np.float64).reshape(-1)
+        elif hasattr(layer, "get_vocabulary") and kind.endswith("Lookup"):
+            try:
+                fields["vocabulary"] = [str(t) for t in layer.get_vocabulary()]
+            except Exception:  # noqa: BLE001
+                continue
+        if fields:
+            out[layer.name] = (kind, fields)
+    return out
+
+
+def _pairs(ref: State, cand: State) -> list[tuple[str, str]]:
+    """(reference layer, candidate layer): by name, then by type in order."""
+    pairs, left = [], dict(cand)
+    rest = []
+    for name, (kind, _) in ref.items():
+        if name in left and left[name][0] == kind:
+            pairs.append((name, name))
+            del left[name]
+        else:
+            rest.append(name)
+    for name in rest:
+        other = next((c for c, (k, _) in left.items() if k == ref[name][0]), None)
+        if other is not None:
+            pairs.append((name, other))
+            del left[other]
+    return pairs
+
+
+def _vocab_diff(r: list[str], c: list[str]) -> str | None:
+    if r == c:
+        return None
+    if c[1:] == r or r[1:] == c or c[:-1] == r[1:] or c[1:] == r[:-1]:
+        return (f"its vocabulary is off by one ({len(r)} vs {len(c)} entries; reference starts {r[:3]}, candidate "
+                f"{c[:3]}): an OOV or mask entry added or dropped")
+    if sorted(r) == sorted(c):
+        moved = sum(a != b for a, b in zip(r, c))
+        return f"its vocabulary holds the same {len(r)} entries in another order ({moved} at another index)"
+    missing = len(set(r) - set(c))
+    return f"its vocabulary differs ({len(r)} vs {len(c)} entries, {missing} of the reference's missing)"
+
+
+def _field_diff(kind: str, field: str, r: np.ndarray, c: np.ndarray, fields: dict[str, Any]) -> str | None:
+    if r.shape != c.shape:
+        return f"{field} has {c.size} values where the reference has {r.size}"
+    d = np.abs(r - c)
+    if not d.size or float(d.max()) <= 1e-6 * max(float(np.abs(r).max()), 1e-12):
+        return None
+    i = int(np.argmax(d))
+    text = f"{field} differs by up to {d[i]:.3g} (reference {r[i]:.4g}, candidate {c[i]:.4g})"
+    var = fields.get("variance")
+    if kind == "Normalization" and field == "mean" and isinstance(var, np.ndarray) and var.shape == r.shape:
+        std = float(np.sqrt(max(var[i], 1e-12)))
+        text += f", {d[i] / std:.2g} of a standard deviation"
+    elif kind == "Normalization" and field == "variance":
+        text += f", a ratio of {c[i] / r[i]:.3g}" if r[i] else ""
+    return text
+
+
+def preprocessing_hint(reference: Any, candidate: Any) -> tuple[str, str, str] | None:
+    """(cause, message, evidence) when both forms are Keras and a preprocessing layer's state differs."""
+    ref, cand = preprocessing_state(reference), preprocessing_state(candidate)
+    if not ref or not cand:
+        return None
+    found = []
+    for rname, cname in _pairs(ref, cand):
+        kind, rf = ref[rname]
+        _, cf = cand[cname]
+        for field, rv in rf.items():
+            cv = cf.get(field)
+            if cv is None:
+                continue
+            why = _vocab_diff(rv, cv) if field == "vocabulary" else _field_diff(kind, field, rv, cv, rf)
+            if why is not None:
+                found.append((rname, kind, why))
+    if not found:
+        return None
+    name, kind, why = found[0]
+    return ("preprocessing_state", f"the preprocessing state differs: {kind} `{name}` {why.split(' (')[0]}",
+            "; ".join(f"{k} `{n}`: {w}" for n, k, w in found[:4]))
+
+
+def preprocessing_layers(model: Any) -> set[str]:
+    return set(preprocessing_state(model))
