@@ -212,3 +212,12 @@ def test_one_word_trusts_a_keras_lambda_too(tmp_path: Path) -> None:
         load_model(path)
     loaded = load_model(path, trusted=True)
     np.testing.assert_allclose(loaded.predict(np.ones((1, 2), np.float32))[loaded.outputs[0].name], [[3.0, 3.0]])
+
+
+def test_the_word_given_to_export_model_reaches_the_loads_its_converter_makes(models: Path, tmp_path: Path) -> None:
+    """export_model(path, ..., trusted=True) scans once, then the converter loads the path again
+    itself: that load takes the caller's word too (it refused the model before)."""
+    try:
+        export_model(str(models / "writes"), "tflite", tmp_path / "t.tflite", trusted=True)
+    except Exception as exc:  # noqa: BLE001 - the converter may refuse WriteFile; trust must not
+        assert "Refused before TensorFlow" not in str(exc), exc

@@ -282,7 +282,13 @@ def export_model(model: Any, format: str, path: str | Path, *, converter_options
         raise ExportError(path, format, f"the directory {str(target.parent)!r} cannot be created ({failure})",
                           _write_fix(failure, target)) from exc
     try:
-        written = Path(module.export(model, target, **options))
+        if trusted is not None and isinstance(model, (str, Path)):
+            from .tensorflow.trust import trusting
+
+            with trusting(trusted):  # the converter loads the path again itself
+                written = Path(module.export(model, target, **options))
+        else:
+            written = Path(module.export(model, target, **options))
         validate = getattr(module, "validate", None)
         if validate is not None and not getattr(module, "EXPORT_VALIDATES", False):
             validate(written)

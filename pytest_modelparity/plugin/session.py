@@ -363,6 +363,8 @@ class ParitySession:
                 getattr(format_module(base), "CONVERTS_SAVED_MODEL", False):
             # A TF1 graph's named tensors and switches make the model: every conversion gets them.
             options.update({k: given[k] for k in ("inputs", "outputs", "feeds") if given.get(k) is not None})
+        if isinstance(model, (str, Path)) and given.get("trusted") is not None:
+            options["trusted"] = given["trusted"]  # the user's word reaches the conversions of the file too
         start = time.perf_counter()
         # The cache keys Keras models by architecture and weights; a file source is converted
         # afresh into this session's temporary directory (user files are never written to).

@@ -20,11 +20,13 @@ constant naming a file inside the model's own folder.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from ...errors import ModelLoadError
 from ..common import first_line
@@ -76,10 +78,28 @@ class Finding:
         return f"{self.op} (node {self.node!r}{where}: {self.reaches}{when})"
 
 
+# The word given to export_model(..., trusted=...), for the loads its converter makes itself
+# (a SavedModel or TF1 graph is loaded again inside the conversion, without the argument).
+_GIVEN: ContextVar[bool | None] = ContextVar("modelparity_trusted", default=None)
+
+
+@contextlib.contextmanager
+def trusting(trusted: bool | None) -> Iterator[None]:
+    """Within the block, a load that is not told otherwise takes ``trusted`` (None: no change)."""
+    token = _GIVEN.set(trusted)
+    try:
+        yield
+    finally:
+        _GIVEN.reset(token)
+
+
 def is_trusted(trusted: bool | None) -> bool:
-    """The caller's word, else the session's (``MODELPARITY_TRUST_MODELS``)."""
+    """The caller's word, else export_model's (``trusting``), else the session's
+    (``MODELPARITY_TRUST_MODELS``)."""
     if trusted is not None:
         return bool(trusted)
+    if _GIVEN.get() is not None:
+        return bool(_GIVEN.get())
     return os.environ.get(TRUST_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
