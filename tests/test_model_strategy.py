@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, find, given, settings
 from hypothesis.errors import InvalidArgument
 
 from pytest_modelparity import strategies
+from pytest_modelparity.checks.model_draw import minimize
 from pytest_modelparity.checks.model_steps import Conv, Merge, Step
 
 
@@ -18,8 +19,8 @@ def _run(drawn):
     return [np.asarray(o) for o in (out if isinstance(out, (list, tuple)) else [out])]
 
 
-@settings(max_examples=12, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
-@given(strategies.models(max_layers=5))
+@settings(max_examples=8, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(strategies.models(max_layers=4))
 def test_every_draw_builds_and_runs_to_finite_outputs_of_order_one(drawn):
     for out in _run(drawn):
         assert out.shape[0] == 2
@@ -28,7 +29,7 @@ def test_every_draw_builds_and_runs_to_finite_outputs_of_order_one(drawn):
 
 
 @settings(max_examples=4, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
-@given(strategies.models(max_layers=4, inputs=["image", "sequence"]))
+@given(strategies.models(max_layers=4, inputs=["image", "sequence"]).filter(lambda d: len(d.layers) >= 2))
 def test_deleting_any_step_is_a_valid_draw(drawn):
     for i in range(len(drawn.steps)):
         shorter = drawn.without(i)
@@ -39,15 +40,20 @@ def test_deleting_any_step_is_a_valid_draw(drawn):
 
 
 def test_a_planted_failure_shrinks_to_its_minimal_layers():
-    # Planted bug: "a converter" is wrong whenever a dilated conv later meets a Maximum merge.
+    # Planted bug: "a converter" is wrong whenever a dilated conv later meets a merge.
     def fails(drawn):
         layers = drawn.layers
-        return any(isinstance(a, Conv) and a.dilation == 2 and any(isinstance(b, Merge) and b.op == "Maximum"
-                                                                   for b in layers[i + 1:])
+        return any(isinstance(a, Conv) and a.dilation == 2 and any(isinstance(b, Merge) for b in layers[i + 1:])
                    for i, a in enumerate(layers))
 
-    minimal = find(strategies.models(max_layers=8), fails,
-                   settings=settings(max_examples=3000, database=None, derandomize=True))
+    vocabulary = ["conv", "merge", "dense", "activation"]
+    shrunk = find(strategies.models(max_layers=6, vocabulary=vocabulary, inputs=["image"]), fails,
+                  settings=settings(max_examples=300, database=None, derandomize=True))
+    # Hypothesis' shrink can stop at a local minimum (a harmless extra layer); the fuzz run's
+    # deletion pass finishes the job, one call per step.
+    calls = []
+    minimal = minimize(shrunk, lambda d: calls.append(d) or fails(d))
+    assert len(calls) <= 2 + len(shrunk.layers) * (len(shrunk.layers) + 1) // 2
     assert [type(s) for s in minimal.layers] == [Conv, Merge], minimal
     assert minimal.steps == tuple(minimal.layers)  # no skipped step left over
     assert minimal.seed == 0 and not minimal.two_inputs

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from .model_steps import Shape, Step, step_strategy
 
-__all__ = ["DrawnModel", "InputKind", "models", "INPUT_KINDS", "VOCAB_SIZE"]
+__all__ = ["DrawnModel", "InputKind", "models", "minimize", "INPUT_KINDS", "VOCAB_SIZE"]
 
 VOCAB_SIZE = 10
 INPUT_KINDS = ("vector", "sequence", "image", "tokens")
@@ -118,6 +118,36 @@ class DrawnModel:
         steps = ", ".join(repr(s) for s in self.layers)
         extra = ", two_inputs=True" + (f", join={self.join!r}" if self.join != "Add" else "") if self.two_inputs else ""
         return f"DrawnModel(input={self.input!r}, layers=[{steps}], seed={self.seed}{extra})"
+
+
+def minimize(drawn: DrawnModel, fails: Any, *, budget_s: float | None = None) -> DrawnModel:
+    """Delete steps one at a time while ``fails(draw)`` still holds, then simplify the rest.
+
+    Why beside Hypothesis' shrinker: it reaches a local minimum (measured: a planted two-layer
+    failure kept a third, harmless layer) and each of its calls costs an export per format in a
+    fuzz run; one pass of single deletions is at most one call per step, and every deletion is a
+    valid draw by construction. Skipped steps go first (they cost nothing and change nothing).
+    """
+    import time
+
+    start = time.monotonic()
+    current = replace(drawn, steps=tuple(drawn.layers))
+    candidates = [replace(current, two_inputs=False), replace(current, seed=0)]
+    for candidate in candidates:
+        if candidate != current and fails(candidate):
+            current = candidate
+    changed = True
+    while changed:
+        changed = False
+        for i in reversed(range(len(current.steps))):
+            if budget_s is not None and time.monotonic() - start > budget_s:
+                return current
+            shorter = current.without(i)
+            shorter = replace(shorter, steps=tuple(shorter.layers))
+            if fails(shorter):
+                current, changed = shorter, True
+                break
+    return current
 
 
 def _fan_in(shape: Sequence[int]) -> int:
