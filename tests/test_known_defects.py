@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_modelparity.checks.known_defects import CATALOGUE, label_failure, status_here
+from pytest_modelparity.checks.defect_status import status_here
+from pytest_modelparity.checks.known_defects import CATALOGUE, label_failure
 from pytest_modelparity.formats import missing_runtime
 
 

@@ -443,6 +443,10 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         from .zero_code import suite_items
 
         items.extend(suite_items(session, state))
+    if state.options.fuzz:
+        from .fuzz import fuzz_items
+
+        items.extend(fuzz_items(session, state))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -580,6 +584,10 @@ def _terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
             terminalreporter.write_line(line)
         if len(shown) < len(rows):
             terminalreporter.write_line(hidden_rows_line(rows, shown))
+    from .fuzz import summary_lines
+
+    for line in summary_lines(config):  # --modelparity-fuzz
+        terminalreporter.write_line(line, red="NEW" in line)
     logs = state.logs
     if logs is not None and logs.path is not None and (logs.written or (state.workers and _workers_logged(
             logs.path.parent, state.started))):

@@ -82,6 +82,11 @@ _OPTIONS: tuple[tuple[str, Literal["string", "bool"], str], ...] = (
     ("export-process", "string",
      "child (default): converters run in one persistent child process, so a converter's crash, abort, OOM "
      "kill or hang fails that export only; inline: in the test process"),
+    ("fuzz", "string",
+     "N: draw N small Keras models, export each to every --modelparity-formats format (default tflite, onnx, "
+     "tfjs) and judge each with the default verdict; failures are shrunk and written as reproducers, converter "
+     "refusals counted by cause (docs/fuzzing.md)"),
+    ("fuzz-minutes", "string", "stop drawing models for --modelparity-fuzz after this many minutes"),
     ("export-memory", "string",
      "the most memory one export may add, e.g. 4G or 500M (RLIMIT_AS in the export process; needs "
      "--modelparity-export-process=child): a larger conversion fails with ExportError instead of taking the "
@@ -119,6 +124,8 @@ class ParityOptions:
     timeout: float | None = DEFAULT_TIMEOUT_S  # None: no limit
     export_process: str = "child"  # or "inline"
     export_memory: int | None = None  # bytes of address space one export may add
+    fuzz: int | None = None           # --modelparity-fuzz: models to draw
+    fuzz_minutes: float | None = None  # --modelparity-fuzz-minutes: the time budget
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -370,7 +377,23 @@ def parse_options(config: pytest.Config) -> ParityOptions:
         timeout=parse_timeout(_value(config, "modelparity_timeout")),
         export_process=parse_export_process(_value(config, "modelparity_export_process")),
         export_memory=parse_size("--modelparity-export-memory", _value(config, "modelparity_export_memory")),
+        fuzz=_positive("--modelparity-fuzz", _value(config, "modelparity_fuzz"), int),
+        fuzz_minutes=_positive("--modelparity-fuzz-minutes", _value(config, "modelparity_fuzz_minutes"), float),
     )
+
+
+def _positive(option: str, value: Any, kind: Any) -> Any:
+    """A positive number, or a usage error naming the option and an example."""
+    if value is None or value == "":
+        return None
+    try:
+        number = kind(value)
+    except (TypeError, ValueError):
+        number = None
+    if number is None or number <= 0:
+        raise pytest.UsageError(f"{option}={value}: pass a positive {'whole ' if kind is int else ''}number, "
+                                f"e.g. {option}={'20' if kind is int else '5'}")
+    return number
 
 
 def _data_path(config: pytest.Config, value: Any) -> str | None:
