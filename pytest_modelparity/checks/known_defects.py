@@ -70,11 +70,12 @@ CATALOGUE: tuple[KnownDefect, ...] = (
     KnownDefect(
         "tf2onnx-pad-dilated-same-conv", "onnx",
         "ZeroPadding2D then Conv2D(dilation 2, padding='same'): the pad is folded into the conv and SAME "
-        "padding is lost (a smaller output); onnxruntime only warns",
+        "padding is lost (a smaller output); onnxruntime only warns, the plugin's export check refuses the file",
         "tf2onnx 1.17, opset 17",
         DrawnModel(IMAGE, (Resize("pad"), Conv(4, 3, 1, 2, "same"))),
-        "fail", lambda layers: _follows(layers, lambda a: isinstance(a, Resize) and a.op == "pad",
-                                        lambda b: isinstance(b, Conv) and b.dilation > 1 and b.padding == "same")),
+        "refused", lambda layers: _follows(layers, lambda a: isinstance(a, Resize) and a.op == "pad",
+                                           lambda b: isinstance(b, Conv) and b.dilation > 1 and b.padding == "same"),
+        r"output shape|instead of"),
     KnownDefect(
         "tf2onnx-dense-then-conv-transpose", "onnx",
         "Dense on a 4-D tensor, then Conv2DTranspose(kernel 2, stride 1, 'same'): wrong values",
