@@ -38,3 +38,22 @@ def test_a_failure_outside_the_catalogue_is_new():
     assert label_failure(plain, "onnx") is None
     assert label_failure(CATALOGUE[0].model, "tflite") == CATALOGUE[0].name
     assert label_failure(CATALOGUE[0].model, "onnx") is None  # the signature is per converter
+
+
+def test_the_diagnosis_names_the_op_tflite_ran_instead(tmp_path):
+    from pytest_modelparity import ParityError, assert_outputs_close, export_model, load_model
+    from pytest_modelparity.checks.known_defects import by_name
+
+    drawn = by_name("tflite-l2-normalization-eps").model
+    model = drawn.build()
+    candidate = load_model(export_model(model, "tflite", tmp_path / "m.tflite"))
+    try:
+        ops = {op for _, op in candidate.op_types()}
+        if "L2_NORMALIZATION" not in ops:
+            pytest.skip(f"this TFLite converter no longer fuses the pattern (ops: {sorted(ops)}): the defect is fixed")
+        with pytest.raises(ParityError) as caught:
+            assert_outputs_close(candidate, model, inputs=drawn.batch()[0])
+    finally:
+        candidate.close()
+    text = str(caught.value)
+    assert "L2_NORMALIZATION" in text and "known: tflite-l2-normalization-eps" in text, text
