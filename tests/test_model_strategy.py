@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, find, given, settings
+from hypothesis import find, given, settings
 from hypothesis.errors import InvalidArgument
 
 from pytest_modelparity import strategies
@@ -19,7 +19,7 @@ def _run(drawn):
     return [np.asarray(o) for o in (out if isinstance(out, (list, tuple)) else [out])]
 
 
-@settings(max_examples=8, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=8, deadline=None, database=None)
 @given(strategies.models(max_layers=4))
 def test_every_draw_builds_and_runs_to_finite_outputs_of_order_one(drawn):
     for out in _run(drawn):
@@ -28,7 +28,7 @@ def test_every_draw_builds_and_runs_to_finite_outputs_of_order_one(drawn):
         assert np.abs(out).max() < 1e3, drawn  # trained-like scaling: no exploding activations
 
 
-@settings(max_examples=4, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=4, deadline=None, database=None)
 @given(strategies.models(max_layers=4, inputs=["image", "sequence"]).filter(lambda d: len(d.layers) >= 2))
 def test_deleting_any_step_is_a_valid_draw(drawn):
     for i in range(len(drawn.steps)):

@@ -145,6 +145,8 @@ class Norm(Step):
     op: str = "batch"  # batch | layer
 
     def emit(self, shape: Shape) -> tuple[list[str], Shape] | None:
+        if self.op == "layer" and shape[-1] == 1:
+            return None  # normalising one value gives a constant (beta)
         layer = "BatchNormalization" if self.op == "batch" else "LayerNormalization"
         return [f"x = keras.layers.{layer}()(x)"], shape
 
@@ -167,6 +169,8 @@ class Act(Step):
     name: str = "relu"
 
     def emit(self, shape: Shape) -> tuple[list[str], Shape] | None:
+        if self.name == "softmax" and shape[-1] == 1:
+            return None  # a constant 1: every later layer would compare constants
         return [f"x = {ACTIVATIONS[self.name]}"], shape
 
 
