@@ -147,6 +147,9 @@ def minimize(drawn: DrawnModel, fails: Any, *, budget_s: float | None = None) ->
             if fails(shorter):
                 current, changed = shorter, True
                 break
+    for candidate in (replace(current, two_inputs=False), replace(current, seed=0)):  # again, now it is small
+        if candidate != current and fails(candidate):
+            current = candidate
     return current
 
 
