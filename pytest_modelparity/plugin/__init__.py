@@ -476,6 +476,10 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         from .zero_code import suite_items
 
         items.extend(suite_items(session, state))
+    if state.options.fuzz:
+        from .fuzz import fuzz_items
+
+        items.extend(fuzz_items(session, state))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -633,6 +637,10 @@ def _terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
             terminalreporter.write_line(line)
         if len(shown) < len(rows):
             terminalreporter.write_line(hidden_rows_line(rows, shown))
+    from .fuzz import summary_lines
+
+    for line in summary_lines(config):  # --modelparity-fuzz
+        terminalreporter.write_line(line, red="NEW" in line)
     logs = state.logs
     lost = logs.lost_line() if logs is not None else None
     if lost is not None:  # a full disk under the log: one line, not an OSError out of an export

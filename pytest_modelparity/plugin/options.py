@@ -90,6 +90,11 @@ _OPTIONS: tuple[tuple[str, Literal["string", "bool"], str], ...] = (
     ("export-process", "string",
      "child (default): converters run in one persistent child process, so a converter's crash, abort, OOM "
      "kill or hang fails that export only; inline: in the test process"),
+    ("fuzz", "string",
+     "N: draw N small Keras models, export each to every --modelparity-formats format (default tflite, onnx, "
+     "tfjs) and judge each with the default verdict; failures are shrunk and written as reproducers, converter "
+     "refusals counted by cause (docs/fuzzing.md)"),
+    ("fuzz-minutes", "string", "stop drawing models for --modelparity-fuzz after this many minutes"),
     ("export-memory", "string",
      "the most memory one export may add, e.g. 4G or 500M (RLIMIT_AS in the export process; needs "
      "--modelparity-export-process=child): a larger conversion fails with ExportError instead of taking the "
@@ -144,6 +149,8 @@ class ParityOptions:
     record: Path | None = None  # --modelparity-record: where this run's recordings go (plugin/record.py)
     record_overwrite: bool = False
     against: Path | None = None  # --modelparity-against: an earlier run's recordings to compare with
+    fuzz: int | None = None           # --modelparity-fuzz: models to draw
+    fuzz_minutes: float | None = None  # --modelparity-fuzz-minutes: the time budget
 
     def format_named(self, fmt: str) -> bool:
         """Whether the user named this format (a whole list, or one added to the defaults)."""
@@ -467,7 +474,23 @@ def parse_options(config: pytest.Config) -> ParityOptions:
         record=_path(config, _value(config, "modelparity_record")),
         record_overwrite=bool(_value(config, "modelparity_record_overwrite")),
         against=_path(config, _value(config, "modelparity_against")),
+        fuzz=_positive("--modelparity-fuzz", _value(config, "modelparity_fuzz"), int),
+        fuzz_minutes=_positive("--modelparity-fuzz-minutes", _value(config, "modelparity_fuzz_minutes"), float),
     )
+
+
+def _positive(option: str, value: Any, kind: Any) -> Any:
+    """A positive number, or a usage error naming the option and an example."""
+    if value is None or value == "":
+        return None
+    try:
+        number = kind(value)
+    except (TypeError, ValueError):
+        number = None
+    if number is None or number <= 0:
+        raise pytest.UsageError(f"{option}={value}: pass a positive {'whole ' if kind is int else ''}number, "
+                                f"e.g. {option}={'20' if kind is int else '5'}")
+    return number
 
 
 def _data_path(config: pytest.Config, value: Any) -> str | None:

@@ -87,6 +87,15 @@ def export(model: Any, path: Path, *, opset: int = DEFAULT_OPSET,
                                   "carry lookup tables), or export the model without its lookup layer",
                                   route=route, not_applicable=True) from exc
             except Exception as exc:  # noqa: BLE001 - converter errors are many and untyped
+                passed = re.search(r"graph input '([^']+)' not exist", str(exc))
+                if passed:  # tf2onnx 1.17: an output that is an input unchanged (measured: 27 of 40 fuzz refusals)
+                    raise ExportError(path, NAME, f"the model returns its input {passed.group(1)!r} unchanged as an "
+                                      "output, and tf2onnx's function route cannot convert a graph whose output is "
+                                      "one of its inputs (\"graph input not exist\")",
+                                      "compare this model through saved_model or tflite (both carry it), or convert "
+                                      "its SavedModel with tf2onnx's command line (python -m tf2onnx.convert "
+                                      "--saved-model DIR --output model.onnx), which converts it; or drop the "
+                                      "pass-through output", route=route, log_path=log.keep()) from exc
                 raise _export_error(path, f"tf2onnx failed (opset {opset}): {first_line(exc, 200)}", log, route,
                                     exc) from exc
             _keep_keras_output_order(proto, serving.output_names)
@@ -281,7 +290,8 @@ def validate_content(content: bytes, path: Path, *, log: ConverterLog | None = N
         options.log_severity_level = 4  # a probe size the model cannot take is not worth an ERROR line
         session = ort.InferenceSession(content, options, providers=["CPUExecutionProvider"])
         # Open non-batch dims at the smallest size the file takes (a valid-conv net takes no 1x1).
-        run_probe(lambda feeds: session.run(None, feeds), [ort_spec(arg) for arg in session.get_inputs()])
+        _, results = run_probe(lambda feeds: session.run(None, feeds), [ort_spec(arg) for arg in session.get_inputs()])
+        lost = _shape_mismatch(content, results)
     except Exception as exc:  # noqa: BLE001 - onnx/onnxruntime raise their own untyped errors
         if log is None:
             raise ExportError(path, NAME, f"the converted file does not load or run in onnxruntime: "
@@ -290,6 +300,35 @@ def validate_content(content: bytes, path: Path, *, log: ConverterLog | None = N
         log.note(f"modelparity: the converted file is invalid:\n{exc}")
         raise _export_error(path, f"tf2onnx wrote a file onnxruntime refuses: {first_line(exc, 200)}{probe_note(exc)}",
                             log, route or "?", exc) from exc
+    if lost:
+        problem = (f"tf2onnx wrote a file whose output shape is not the model's: {lost} (onnxruntime only warns "
+                   f"\"Error merging shape info\" and runs it); a converter defect, e.g. SAME padding lost when a "
+                   f"ZeroPadding2D is folded into a dilated Conv2D")
+        fix = ("compare this model through tflite or saved_model, or pad explicitly (Conv2D padding='valid' after "
+               "the ZeroPadding2D that gives the same output size)")
+        if log is None:
+            raise ExportError(path, NAME, problem, fix, route=route)
+        raise ExportError(path, NAME, problem, fix, route=route, log_path=log.keep())
+
+
+def _shape_mismatch(content: bytes, results: Any) -> str:
+    """``"output 'x' computes (N, 2, 2, 4), the file declares (N, 6, 6, 4)"`` where the fixed dims that
+    the file declares (from the source model) differ from what onnxruntime computed, else ``""``."""
+    if importlib.util.find_spec("onnx") is None:
+        return ""
+    import onnx
+
+    declared = onnx.load_model_from_string(content).graph.output
+    found = []
+    for out, value in zip(declared, results or []):
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in out.type.tensor_type.shape.dim]
+        shape = tuple(getattr(value, "shape", ()))
+        if not dims or len(dims) != len(shape):
+            continue
+        if any(want is not None and want > 0 and want != got for want, got in zip(dims[1:], shape[1:])):
+            show = lambda ds: "(" + ", ".join("N" if i == 0 else str(d) for i, d in enumerate(ds)) + ")"  # noqa: E731
+            found.append(f"output {out.name!r} computes {show(shape)}, the file declares {show(dims)}")
+    return "; ".join(found)
 
 
 def _keep_keras_output_order(proto: Any, names: list[str]) -> None:

@@ -1,0 +1,129 @@
+"""Converter defects found with generated models: a catalogue in code, not prose.
+
+Why: a fuzz run that meets a defect again should say "known: <name>" instead of reporting it
+as new, and a test per entry tells when an upgraded converter has fixed it. Each entry holds
+its minimal model (a ``DrawnModel``, so it is built by the same code a fuzz run uses), the
+versions it was seen on, and a signature over the layers of a failing model and the format.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from .model_draw import DrawnModel, InputKind
+from .model_steps import Act, Conv, ConvTranspose, Dense, DepthwiseConv, Math, Merge, Resize, Shape, Step
+
+__all__ = ["KnownDefect", "CATALOGUE", "label_failure", "by_name"]
+
+
+@dataclass(frozen=True, repr=False)
+class DepthwiseBranches(Step):
+    """Two branches of one tensor (depthwise + gelu, depthwise + relu) joined by Add: defect 6."""
+
+    def emit(self, shape: Shape) -> tuple[list[str], Shape] | None:
+        if len(shape) != 3:
+            return None
+        return ["a = keras.layers.DepthwiseConv2D(3, padding='same')(x)",
+                "a = keras.layers.Activation('gelu')(a)",
+                "b = keras.layers.DepthwiseConv2D(3, padding='same')(x)",
+                "b = keras.layers.Activation('relu')(b)",
+                "x = keras.layers.Add()([a, b])"], shape
+
+
+@dataclass(frozen=True)
+class KnownDefect:
+    name: str
+    format: str
+    summary: str
+    seen_with: str
+    model: DrawnModel
+    outcome: str                       # what the plugin reports: "fail" (wrong values) or "refused"/"error"
+    signature: Callable[[list[Step]], bool]
+    symptom: str = ""                  # regex a converter's or runtime's error must match to be this defect
+    input_kind: str | None = None      # only models with this input kind (tokens, image...) match
+
+    def matches(self, drawn: DrawnModel, fmt: str) -> bool:
+        if self.input_kind is not None and drawn.input.kind != self.input_kind:
+            return False
+        return fmt.split(":")[0] == self.format and self.signature(drawn.layers)
+
+
+def _follows(layers: list[Step], first: Callable[[Step], bool], then: Callable[[Step], bool]) -> bool:
+    return any(first(a) and then(b) for a, b in zip(layers, layers[1:]))
+
+
+IMAGE = InputKind("image", (4, 4, 2))
+
+CATALOGUE: tuple[KnownDefect, ...] = (
+    KnownDefect(
+        "tflite-l2-normalization-eps", "tflite",
+        "x / sqrt(sum(x^2) + eps) is fused into L2_NORMALIZATION, whose kernel divides by max(norm, 1e-6) "
+        "whatever eps was",
+        "TF 2.21, ai-edge-litert 2.x",
+        DrawnModel(InputKind("vector", (8,)), (Math("tiny"), Math("l2norm"))),
+        "fail", lambda layers: any(isinstance(s, Math) and s.op == "l2norm" for s in layers)),
+    KnownDefect(
+        "tfjs-maximum-as-leakyrelu", "tfjs",
+        "maximum(a*x, x) with a > 1 is remapped to LeakyRelu(alpha=a), right only for a <= 1",
+        "tensorflowjs 4.22",
+        DrawnModel(InputKind("vector", (8,)), (Dense(4), Merge("Maximum", "scale", 2.0))),
+        "fail", lambda layers: any(isinstance(s, Merge) and s.op == "Maximum"
+                                   and ((s.branch == "scale" and s.scale > 1) or s.branch == "double") for s in layers)),
+    KnownDefect(
+        "tf2onnx-pad-dilated-same-conv", "onnx",
+        "ZeroPadding2D then Conv2D(dilation 2, padding='same'): the pad is folded into the conv and SAME "
+        "padding is lost (a smaller output); onnxruntime only warns, the plugin's export check refuses the file",
+        "tf2onnx 1.17, opset 17",
+        DrawnModel(IMAGE, (Resize("pad"), Conv(4, 3, 1, 2, "same"))),
+        "refused", lambda layers: _follows(layers, lambda a: isinstance(a, Resize) and a.op == "pad",
+                                           lambda b: isinstance(b, Conv) and b.dilation > 1 and b.padding == "same"),
+        r"output shape|instead of"),
+    KnownDefect(
+        "tf2onnx-dense-then-conv-transpose", "onnx",
+        "Dense on a 4-D tensor, then Conv2DTranspose(kernel 2, stride 1, 'same'): wrong values",
+        "tf2onnx 1.17, opset 17",
+        DrawnModel(IMAGE, (Dense(8), ConvTranspose(4, 2, 1, "same"))),
+        "fail", lambda layers: any(isinstance(s, ConvTranspose) and s.stride == 1 and s.padding == "same"
+                                   and s.kernel % 2 == 0 for s in layers)),
+    KnownDefect(
+        "tf2onnx-conv-transpose-negative-pads", "onnx",
+        "Conv2DTranspose(kernel 1, stride 2): negative pads, onnxruntime refuses the file",
+        "tf2onnx 1.17, opset 17",
+        DrawnModel(IMAGE, (ConvTranspose(4, 1, 2, "same"),)),
+        "refused", lambda layers: any(isinstance(s, ConvTranspose) and s.kernel < s.stride for s in layers),
+        r"pads must not contain negative|negative"),
+    KnownDefect(
+        "tfjs-two-branch-reading-outputs", "tfjs",
+        "two branches of one tensor (depthwise + gelu / relu) joined: converts, then fails in tfjs "
+        "(\"Cannot read properties of undefined (reading 'outputs')\")",
+        "tensorflowjs 4.22",
+        DrawnModel(IMAGE, (DepthwiseBranches(),)),
+        "error", lambda layers: any(isinstance(s, DepthwiseBranches) for s in layers)
+        or (sum(isinstance(s, DepthwiseConv) for s in layers) >= 1 and any(isinstance(s, Act) for s in layers)),
+        r"reading 'outputs'"),
+    KnownDefect(
+        "tfjs-embedding-cumsum-empty-batch", "tfjs",
+        "Embedding then keras.ops.cumsum(axis=-1): the tfjs form returns a batch of 0 rows, shape (0, 4, 4) "
+        "instead of (4, 4, 4) (found by bench/fuzz.py; the bare converter's file does the same when run by the "
+        "plugin's Node.js runner)",
+        "tensorflowjs 4.22, @tensorflow/tfjs 4.22 (cpu backend)",
+        DrawnModel(InputKind("tokens", (4,)), (Math("cumsum"),)),
+        "fail", lambda layers: any(isinstance(s, Math) and s.op == "cumsum" for s in layers), input_kind="tokens"),
+)
+
+
+def by_name(name: str) -> KnownDefect:
+    for entry in CATALOGUE:
+        if entry.name == name:
+            return entry
+    raise KeyError(f"no known defect {name!r}; known: {', '.join(e.name for e in CATALOGUE)}")
+
+
+def label_failure(drawn: DrawnModel, fmt: str, text: str = "") -> str | None:
+    """The name of the known defect a failure of ``drawn`` on ``fmt`` matches, or None (new)."""
+    for entry in CATALOGUE:
+        if entry.matches(drawn, fmt):
+            return entry.name
+    return None
+

@@ -1,0 +1,236 @@
+"""``pytest --modelparity-fuzz=N``: drawn models through every selected converter.
+
+One item, ``modelparity-fuzz``: Hypothesis draws N models (``strategies.models``, seeded by
+``--hypothesis-seed``, default 0), each is exported to each format and judged by the default
+verdict (``checks/fuzzing.py``). Refusals are counted by cause, never failures. Each distinct
+failure (format, outcome, known defect or cause) is shrunk by deleting steps, one export per
+step and only for the failing format (Hypothesis' own shrinker would re-export every format per
+step and stopped at local minima), then written as a standalone reproducer. The item fails
+only on a failure no catalogue entry knows; the end-of-run summary lists everything.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .session import ParitySession, get_state
+
+FUZZ_NODEID = "modelparity-fuzz"
+DEFAULT_FORMATS = ("tflite", "onnx", "tfjs")
+MAX_LAYERS = 6
+SHRINK_SECONDS = 120.0  # per distinct failure
+
+
+@dataclass
+class FuzzResults:
+    models: int = 0
+    seconds: float = 0.0
+    counts: dict[tuple[str, str], int] = field(default_factory=dict)    # (format, status) -> n
+    refusals: dict[tuple[str, str], int] = field(default_factory=dict)  # (format, cause) -> n
+    failures: dict[tuple[str, str, str], Any] = field(default_factory=dict)  # key -> (drawn, outcome)
+    written: dict[tuple[str, str, str], Path] = field(default_factory=dict)
+    shrunk: dict[tuple[str, str, str], tuple[int, int, float]] = field(default_factory=dict)
+    stopped_by_budget: bool = False
+
+
+RESULTS_KEY = pytest.StashKey[FuzzResults]()
+
+
+class FuzzRun(pytest.Item):
+    def __init__(self, *, formats: tuple[str, ...], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.formats = formats
+
+    def runtest(self) -> None:
+        from hypothesis import HealthCheck, Phase, given, seed, settings
+
+        from ..checks.fuzzing import check_model
+        from ..checks.model_draw import models
+
+        options = get_state(self.config).options
+        results = self.config.stash.setdefault(RESULTS_KEY, FuzzResults())
+        start = time.monotonic()
+        budget = None if options.fuzz_minutes is None else options.fuzz_minutes * 60.0
+        root = Path(options.cache_dir)
+        root.mkdir(parents=True, exist_ok=True)
+
+        @seed(int(self.config.getoption("hypothesis_seed", None) or 0))
+        @settings(max_examples=int(options.fuzz or 0), database=None, deadline=None, phases=[Phase.generate],
+                  suppress_health_check=list(HealthCheck))
+        @given(models(max_layers=MAX_LAYERS))
+        def draw(drawn: Any) -> None:
+            if budget is not None and time.monotonic() - start > budget:
+                results.stopped_by_budget = True
+                return
+            results.models += 1
+            for outcome in check_model(drawn, self.formats, workdir=root):
+                fmt_status = (outcome.format, outcome.status)
+                results.counts[fmt_status] = results.counts.get(fmt_status, 0) + 1
+                if outcome.status == "refused" and not outcome.known:
+                    key = (outcome.format, outcome.cause)
+                    results.refusals[key] = results.refusals.get(key, 0) + 1
+                elif outcome.status != "pass" and outcome.key not in results.failures:
+                    results.failures[outcome.key] = (drawn, outcome)
+
+        draw()
+        results.seconds = time.monotonic() - start
+        out_dir = fuzz_folder(options)
+        for key, (drawn, outcome) in list(results.failures.items()):
+            minimal, outcome, steps = _shrink(drawn, outcome, root)
+            results.failures[key] = (minimal, outcome)
+            results.shrunk[key] = (len(drawn.layers), len(minimal.layers), steps)
+            results.written[key] = write_reproducer(out_dir, minimal, outcome)
+        new = [k for k, (_, o) in results.failures.items() if not o.known]
+        if new:
+            raise FuzzFailure("\n".join(
+                f"{o.format}: {o.status} ({o.cause}), shrunk to {len(d.layers)} layer(s): {d!r}\n"
+                f"  reproducer: {results.written[k]}\n" + _indent(o.text, 12)
+                for k, (d, o) in results.failures.items() if k in new))
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        if isinstance(excinfo.value, FuzzFailure):
+            return f"modelparity fuzz found new converter failures:\n{excinfo.value}"
+        return super().repr_failure(excinfo, style=style)
+
+    def reportinfo(self) -> tuple[Any, int | None, str]:
+        return self.path, None, f"modelparity fuzz [{','.join(self.formats)}]"
+
+
+class FuzzFailure(AssertionError):
+    pass
+
+
+def _indent(text: str, lines: int) -> str:
+    kept = text.strip().splitlines()[:lines]
+    return "".join(f"    {line}\n" for line in kept)
+
+
+def _shrink(drawn: Any, outcome: Any, root: Path) -> tuple[Any, Any, int]:
+    """The smallest draw failing the same way on the same format, by single-step deletions."""
+    from ..checks.fuzzing import check_model
+    from ..checks.model_draw import minimize
+
+    last = {"outcome": outcome}
+    calls = 0
+
+    def same(candidate: Any) -> bool:
+        nonlocal calls
+        calls += 1
+        (got,) = check_model(candidate, [outcome.format], workdir=root)
+        if got.key == outcome.key:
+            last["outcome"] = got
+            return True
+        return False
+
+    minimal = minimize(drawn, same, budget_s=SHRINK_SECONDS)
+    return minimal, last["outcome"], calls
+
+
+def fuzz_folder(options: Any) -> Path:
+    """Beside the JSON report when there is one (``--modelparity-report``), else in the cache."""
+    base = Path(options.report).parent if options.report else Path(options.cache_dir)
+    return base / "modelparity-fuzz"
+
+
+def _versions() -> dict[str, str]:
+    from importlib import metadata
+
+    found = {}
+    for dist in ("tensorflow", "tensorflow-cpu", "keras", "ai-edge-litert", "tf2onnx", "onnx", "onnxruntime",
+                 "tensorflowjs", "pytest-modelparity"):
+        try:
+            found[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def write_reproducer(out_dir: Path, drawn: Any, outcome: Any) -> Path:
+    """``<out_dir>/<format>-<cause>/``: repro.py (plain Keras rebuild), weights.npz, inputs.npz,
+    verdict.txt (the plugin's text and the versions)."""
+    import numpy as np
+
+    slug = re.sub(r"[^\w.-]+", "-", f"{outcome.format}-{outcome.known or outcome.status + '-' + outcome.cause}")[:80]
+    folder = out_dir / slug.strip("-")
+    folder.mkdir(parents=True, exist_ok=True)
+    model = drawn.build()
+    np.savez(folder / "weights.npz", **{f"w{i}": w for i, w in enumerate(model.get_weights())})
+    batch = drawn.batch()
+    np.savez(folder / "inputs.npz", **{f"x{i}": x for i, x in enumerate(batch)})
+    versions = _versions()
+    label = f"known: {outcome.known}" if outcome.known else "new"
+    (folder / "verdict.txt").write_text(f"{outcome.format}: {outcome.status} ({label})\n"
+                                        f"versions: {json.dumps(versions)}\n\n{outcome.text}\n")
+    header = (f'"""Reproducer written by pytest-modelparity --modelparity-fuzz: {outcome.format} {outcome.status} '
+              f'({label}).\n\nModel: {drawn!r}\nVersions: {json.dumps(versions)}\nThe verdict is in verdict.txt. '
+              f'Run: python repro.py (exports with the plugin and judges again).\n"""\n')
+    body = f'''
+from pathlib import Path
+
+import keras
+import numpy as np
+
+HERE = Path(__file__).parent
+FORMAT = {outcome.format!r}
+
+
+{drawn.source()}
+
+def model_and_inputs():
+    model = build_model(keras)
+    weights = np.load(HERE / "weights.npz")
+    model.set_weights([weights[f"w{{i}}"] for i in range(len(weights.files))])
+    inputs = np.load(HERE / "inputs.npz")
+    batch = [inputs[f"x{{i}}"] for i in range(len(inputs.files))]
+    return model, batch if len(batch) > 1 else batch[0]
+
+
+if __name__ == "__main__":
+    from pytest_modelparity import assert_outputs_close, export_model, load_model
+
+    model, inputs = model_and_inputs()
+    path = export_model(model, FORMAT, HERE / "candidate")
+    assert_outputs_close(load_model(path, FORMAT.split(":")[0]), model, inputs=inputs)
+    print("the converted model agrees: the defect no longer reproduces here")
+'''
+    (folder / "repro.py").write_text(header + body)
+    return folder
+
+
+def summary_lines(config: pytest.Config) -> list[str]:
+    """The end-of-run fuzz summary (empty when no fuzz run happened)."""
+    results = config.stash.get(RESULTS_KEY, None)
+    if results is None:
+        return []
+    lines = [f"modelparity fuzz: {results.models} model(s) in {results.seconds:.0f} s"
+             + (" (stopped by --modelparity-fuzz-minutes)" if results.stopped_by_budget else "")]
+    for fmt in sorted({f for f, _ in results.counts}):
+        parts = [f"{results.counts[(fmt, s)]} {s}" for s in ("pass", "fail", "error", "refused")
+                 if results.counts.get((fmt, s))]
+        lines.append(f"  {fmt}: {', '.join(parts)}")
+    for (fmt, cause), n in sorted(results.refusals.items(), key=lambda kv: -kv[1]):
+        lines.append(f"  refused by {fmt} ({n}x): {cause}")
+    for key, (drawn, outcome) in results.failures.items():
+        label = f"known: {outcome.known}" if outcome.known else "NEW"
+        before, after, calls = results.shrunk.get(key, (len(drawn.layers), len(drawn.layers), 0))
+        lines.append(f"  {outcome.format} {outcome.status} [{label}] shrunk {before} -> {after} layer(s) in {calls} "
+                     f"check(s); reproducer: {results.written.get(key, '-')}")
+    return lines
+
+
+def fuzz_items(session: pytest.Session, state: ParitySession) -> list[FuzzRun]:
+    """The fuzz item over the selected formats (default: tflite, onnx, tfjs where installed)."""
+    from ..formats import available_formats
+
+    if state.options.formats_explicit:
+        formats = tuple(state.options.formats)
+    else:
+        formats = tuple(f for f in DEFAULT_FORMATS if f in available_formats())
+    return [FuzzRun.from_parent(session, name=FUZZ_NODEID, nodeid=FUZZ_NODEID, formats=formats)]

@@ -1,0 +1,53 @@
+"""``pytest --modelparity-fuzz=N``: a seeded run on tflite and onnx to its summary, and the
+reproducer a failure leaves behind rebuilding the same model."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+
+import numpy as np
+import pytest
+
+
+def test_a_seeded_fuzz_run_on_tflite_and_onnx_ends_with_its_summary(pytester: pytest.Pytester) -> None:
+    # 20 models, with a 40 s budget so a loaded 2-core CI machine still ends in about a minute.
+    result = pytester.runpytest_subprocess("--modelparity-fuzz=20", "--modelparity-fuzz-minutes=0.67",
+                                "--modelparity-formats=tflite,onnx", "--hypothesis-seed=3", "-p", "no:cacheprovider")
+    text = result.stdout.str()
+    found = re.search(r"modelparity fuzz: (\d+) model\(s\) in \d+ s", text)
+    assert found, text
+    models = int(found.group(1))
+    assert 1 <= models <= 20
+    assert "stopped by --modelparity-fuzz-minutes" in text or models == 20
+    for fmt in ("tflite", "onnx"):  # every model judged or refused on every format
+        line = re.search(rf"^  {fmt}: (.*)$", text, re.M)
+        assert line, text
+        assert sum(int(n) for n in re.findall(r"(\d+) \w+", line.group(1))) == models
+    assert "NEW" not in text  # no failure outside the catalogue on these converters (a false alarm would be one)
+    result.assert_outcomes(passed=1)
+
+
+def test_fuzz_option_values_are_checked(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--modelparity-fuzz=zero")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--modelparity-fuzz=zero: pass a positive whole number*"])
+
+
+def test_a_reproducer_rebuilds_the_failing_model_bit_for_bit(tmp_path) -> None:
+    from pytest_modelparity.checks.fuzzing import Outcome
+    from pytest_modelparity.checks.known_defects import by_name
+    from pytest_modelparity.plugin.fuzz import write_reproducer
+
+    entry = by_name("tf2onnx-dense-then-conv-transpose")
+    outcome = Outcome("onnx", "fail", "new", "the verdict text", known=entry.name)
+    folder = write_reproducer(tmp_path, entry.model, outcome)
+    assert {p.name for p in folder.iterdir()} == {"repro.py", "weights.npz", "inputs.npz", "verdict.txt"}
+    assert "known: " + entry.name in (folder / "verdict.txt").read_text()
+    spec = importlib.util.spec_from_file_location("repro_under_test", folder / "repro.py")
+    repro = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(repro)  # plain Keras code: the same in a fresh interpreter
+    model, inputs = repro.model_and_inputs()
+    np.save(tmp_path / "out.npy", np.asarray(model(inputs)))
+    expected = np.asarray(entry.model.build()(entry.model.batch()[0]))
+    np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), expected)
