@@ -22,6 +22,14 @@ def bound_to_expected(actual_model: Any, expected_model: Any, inputs: Any, bind:
     """``actual_model`` speaking ``expected_model``'s tensor names when both are loaded forms
     (``formats/binding.py``); a candidate the plugin's session bound to a reference with these
     names already stays as it is."""
+    if is_loaded_model(actual_model) and _positional_to_keras(expected_model, inputs):
+        # A list is in expected's input order; a converted form may list its inputs in another
+        # (a tfjs model.json's order changed from one export to the next): fed as they are, two
+        # same-shape inputs were swapped and a correct form FAILED. Bind to a view of the model.
+        from ..formats import load_model
+        from ..formats.binding import bind_model
+
+        return bind_model(actual_model, load_model(expected_model), explicit=bind, probe=inputs)
     if not (is_loaded_model(actual_model) and is_loaded_model(expected_model)):
         return actual_model
     if not bind and getattr(actual_model, "input_binding", None) is not None and \
@@ -31,6 +39,17 @@ def bound_to_expected(actual_model: Any, expected_model: Any, inputs: Any, bind:
     from ..formats.binding import bind_model
 
     return bind_model(actual_model, expected_model, explicit=bind, probe=inputs)
+
+
+def _positional_to_keras(model: Any, inputs: Any) -> bool:
+    """``inputs`` a list for a raw Keras model of several inputs (the case a loaded form's own
+    input order can silently swap)."""
+    if is_loaded_model(model) or not isinstance(inputs, (list, tuple)) or len(inputs) < 2:
+        return False
+    try:
+        return len(getattr(model, "inputs", None) or ()) == len(inputs)
+    except Exception:  # noqa: BLE001 - an unbuilt subclassed model has no inputs yet
+        return False
 
 
 def recorded_inputs(actual_model: Any, expected_model: Any, inputs: Any) -> Any:
