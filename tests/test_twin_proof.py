@@ -19,6 +19,15 @@ from pytest_modelparity.verdict.tolerances import (REORDERED_SUPPORTS, SHADOW_MU
 
 pytest.importorskip("tensorflow", reason="the twins need TensorFlow: pip install 'pytest-modelparity[tensorflow]'")
 
+MACHINE_DEPENDENT_FALSE_ALARM = pytest.mark.xfail(
+    strict=False,
+    reason="known false alarm on some CPUs (docs/tolerances.md 'A machine where the sharper floor is wrong'): on "
+           "an AMD EPYC without AVX-512 (2026-12-02) TensorFlow's float32 kernels differ from TFLite/ONNX on the "
+           "log-magnitude net by ~1.1x its float64 error (2.5e-4 of scale), where the reordered twin measures "
+           "1/300 of it, so the sharper floor fails correct forms; on the machine the rule was measured on they "
+           "agreed within 1x the reordered spread")
+
+
 REF = {"a": np.ones(4, np.float32), "b": np.ones(4, np.float32)}
 FIXED = default_tolerance("float32").scale
 
@@ -117,6 +126,7 @@ def test_a_keras_twin_that_lost_state_is_rejected_and_a_one_percent_change_fails
         assert_outputs_close(off, ref, inputs=x)
 
 
+@MACHINE_DEPENDENT_FALSE_ALARM
 def test_a_graph_only_floor_the_reordered_twin_does_not_confirm_is_unproven(tmp_path):
     """The log-magnitude net's SavedModel as the reference: one float64 twin (the graph twin,
     2e-4..4e-4 of scale), and the reordered float32 twin measures ~1e-6, far under it (rounding
