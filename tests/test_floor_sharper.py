@@ -17,6 +17,8 @@ import textwrap
 import numpy as np
 import pytest
 
+from audio import FALSE_ALARM_ON_SOME_CPUS  # tests/audio.py
+
 from pytest_modelparity import ParityError, assert_outputs_close, load_model
 from pytest_modelparity.floor import measure as floor
 from pytest_modelparity.verdict.tolerances import (REORDERED_AT_MOST, REORDERED_MIN_SHARE, SHADOW_MULTIPLE,
@@ -26,13 +28,7 @@ pytest.importorskip("tensorflow", reason="the twins need TensorFlow: pip install
 EPS32 = float(np.finfo(np.float32).eps)
 
 
-MACHINE_DEPENDENT_FALSE_ALARM = pytest.mark.xfail(
-    strict=False,
-    reason="known false alarm on some CPUs (docs/tolerances.md 'A machine where the sharper floor is wrong'): on "
-           "an AMD EPYC without AVX-512 (2026-12-02) TensorFlow's float32 kernels differ from TFLite/ONNX on the "
-           "log-magnitude net by ~1.1x its float64 error (2.5e-4 of scale), where the reordered twin measures "
-           "1/300 of it, so the sharper floor fails correct forms; on the machine the rule was measured on they "
-           "agreed within 1x the reordered spread")
+MACHINE_DEPENDENT_FALSE_ALARM = pytest.mark.xfail(strict=False, reason=FALSE_ALARM_ON_SOME_CPUS)
 
 
 def test_the_reordered_spread_judges_only_where_the_float64_error_is_shared_rounding():

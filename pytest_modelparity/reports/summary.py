@@ -18,7 +18,7 @@ import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from ..verdict.formatting import json_value, table_number
 
@@ -438,29 +438,26 @@ def build_document(*, rows: Sequence[dict], tests: dict[str, dict], artifacts: S
 def write_text_atomic(path: Path, text: str) -> Path:
     """Write ``text`` to ``path`` through a temp file renamed into place, so a crash never
     leaves half a report; when writing fails the temp file is removed before the error rises."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    return path
+    return _write_atomic(path, lambda fh: fh.write(text))
 
 
 def write_json(path: Path, document: dict) -> Path:
     """The JSON report, written atomically and streamed: no copy of the whole text is held (a
     large run's report under ``ulimit -v`` failed building that one string)."""
+    def dump(fh: Any) -> None:
+        json.dump(document, fh, indent=2, allow_nan=False)
+        fh.write("\n")
+    return _write_atomic(path, dump)
+
+
+def _write_atomic(path: Path, write: Callable[[Any], Any]) -> Path:
+    """``write(file)`` into a temp file beside ``path``, renamed into place; removed on failure."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(document, fh, indent=2, allow_nan=False)
-            fh.write("\n")
+            write(fh)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
