@@ -181,21 +181,14 @@ def _keep_prob_graph(path: Path) -> Path:
     import tensorflow as tf
 
     v1 = tf.compat.v1
-    graph = tf.Graph()
-    v2_flow = v1.control_flow_v2_enabled()
-    v1.disable_control_flow_v2()
-    try:
-        with graph.as_default():
-            x = v1.placeholder(tf.float32, [None, 6], name="x")
-            keep_prob = v1.placeholder(tf.float32, name="keep_prob")
-            is_training = v1.placeholder_with_default(False, [], name="is_training")
-            w = tf.constant(np.random.default_rng(1).normal(size=(6, 2)).astype("float32"))
-            h = v1.nn.dropout(tf.matmul(x, w), keep_prob=keep_prob)
-            h = v1.cond(is_training, lambda: h * 2.0, lambda: tf.identity(h))
-            tf.nn.sigmoid(h, name="scores")
-    finally:
-        if v2_flow:
-            v1.enable_control_flow_v2()
+    with tf1_training.tf1_graph() as graph:
+        x = v1.placeholder(tf.float32, [None, 6], name="x")
+        keep_prob = v1.placeholder(tf.float32, name="keep_prob")
+        is_training = v1.placeholder_with_default(False, [], name="is_training")
+        w = tf.constant(np.random.default_rng(1).normal(size=(6, 2)).astype("float32"))
+        h = v1.nn.dropout(tf.matmul(x, w), keep_prob=keep_prob)
+        h = v1.cond(is_training, lambda: h * 2.0, lambda: tf.identity(h))
+        tf.nn.sigmoid(h, name="scores")
     path.write_bytes(graph.as_graph_def().SerializeToString())
     return path
 
@@ -235,23 +228,16 @@ def test_outputs_are_found_among_cond_bookkeeping_metrics_and_summaries() -> Non
     from pytest_modelparity.formats.tensorflow.graph import find_outputs
 
     v1 = tf.compat.v1
-    graph = tf.Graph()
-    v2_flow = v1.control_flow_v2_enabled()
-    v1.disable_control_flow_v2()
-    try:
-        with graph.as_default():
-            x = v1.placeholder(tf.float32, [None, 4], name="model/Placeholder")
-            labels = v1.placeholder(tf.float32, [None, 2], name="model/labels")
-            is_training = v1.placeholder(tf.bool, [], name="model/Placeholder_2")
-            h = x
-            for i in range(3):
-                h = v1.cond(is_training, lambda h=h: h * 0.5, lambda h=h: h + 0.0, name=f"model/cond_{i}")
-            w = tf.constant(np.ones((4, 2), "float32"))
-            probs = tf.nn.sigmoid(tf.matmul(h, w), name="model/Sigmoid")
-            tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=tf.matmul(h, w)), name="loss")
-            _acc, _update = v1.metrics.accuracy(tf.argmax(labels, 1), tf.argmax(probs, 1))
-            v1.summary.scalar("prob_mean", tf.reduce_mean(probs))
-    finally:
-        if v2_flow:
-            v1.enable_control_flow_v2()
+    with tf1_training.tf1_graph() as graph:
+        x = v1.placeholder(tf.float32, [None, 4], name="model/Placeholder")
+        labels = v1.placeholder(tf.float32, [None, 2], name="model/labels")
+        is_training = v1.placeholder(tf.bool, [], name="model/Placeholder_2")
+        h = x
+        for i in range(3):
+            h = v1.cond(is_training, lambda h=h: h * 0.5, lambda h=h: h + 0.0, name=f"model/cond_{i}")
+        w = tf.constant(np.ones((4, 2), "float32"))
+        probs = tf.nn.sigmoid(tf.matmul(h, w), name="model/Sigmoid")
+        tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=tf.matmul(h, w)), name="loss")
+        _acc, _update = v1.metrics.accuracy(tf.argmax(labels, 1), tf.argmax(probs, 1))
+        v1.summary.scalar("prob_mean", tf.reduce_mean(probs))
     assert find_outputs(graph) == ["model/Sigmoid:0"]

@@ -9,12 +9,32 @@ Small on purpose: a test builds, saves and converts it in seconds.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
+from typing import Any, Iterator
 
 import numpy as np
 
 SIDE, CHANNELS, FILTERS, CLASSES = 8, 3, 4, 3
 FOREIGN = "/home/author/experiments/tagger/"  # the path the author's state file names
+
+
+@contextlib.contextmanager
+def tf1_graph() -> Iterator[Any]:
+    """A new ``tf.Graph``, made the default, whose ``tf.cond`` writes v1 control flow (Switch/Merge,
+    as TF 1.x graphs hold it); control flow v2 is switched back on afterwards if it was on."""
+    import tensorflow as tf
+
+    v1 = tf.compat.v1
+    graph = tf.Graph()
+    v2_flow = v1.control_flow_v2_enabled()
+    v1.disable_control_flow_v2()
+    try:
+        with graph.as_default():
+            yield graph
+    finally:
+        if v2_flow:
+            v1.enable_control_flow_v2()
 
 
 def build(*, seed: int = 0, kernel_scale: float = 1.0, trained_init: bool = True):
@@ -25,46 +45,39 @@ def build(*, seed: int = 0, kernel_scale: float = 1.0, trained_init: bool = True
 
     v1 = tf.compat.v1
     rng = np.random.default_rng(seed)
-    graph = tf.Graph()
-    v2_flow = tf.compat.v1.control_flow_v2_enabled()
-    v1.disable_control_flow_v2()  # Switch/Merge, as TF 1.x graphs hold them
-    try:
-        with graph.as_default():
-            x = v1.placeholder(tf.float32, [None, SIDE, SIDE, CHANNELS], name="x")
-            is_training = v1.placeholder(tf.bool, [], name="is_training")
-            labels = v1.placeholder(tf.int64, [None], name="labels")
-            kernel = v1.get_variable("conv/kernel", initializer=(rng.normal(0, 0.4, (3, 3, CHANNELS, FILTERS))
-                                                                 * kernel_scale).astype("float32"))
-            h = tf.nn.conv2d(x, kernel, strides=1, padding="SAME")
-            scale = v1.get_variable("bn/gamma", initializer=rng.uniform(0.5, 1.5, FILTERS).astype("float32"))
-            offset = v1.get_variable("bn/beta", initializer=rng.normal(0, 0.1, FILTERS).astype("float32"))
-            mean = v1.get_variable("bn/moving_mean", initializer=np.zeros(FILTERS, "float32"), trainable=False)
-            var = v1.get_variable("bn/moving_variance", initializer=np.ones(FILTERS, "float32"), trainable=False)
+    with tf1_graph() as graph:
+        x = v1.placeholder(tf.float32, [None, SIDE, SIDE, CHANNELS], name="x")
+        is_training = v1.placeholder(tf.bool, [], name="is_training")
+        labels = v1.placeholder(tf.int64, [None], name="labels")
+        kernel = v1.get_variable("conv/kernel", initializer=(rng.normal(0, 0.4, (3, 3, CHANNELS, FILTERS))
+                                                             * kernel_scale).astype("float32"))
+        h = tf.nn.conv2d(x, kernel, strides=1, padding="SAME")
+        scale = v1.get_variable("bn/gamma", initializer=rng.uniform(0.5, 1.5, FILTERS).astype("float32"))
+        offset = v1.get_variable("bn/beta", initializer=rng.normal(0, 0.1, FILTERS).astype("float32"))
+        mean = v1.get_variable("bn/moving_mean", initializer=np.zeros(FILTERS, "float32"), trainable=False)
+        var = v1.get_variable("bn/moving_variance", initializer=np.ones(FILTERS, "float32"), trainable=False)
 
-            def bn_train():
-                y, _m, _v = v1.nn.fused_batch_norm(h, scale, offset, epsilon=1e-3, is_training=True)
-                return y
+        def bn_train():
+            y, _m, _v = v1.nn.fused_batch_norm(h, scale, offset, epsilon=1e-3, is_training=True)
+            return y
 
-            def bn_infer():
-                y, _m, _v = v1.nn.fused_batch_norm(h, scale, offset, mean=mean, variance=var, epsilon=1e-3,
-                                                   is_training=False)
-                return y
+        def bn_infer():
+            y, _m, _v = v1.nn.fused_batch_norm(h, scale, offset, mean=mean, variance=var, epsilon=1e-3,
+                                               is_training=False)
+            return y
 
-            h = v1.cond(is_training, bn_train, bn_infer, name="bn_cond")
-            h = tf.reduce_mean(tf.nn.relu(h), axis=[1, 2])
-            h = v1.cond(is_training, lambda: v1.nn.dropout(h, rate=0.5), lambda: tf.identity(h), name="dropout")
-            w = v1.get_variable("dense/kernel", initializer=rng.normal(0, 0.6, (FILTERS, CLASSES)).astype("float32"))
-            b = v1.get_variable("dense/bias", initializer=rng.normal(0, 0.1, CLASSES).astype("float32"))
-            logits = tf.add(tf.matmul(h, w), b, name="logits")
-            tf.nn.softmax(logits, name="predictions")
-            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
-            v1.train.AdamOptimizer(1e-3).minimize(loss)
-            init = v1.global_variables_initializer()
-            assign = tf.group(v1.assign(mean, rng.normal(0, 0.3, FILTERS).astype("float32")),
-                              v1.assign(var, rng.uniform(0.5, 2.0, FILTERS).astype("float32")))
-    finally:
-        if v2_flow:
-            v1.enable_control_flow_v2()
+        h = v1.cond(is_training, bn_train, bn_infer, name="bn_cond")
+        h = tf.reduce_mean(tf.nn.relu(h), axis=[1, 2])
+        h = v1.cond(is_training, lambda: v1.nn.dropout(h, rate=0.5), lambda: tf.identity(h), name="dropout")
+        w = v1.get_variable("dense/kernel", initializer=rng.normal(0, 0.6, (FILTERS, CLASSES)).astype("float32"))
+        b = v1.get_variable("dense/bias", initializer=rng.normal(0, 0.1, CLASSES).astype("float32"))
+        logits = tf.add(tf.matmul(h, w), b, name="logits")
+        tf.nn.softmax(logits, name="predictions")
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+        v1.train.AdamOptimizer(1e-3).minimize(loss)
+        init = v1.global_variables_initializer()
+        assign = tf.group(v1.assign(mean, rng.normal(0, 0.3, FILTERS).astype("float32")),
+                          v1.assign(var, rng.uniform(0.5, 2.0, FILTERS).astype("float32")))
     return graph, init, assign if trained_init else None
 
 
