@@ -32,13 +32,21 @@ def _heavy_modules_stay_loaded() -> None:
 
 
 @pytest.fixture
-def pytester(_heavy_modules_stay_loaded: None, pytester: pytest.Pytester) -> pytest.Pytester:
+def pytester(_heavy_modules_stay_loaded: None, pytester: pytest.Pytester,
+              monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
     """Every pytester test gets the heavy modules loaded before pytester snapshots sys.modules.
 
     A test that imported TensorFlow in its own body (after the snapshot) lost it at teardown,
     and the next test's import aborted the whole worker (SIGABRT in PyExceptionRegistry::Init):
     test_plugin_options' device test followed by test_not_compared did, whenever one xdist
-    worker happened to run both files."""
+    worker happened to run both files.
+
+    The inner session runs as on a developer's machine whatever CI sets: under ``CI`` or
+    ``BUILD_NUMBER`` pytest prints each error's full text again in the short summary (and
+    Hypothesis loads its derandomised profile), so a test counting what the plugin said
+    passed here and failed in CI."""
+    for var in ("CI", "BUILD_NUMBER"):
+        monkeypatch.delenv(var, raising=False)
     return pytester
 
 
