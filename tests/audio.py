@@ -17,12 +17,6 @@ import numpy as np
 
 RATE = 8000.0
 HEADS = ("onsets", "frames", "offsets")
-# Why two checks of this net are xfail (not strict): the sharper floor's premise fails on some CPUs.
-FALSE_ALARM_ON_SOME_CPUS = ("known false alarm on some CPUs (docs/tolerances.md 'A machine where the sharper floor is wrong'): on "
-    "an AMD EPYC without AVX-512 (2026-12-02) TensorFlow's float32 kernels differ from TFLite/ONNX on the "
-    "log-magnitude net by ~1.1x its float64 error (2.5e-4 of scale), where the reordered twin measures "
-    "1/300 of it, so the sharper floor fails correct forms; on the machine the rule was measured on they "
-    "agreed within 1x the reordered spread")
 
 
 def filter_bank(bins: int, length: int) -> np.ndarray:

@@ -12,17 +12,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from audio import FALSE_ALARM_ON_SOME_CPUS  # tests/audio.py
-
 from pytest_modelparity import ParityError, assert_outputs_close, load_model
 from pytest_modelparity.floor import measure as shadow
 from pytest_modelparity.verdict.tolerances import (REORDERED_SUPPORTS, SHADOW_MULTIPLE, TWINS_AGREE_WITHIN,
                                                    default_tolerance, needs_proof, shadow_tolerance)
 
 pytest.importorskip("tensorflow", reason="the twins need TensorFlow: pip install 'pytest-modelparity[tensorflow]'")
-
-MACHINE_DEPENDENT_FALSE_ALARM = pytest.mark.xfail(strict=False, reason=FALSE_ALARM_ON_SOME_CPUS)
-
 
 REF = {"a": np.ones(4, np.float32), "b": np.ones(4, np.float32)}
 FIXED = default_tolerance("float32").scale
@@ -122,12 +117,13 @@ def test_a_keras_twin_that_lost_state_is_rejected_and_a_one_percent_change_fails
         assert_outputs_close(off, ref, inputs=x)
 
 
-@MACHINE_DEPENDENT_FALSE_ALARM
-def test_a_graph_only_floor_the_reordered_twin_does_not_confirm_is_unproven(tmp_path):
+def test_a_graph_only_floor_the_reordered_twin_confirms_judges(tmp_path):
     """The log-magnitude net's SavedModel as the reference: one float64 twin (the graph twin,
-    2e-4..4e-4 of scale), and the reordered float32 twin measures ~1e-6, far under it (rounding
-    every float32 form shares). The ONNX form is judged by that spread; the float64 figure,
-    unconfirmed, would judge no form looser than the fixed rule."""
+    2e-4..4e-4 of scale, looser than the fixed rule). The reordered float32 twin, which rounds
+    the filter bank's products otherwise, differs by as much: it confirms the figure, and the
+    ONNX form is judged by it. (When the reordered twin kept those products as they were, it
+    measured ~1e-6 and judged instead, failing correct forms on a CPU whose kernels round them
+    otherwise: docs/tolerances.md.)"""
     import audio
     from pytest_modelparity import export_model
     from pytest_modelparity.formats import missing_runtime
@@ -139,11 +135,10 @@ def test_a_graph_only_floor_the_reordered_twin_does_not_confirm_is_unproven(tmp_
     ref = load_model(export_model(model, "saved_model", tmp_path / "sm"))
     onnx = load_model(export_model(model, "onnx", tmp_path / "m.onnx"))
     report = assert_outputs_close(onnx, ref, inputs=x)
-    assert "nothing confirms that figure" in report.meta["shadow"]["unproven"]
+    assert "unproven" not in report.meta["shadow"], report.meta["shadow"]
     for out in report.outputs:
-        assert "as two float32 orders differ" in out.tolerance.source, out.path
         float64 = report.meta["noise_floor"][out.path]
-        assert shadow.UNPROVEN in float64 and needs_proof("float32", float64[shadow.FLOAT64])
-        tfjs = shadow_tolerance("float32", float64[shadow.FLOAT64], format="tfjs", twin="graph twin",
-                                reordered=float64[shadow.FLOAT32_REORDERED], unproven="x")
-        assert tfjs.scale == FIXED     # not 8x the unconfirmed figure
+        assert needs_proof("float32", float64[shadow.FLOAT64]), float64
+        assert float64[shadow.FLOAT32_REORDERED] >= float64[shadow.FLOAT64] / REORDERED_SUPPORTS, float64
+        assert "from a float64 run of its graph twin" in out.tolerance.source, out.tolerance.source
+        assert out.tolerance.scale == pytest.approx(SHADOW_MULTIPLE * float64[shadow.FLOAT64])

@@ -112,17 +112,14 @@ def reordered_graph_def(graph_def: Any) -> Any:
     """A copy of ``graph_def`` still in float32 that rounds the way another correct float32
     implementation could: every product sum (``Conv2D``, ``MatMul``, ``BatchMatMul*``) whose
     reduction holds two or more channels / a contraction of 2 or more is split in two halves
-    added after (what a kernel with another blocking of the reduction does), and the output
-    of each transcendental op is moved by one ULP (another library's approximation).
+    added after (what a kernel with another blocking of the reduction does), a convolution over
+    one input channel has its products rounded otherwise (``_round_products_otherwise``), and
+    the output of each transcendental op is moved by one ULP (another library's approximation).
 
-    What it does not reorder is what every float32 form computes the same way: a reduction
-    over one input channel (a filter bank over a waveform) accumulates in sequence in every
-    GEMM kernel measured (TensorFlow, XNNPACK, onnxruntime, tfjs), so a cancelling sum there
-    rounds alike in each, however far from exact it is (bench/noise_floor.py, the log-magnitude
-    net). A graph with a product sum the twin cannot vary (one it cannot plan, an
-    ``Einsum``, a depthwise convolution, any inside a function such as an LSTM's loop) or
-    with none to vary has no reordered twin (``GraphUnavailable``): it would miss what a
-    form's other order of that sum costs, and the float64 floor judges."""
+    A graph with a product sum the twin cannot vary (one it cannot plan, an ``Einsum``, a
+    depthwise convolution, any inside a function such as an LSTM's loop) or with none to vary
+    has no reordered twin (``GraphUnavailable``): it would miss what a form's other order of
+    that sum costs, and the float64 floor judges."""
     inside = sorted({n.op for f in graph_def.library.function for n in f.node_def}
                     & (_REORDERED_SUMS | UNREORDERED_SUMS | _TRANSCENDENTAL_OPS))
     if inside:  # a while loop's body (an LSTM): its sums would keep their order, unlike a form's
@@ -153,16 +150,16 @@ def reordered_graph_def(graph_def: Any) -> Any:
         split += bool(added)
         new += added
     if not split:
-        raise GraphUnavailable("no product sum in its graph could be reordered (a reduction over one channel "
-                               "rounds alike in every form, others are inside functions or of unknown shape)")
+        raise GraphUnavailable("no product sum in its graph could be reordered (a single product has no order; "
+                               "others are inside functions or of unknown shape)")
     out.node.extend(new)
     return out
 
 
 def _one_channel(conv: Any, graph: Any) -> bool:
-    """A Conv2D over one input channel: every CPU kernel the plugin runs sums it in order."""
+    """A Conv2D of one tap over one input channel: a single product, nothing to reorder."""
     fshape = _static_shape(graph, list(conv.input)[1])
-    return fshape is not None and len(fshape) == 4 and fshape[2] == 1
+    return fshape is not None and len(fshape) == 4 and fshape[0] == fshape[1] == fshape[2] == 1
 
 
 def _contraction_of_one(mm: Any, graph: Any) -> bool:
@@ -202,12 +199,31 @@ def _split_conv(conv: Any, graph: Any) -> list[Any]:
     if fshape is None or xshape is None or len(fshape) != 4 or fmt != b"NHWC":
         return []
     channels = fshape[2]
-    if channels is None or channels < 2 or xshape[3] != channels:  # one channel, or grouped
+    if channels == 1 and xshape[3] == 1:
+        return _round_products_otherwise(conv, filt, fshape)
+    if channels is None or channels < 2 or xshape[3] != channels:  # grouped, or unknown
         return []
     base = conv.name
     nx, x1, x2 = _halves(x, 3, channels, f"{base}/r32_x")
     nw, w1, w2 = _halves(filt, 2, channels, f"{base}/r32_w")
     return [*nx, *nw, *_sum_of_two_parts(conv, ((x1, w1), (x2, w2)), DT_FLOAT)]
+
+
+def _round_products_otherwise(conv: Any, filt: str, fshape: list[int | None]) -> list[Any]:
+    """A one-channel convolution (a filter bank over a waveform) with its products rounded
+    otherwise: each kernel weight moved by one ULP up or down (a fixed pseudo-random sign per
+    weight). Its taps keep their order, which a GEMM's blocking barely moves; what moves it is
+    whether a kernel rounds each product before adding it (no FMA) or not: TensorFlow and
+    XNNPACK were 1.1x the float64 error apart on an AMD EPYC without AVX-512, and to the last
+    digit together on another CPU. A rounding of each product is what a ULP per weight models."""
+    if any(d is None for d in fshape) or int(np.prod(fshape)) < 2:
+        return []
+    signs = np.random.default_rng(0).choice(np.float32([-1.0, 1.0]), size=tuple(fshape))
+    base = conv.name
+    nudge = _const(f"{base}/r32_ulps", (1.0 + signs * np.float32(_NUDGE - 1.0)).astype(np.float32))
+    nudged = _node(f"{base}/r32_w", "Mul", [filt, f"{base}/r32_ulps"])
+    conv.input[1] = f"{base}/r32_w"
+    return [nudge, nudged]
 
 
 def _split_matmul(mm: Any, graph: Any) -> list[Any]:
