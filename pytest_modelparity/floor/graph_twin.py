@@ -216,9 +216,10 @@ def _round_products_otherwise(conv: Any, filt: str, fshape: list[int | None]) ->
     whether a kernel rounds each product before adding it (no FMA) or not: TensorFlow and
     XNNPACK were 1.1x the float64 error apart on an AMD EPYC without AVX-512, and to the last
     digit together on another CPU. A rounding of each product is what a ULP per weight models."""
-    if any(d is None for d in fshape) or int(np.prod(fshape)) < 2:
+    dims = tuple(d for d in fshape if d is not None)
+    if len(dims) != len(fshape) or int(np.prod(dims)) < 2:
         return []
-    signs = np.random.default_rng(0).choice(np.float32([-1.0, 1.0]), size=tuple(fshape))
+    signs = np.where(np.random.default_rng(0).random(dims) < 0.5, np.float32(-1.0), np.float32(1.0))
     base = conv.name
     nudge = _const(f"{base}/r32_ulps", (1.0 + signs * np.float32(_NUDGE - 1.0)).astype(np.float32))
     nudged = _node(f"{base}/r32_w", "Mul", [filt, f"{base}/r32_ulps"])
