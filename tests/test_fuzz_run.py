@@ -51,3 +51,18 @@ def test_a_reproducer_rebuilds_the_failing_model_bit_for_bit(tmp_path) -> None:
     np.save(tmp_path / "out.npy", np.asarray(model(inputs)))
     expected = np.asarray(entry.model.build()(entry.model.batch()[0]))
     np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), expected)
+
+
+def test_each_outcome_says_how_close_to_its_bound_it_came() -> None:
+    """A pass carries no per-element bound, so the ratio is the worst error over the rule's
+    constant part; a failure's is over the bound at its worst element: both > 0, a pass <= 1."""
+    from pytest_modelparity import ParityError, Tolerance, assert_outputs_close
+    from pytest_modelparity.checks.fuzzing import _ratio
+
+    expected = np.linspace(-2.0, 2.0, 50, dtype=np.float32)
+    rule = Tolerance(rtol=0.0, atol=0.0, scale=1e-3)
+    near = assert_outputs_close(expected + np.float32(5e-4), expected, tolerance=rule)
+    assert _ratio(near) == pytest.approx(5e-4 / (1e-3 * 2.0), rel=1e-3)
+    with pytest.raises(ParityError) as failed:
+        assert_outputs_close(expected + np.float32(6e-3), expected, tolerance=rule)
+    assert _ratio(failed.value.report) == pytest.approx(3.0, rel=1e-3)

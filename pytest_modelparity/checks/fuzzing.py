@@ -62,8 +62,18 @@ def refusal_cause(text: str) -> str:
 
 
 def _ratio(report: Any) -> float | None:
+    """Worst error over its bound across outputs. A pass carries no per-element bound (the
+    verdict stops before its statistics pass), so its bound is the rule's constant part,
+    ``atol + scale x max|expected|``: with an rtol the ratio is an upper bound."""
     try:
-        worst = [o.max_abs / o.max_abs_allowed for o in report.outputs if o.max_abs is not None and o.max_abs_allowed]
+        worst = []
+        for o in report.outputs:
+            tol = o.tolerance
+            if o.max_abs is None or tol is None:
+                continue
+            allowed = o.max_abs_allowed or (tol.atol + tol.scale * (o.scale or 0.0))
+            if allowed:
+                worst.append(o.max_abs / allowed)
         return float(max(worst)) if worst else None
     except Exception:  # noqa: BLE001 - a figure for the bench, never a reason to fail
         return None
