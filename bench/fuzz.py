@@ -6,7 +6,10 @@ shrink cost, memory.
 Every FAIL is re-checked against a float64 run of the model (its float64 twin): a candidate
 no farther from the float64 truth than 2x the Keras float32 model's own error is a false alarm
 (a verdict bug; none may be tuned away). Each distinct failure is shrunk (``minimize``) and its
-time and size recorded. Memory: the process RSS after every model (the first 200 and the slope).
+time and size recorded. Models are checked in a child process replaced every
+``--models-per-child`` models (``checks/fuzz_worker.py``, as ``--modelparity-fuzz`` does).
+Memory: this process's RSS and the child's after every model (the first 200 and the slope of
+the child's within one child), the most any child held, and how many children ran.
 """
 
 from __future__ import annotations
@@ -71,20 +74,23 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-models", type=int, default=100000)
     parser.add_argument("--shrink-seconds", type=float, default=90.0)
+    parser.add_argument("--models-per-child", type=int, default=200, help="a new child process after this many")
     parser.add_argument("--out", default="fuzz-bench.json")
     args = parser.parse_args()
     formats = tuple(args.formats.split(","))
 
     from hypothesis import HealthCheck, Phase, given, seed, settings
 
-    from pytest_modelparity.checks.fuzzing import check_model
+    from pytest_modelparity.checks.fuzz_worker import FuzzWorker
     from pytest_modelparity.checks.model_draw import minimize, models
 
     work = tempfile.mkdtemp(prefix="fuzz-bench-")
     start = time.monotonic()
     rows: list[dict] = []
     rss: list[float] = []
+    child_rss: list[float] = []
     failures: dict = {}
+    worker = FuzzWorker(Path(work) / "child.log", models_per_child=args.models_per_child)
 
     @seed(args.seed)
     @settings(max_examples=args.max_models, database=None, deadline=None, phases=[Phase.generate],
@@ -93,14 +99,16 @@ def main() -> None:
     def draw(drawn) -> None:
         if time.monotonic() - start > args.minutes * 60:
             return
-        for o in check_model(drawn, formats, workdir=work):
+        for o in worker.check(drawn, formats, workdir=work):
             rows.append({"format": o.format, "status": o.status, "cause": o.cause, "known": o.known,
                          "seconds": round(o.seconds, 3), "ratio": o.ratio, "layers": len(drawn.layers)})
             if o.status in ("fail", "error") and o.key not in failures:
                 failures[o.key] = (drawn, o)
         rss.append(rss_mb())
+        child_rss.append(worker.rss_mb if worker.rss_mb is not None else float("nan"))
         if len(rss) % 25 == 0:
-            print(f"{len(rss)} models, {time.monotonic() - start:.0f} s, rss {rss[-1]:.0f} MB", flush=True)
+            print(f"{len(rss)} models, {time.monotonic() - start:.0f} s, rss {rss[-1]:.0f} MB, "
+                  f"child {child_rss[-1]:.0f} MB ({len(worker.children)} children)", flush=True)
 
     draw()
     elapsed = time.monotonic() - start
@@ -111,7 +119,7 @@ def main() -> None:
 
         def same(candidate, outcome=outcome):
             calls[0] += 1
-            (got,) = check_model(candidate, [outcome.format], workdir=work)
+            (got,) = worker.check(candidate, [outcome.format], workdir=work)
             return got.key == outcome.key
 
         minimal = minimize(drawn, same, budget_s=args.shrink_seconds)
@@ -133,11 +141,19 @@ def main() -> None:
             if r["status"] == "refused":
                 k = f"{fmt}: {r['known'] or r['cause']}"
                 summary["refusals"][k] = summary["refusals"].get(k, 0) + 1
+    worker.close()
     first = rss[:200]
     if len(first) >= 20:
         half = len(first) // 2
         summary["rss_mb"] = {"after_model_1": round(first[0]), f"after_model_{len(first)}": round(first[-1]),
                              "growth_mb_per_model_second_half": round((first[-1] - first[half]) / (len(first) - half), 2)}
+    one_child = child_rss[:min(len(child_rss), args.models_per_child)]
+    if len(one_child) >= 20:
+        half = len(one_child) // 2
+        summary["child_rss_mb"] = {
+            "after_model_1": round(one_child[0]), f"after_model_{len(one_child)}": round(one_child[-1]),
+            "growth_mb_per_model_second_half": round((one_child[-1] - one_child[half]) / (len(one_child) - half), 2),
+            "most_any_child_held": round(max(child_rss)), "children": len(worker.children)}
     Path(args.out).write_text(json.dumps(summary, indent=1))
     print(json.dumps({k: v for k, v in summary.items() if k != "shrinks"}, indent=1))
     for s in shrinks:

@@ -66,3 +66,40 @@ def test_each_outcome_says_how_close_to_its_bound_it_came() -> None:
     with pytest.raises(ParityError) as failed:
         assert_outputs_close(expected + np.float32(6e-3), expected, tolerance=rule)
     assert _ratio(failed.value.report) == pytest.approx(3.0, rel=1e-3)
+
+
+class _KillsItsProcess:
+    """A draw whose build kills the process building it: what a converter's C++ abort does."""
+
+    base = None
+    layers = ()
+
+    def build(self):
+        import os
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_the_fuzz_child_is_replaced_every_n_models_and_a_crash_costs_one_model(tmp_path) -> None:
+    """Models are checked in a child process: a new one every ``models_per_child`` models (what
+    the child grew by ends with it), and a child killed mid-model is that model's error outcome,
+    after which the next model is checked in a new child; the log flood goes to the log file."""
+    pytest.importorskip("ai_edge_litert", reason="the tflite runtime: pip install 'pytest-modelparity[tflite]'")
+    from pytest_modelparity.checks.fuzz_worker import FuzzWorker
+    from pytest_modelparity.checks.model_draw import DrawnModel, InputKind
+    from pytest_modelparity.checks.model_steps import Dense, Math
+
+    plain = DrawnModel(InputKind("vector", (8,)), (Dense(4), Math("abs")))
+    log = tmp_path / "logs" / "child.log"
+    with FuzzWorker(log, models_per_child=2) as worker:
+        for _ in range(3):
+            (outcome,) = worker.check(plain, ["tflite"], workdir=tmp_path)
+            assert outcome.status == "pass", outcome.text
+            assert worker.rss_mb is not None and worker.rss_mb > 50
+        assert len(worker.children) == 2          # models 1-2 in one child, model 3 in the next
+        (died,) = worker.check(_KillsItsProcess(), ["tflite"], workdir=tmp_path)
+        assert died.status == "error" and "the process checking it died" in died.text, died
+        (after,) = worker.check(plain, ["tflite"], workdir=tmp_path)
+        assert after.status == "pass" and len(worker.children) == 3
+    assert log.stat().st_size > 0                 # TensorFlow's and the converter's output went there

@@ -49,9 +49,7 @@ class FuzzRun(pytest.Item):
         self.formats = formats
 
     def runtest(self) -> None:
-        from hypothesis import HealthCheck, Phase, given, seed, settings
-
-        from ..checks.fuzzing import check_model
+        from ..checks.fuzz_worker import FuzzWorker
         from ..checks.model_draw import models
 
         options = get_state(self.config).options
@@ -60,6 +58,12 @@ class FuzzRun(pytest.Item):
         budget = None if options.fuzz_minutes is None else options.fuzz_minutes * 60.0
         root = Path(options.cache_dir)
         root.mkdir(parents=True, exist_ok=True)
+        with FuzzWorker(root / "logs" / "fuzz-child.log") as worker:
+            self._run(worker, options, results, start, budget, root, models)
+
+    def _run(self, worker: Any, options: Any, results: FuzzResults, start: float, budget: float | None,
+             root: Path, models: Any) -> None:
+        from hypothesis import HealthCheck, Phase, given, seed, settings
 
         @seed(int(self.config.getoption("hypothesis_seed", None) or 0))
         @settings(max_examples=int(options.fuzz or 0), database=None, deadline=None, phases=[Phase.generate],
@@ -70,7 +74,7 @@ class FuzzRun(pytest.Item):
                 results.stopped_by_budget = True
                 return
             results.models += 1
-            for outcome in check_model(drawn, self.formats, workdir=root):
+            for outcome in worker.check(drawn, self.formats, workdir=root):
                 fmt_status = (outcome.format, outcome.status)
                 results.counts[fmt_status] = results.counts.get(fmt_status, 0) + 1
                 if outcome.status == "refused" and not outcome.known:
@@ -83,7 +87,7 @@ class FuzzRun(pytest.Item):
         results.seconds = time.monotonic() - start
         out_dir = fuzz_folder(options)
         for key, (drawn, outcome) in list(results.failures.items()):
-            minimal, outcome, steps = _shrink(drawn, outcome, root)
+            minimal, outcome, steps = _shrink(worker, drawn, outcome, root)
             results.failures[key] = (minimal, outcome)
             results.shrunk[key] = (len(drawn.layers), len(minimal.layers), steps)
             results.written[key] = write_reproducer(out_dir, minimal, outcome)
@@ -112,9 +116,8 @@ def _indent(text: str, lines: int) -> str:
     return "".join(f"    {line}\n" for line in kept)
 
 
-def _shrink(drawn: Any, outcome: Any, root: Path) -> tuple[Any, Any, int]:
+def _shrink(worker: Any, drawn: Any, outcome: Any, root: Path) -> tuple[Any, Any, int]:
     """The smallest draw failing the same way on the same format, by single-step deletions."""
-    from ..checks.fuzzing import check_model
     from ..checks.model_draw import minimize
 
     last = {"outcome": outcome}
@@ -123,7 +126,7 @@ def _shrink(drawn: Any, outcome: Any, root: Path) -> tuple[Any, Any, int]:
     def same(candidate: Any) -> bool:
         nonlocal calls
         calls += 1
-        (got,) = check_model(candidate, [outcome.format], workdir=root)
+        (got,) = worker.check(candidate, [outcome.format], workdir=root)
         if got.key == outcome.key:
             last["outcome"] = got
             return True
