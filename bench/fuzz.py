@@ -79,10 +79,8 @@ def main() -> None:
     args = parser.parse_args()
     formats = tuple(args.formats.split(","))
 
-    from hypothesis import HealthCheck, Phase, given, seed, settings
-
     from pytest_modelparity.checks.fuzz_worker import FuzzWorker
-    from pytest_modelparity.checks.model_draw import minimize, models
+    from pytest_modelparity.checks.model_draw import for_each_drawn, minimize
 
     work = tempfile.mkdtemp(prefix="fuzz-bench-")
     start = time.monotonic()
@@ -92,13 +90,7 @@ def main() -> None:
     failures: dict = {}
     worker = FuzzWorker(Path(work) / "child.log", models_per_child=args.models_per_child)
 
-    @seed(args.seed)
-    @settings(max_examples=args.max_models, database=None, deadline=None, phases=[Phase.generate],
-              suppress_health_check=list(HealthCheck))
-    @given(models(max_layers=6))
-    def draw(drawn) -> None:
-        if time.monotonic() - start > args.minutes * 60:
-            return
+    def visit(drawn) -> None:
         for o in worker.check(drawn, formats, workdir=work):
             rows.append({"format": o.format, "status": o.status, "cause": o.cause, "known": o.known,
                          "seconds": round(o.seconds, 3), "ratio": o.ratio, "layers": len(drawn.layers)})
@@ -110,7 +102,7 @@ def main() -> None:
             print(f"{len(rss)} models, {time.monotonic() - start:.0f} s, rss {rss[-1]:.0f} MB, "
                   f"child {child_rss[-1]:.0f} MB ({len(worker.children)} children)", flush=True)
 
-    draw()
+    for_each_drawn(visit, seed=args.seed, max_examples=args.max_models, deadline=start + args.minutes * 60)
     elapsed = time.monotonic() - start
     shrinks = []
     for key, (drawn, outcome) in failures.items():

@@ -28,6 +28,30 @@ def test_a_seeded_fuzz_run_on_tflite_and_onnx_ends_with_its_summary(pytester: py
     result.assert_outcomes(passed=1)
 
 
+def test_a_time_budget_stops_the_drawing_not_only_the_checking() -> None:
+    """Past the deadline no model is drawn: returning early from each example had left
+    Hypothesis drawing the rest of max_examples (8 minutes past a 12-minute bench budget)."""
+    import time
+
+    from pytest_modelparity.checks.model_draw import for_each_drawn
+
+    seen: list = []
+    start = time.monotonic()
+    stopped = for_each_drawn(lambda drawn: (seen.append(drawn), time.sleep(0.05)), seed=0,
+                             max_examples=100_000, deadline=start + 0.5)
+    elapsed = time.monotonic() - start
+    assert stopped
+    assert 1 <= len(seen) <= 12, len(seen)
+    assert elapsed < 10, f"{elapsed:.1f} s after a 0.5 s budget"
+
+    counted: list = []
+    assert not for_each_drawn(counted.append, seed=0, max_examples=5)  # no deadline: every example
+    assert len(counted) == 5
+    again: list = []
+    for_each_drawn(again.append, seed=0, max_examples=5)
+    assert [d.source() for d in again] == [d.source() for d in counted]  # seeded: the same models
+
+
 def test_fuzz_option_values_are_checked(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--modelparity-fuzz=zero")
     assert result.ret == pytest.ExitCode.USAGE_ERROR

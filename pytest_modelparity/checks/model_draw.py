@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from .model_steps import Shape, Step, step_strategy
 
-__all__ = ["DrawnModel", "InputKind", "models", "minimize", "INPUT_KINDS", "VOCAB_SIZE"]
+__all__ = ["DrawnModel", "InputKind", "models", "minimize", "for_each_drawn", "INPUT_KINDS", "VOCAB_SIZE"]
 
 VOCAB_SIZE = 10
 INPUT_KINDS = ("vector", "sequence", "image", "tokens")
@@ -219,6 +219,40 @@ def models(*, vocabulary: Sequence[str] | None = None, extra: Sequence[Any] = ()
     return st.builds(DrawnModel, input=_inputs(inputs), steps=steps, seed=st.integers(0, 2**16),
                      two_inputs=st.booleans() if two_inputs else st.just(False),
                      join=st.sampled_from(["Add", "Multiply", "Maximum", "Subtract"]))
+
+
+class _BudgetSpent(Exception):
+    """Ends a Hypothesis run from inside: returning early would still draw every remaining example."""
+
+
+def for_each_drawn(visit: Any, *, seed: int, max_examples: int, deadline: float | None = None,
+                   max_layers: int = 6) -> bool:
+    """Call ``visit(drawn)`` on up to ``max_examples`` drawn models, in Hypothesis' seeded order,
+    until ``time.monotonic()`` passes ``deadline``. Returns True when the deadline ended it.
+
+    A time budget must stop the drawing, not only the checking: returning early from each
+    example left Hypothesis drawing (and discarding) the rest of ``max_examples``, 8 minutes
+    past a 12-minute budget in ``bench/fuzz.py``.
+    """
+    import time
+
+    from hypothesis import HealthCheck, Phase, Verbosity, given, settings
+    from hypothesis import seed as seed_of
+
+    @seed_of(seed)
+    @settings(max_examples=max_examples, database=None, deadline=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet)
+    @given(models(max_layers=max_layers))
+    def draw(drawn: DrawnModel) -> None:
+        if deadline is not None and time.monotonic() > deadline:
+            raise _BudgetSpent
+        visit(drawn)
+
+    try:
+        draw()
+    except _BudgetSpent:
+        return True
+    return False
 
 
 def _inputs(kinds: Sequence[str]) -> Any:

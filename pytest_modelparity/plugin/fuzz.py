@@ -50,7 +50,6 @@ class FuzzRun(pytest.Item):
 
     def runtest(self) -> None:
         from ..checks.fuzz_worker import FuzzWorker
-        from ..checks.model_draw import models
 
         options = get_state(self.config).options
         results = self.config.stash.setdefault(RESULTS_KEY, FuzzResults())
@@ -59,20 +58,13 @@ class FuzzRun(pytest.Item):
         root = Path(options.cache_dir)
         root.mkdir(parents=True, exist_ok=True)
         with FuzzWorker(root / "logs" / "fuzz-child.log") as worker:
-            self._run(worker, options, results, start, budget, root, models)
+            self._run(worker, options, results, start, budget, root)
 
     def _run(self, worker: Any, options: Any, results: FuzzResults, start: float, budget: float | None,
-             root: Path, models: Any) -> None:
-        from hypothesis import HealthCheck, Phase, given, seed, settings
+             root: Path) -> None:
+        from ..checks.model_draw import for_each_drawn
 
-        @seed(int(self.config.getoption("hypothesis_seed", None) or 0))
-        @settings(max_examples=int(options.fuzz or 0), database=None, deadline=None, phases=[Phase.generate],
-                  suppress_health_check=list(HealthCheck))
-        @given(models(max_layers=MAX_LAYERS))
-        def draw(drawn: Any) -> None:
-            if budget is not None and time.monotonic() - start > budget:
-                results.stopped_by_budget = True
-                return
+        def visit(drawn: Any) -> None:
             results.models += 1
             for outcome in worker.check(drawn, self.formats, workdir=root):
                 fmt_status = (outcome.format, outcome.status)
@@ -83,7 +75,9 @@ class FuzzRun(pytest.Item):
                 elif outcome.status != "pass" and outcome.key not in results.failures:
                     results.failures[outcome.key] = (drawn, outcome)
 
-        draw()
+        results.stopped_by_budget = for_each_drawn(
+            visit, seed=int(self.config.getoption("hypothesis_seed", None) or 0), max_examples=int(options.fuzz or 0),
+            deadline=None if budget is None else start + budget, max_layers=MAX_LAYERS)
         results.seconds = time.monotonic() - start
         out_dir = fuzz_folder(options)
         for key, (drawn, outcome) in list(results.failures.items()):
