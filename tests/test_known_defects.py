@@ -7,6 +7,7 @@ passes it and the bare converter agrees too), never by a silent pass.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from pytest_modelparity.checks.defect_status import status_here
@@ -57,3 +58,50 @@ def test_the_diagnosis_names_the_op_tflite_ran_instead(tmp_path):
         candidate.close()
     text = str(caught.value)
     assert "L2_NORMALIZATION" in text and "known: tflite-l2-normalization-eps" in text, text
+
+
+def test_a_negative_cumsum_axis_on_tfjs_fails_with_its_cause_and_the_fix_passes(tmp_path):
+    """tfjs-core 4.22 returns (0, 4) for cumsum(x, -1) of a (4, 8) tensor: a shape that differs
+    has no values to localise, so the cause comes from the graph (the Cumsum's Const axis); the
+    advice (a non-negative axis) is checked by running it, and names no cause there."""
+    missing = missing_runtime("tfjs", export=True)
+    if missing is not None:
+        pytest.skip(str(missing))
+    import keras
+    import numpy as np
+
+    from pytest_modelparity import ParityError, assert_outputs_close, export_model, load_model
+
+    x = np.random.default_rng(0).normal(size=(4, 8)).astype("float32")
+    results = {}
+    for axis in (-1, 1):
+        inp = keras.Input((8,), name="x")
+        model = keras.Model(inp, keras.ops.cumsum(inp, axis=axis))
+        with load_model(export_model(model, "tfjs", tmp_path / f"axis{axis}")) as candidate:
+            results[axis] = candidate.converter_defects
+            if axis == 1:
+                assert_outputs_close(candidate, model, inputs=x)  # the fix works on tfjs
+                continue
+            with pytest.raises(ParityError) as caught:
+                assert_outputs_close(candidate, model, inputs=x)
+    text = str(caught.value)
+    if "shape differs" not in text:
+        pytest.fail(f"tfjs no longer misreads a negative Cumsum axis: move the catalogue entry to fixed\n{text}")
+    assert "Likely cause" in text and "known: tfjs-cumsum-negative-axis" in text, text
+    assert "non-negative axis" in text and "1 Cumsum node(s) in the tfjs graph" in text, text
+    assert results[1] == []  # axis 1 is not a cause
+
+
+def test_the_cumsum_axis_is_read_from_the_weights_and_unknown_is_no_cause():
+    from pytest_modelparity.formats.tfjs.rewrite import known_defects
+
+    spec = {"modelTopology": {"node": [{"name": "x", "op": "Placeholder"}, {"name": "s/axis", "op": "Const"},
+                                       {"name": "s", "op": "Cumsum", "input": ["x", "s/axis"]}]}}
+
+    def broken() -> dict:
+        raise OSError("shard missing")
+
+    assert [d[:2] for d in known_defects(spec, lambda: {"s/axis": np.array(-1)})] == [("Cumsum", ["s"])]
+    assert known_defects(spec, lambda: {"s/axis": np.array(2)}) == []
+    assert known_defects(spec) == []  # no weights: the axis may be right
+    assert known_defects(spec, broken) == []

@@ -69,6 +69,11 @@ def _failed(report: Any) -> list[Any]:
     return [o for o in outs if not getattr(o, "passed", True) and not getattr(o, "problem", None)]
 
 
+def _shape_problems(report: Any) -> bool:
+    return any(str(getattr(o, "problem", None) or "").startswith("shape differs")
+               for o in getattr(report, "outputs", None) or [])
+
+
 def _hint(parts: tuple[str, str, str], prefix: str = "") -> Hint:
     cause, message, evidence = parts
     return Hint(cause, f"{prefix}{message}", evidence)
@@ -103,6 +108,11 @@ def diagnose_comparison(report: Any, *, actual: Any = None, expected: Any = None
 def _diagnose_comparison(report: Any, actual: Any, expected: Any, cand_model: Any, ref_model: Any,
                          inputs: Any) -> list[Hint]:
     failed = _failed(report)
+    if not failed and cand_model is not None and _shape_problems(report):
+        # No values to compare where a shape differs, but an op the candidate's runtime is known
+        # to run wrong says why (tfjs's negative Cumsum axis returns a batch of 0 rows).
+        d = _safe([], lambda: converter_defect(cand_model))
+        return [_hint(d)] if d is not None else []
     if not failed or actual is None or expected is None:
         return []
     flat_a, flat_e = flatten(actual), flatten(expected)

@@ -353,9 +353,6 @@ class TFJSModel(LoadedModel):
         # Why each restart happened (the dead process's exit status and stderr tail), in order.
         self.restart_reasons: list[str] = []
         self._spec = spec
-        # Ops of this graph tensorflowjs 4.22 is known to run wrong (a model.json converted
-        # elsewhere): the diagnosis names them when the comparison fails.
-        self.converter_defects = tfjs_rewrite.known_defects(spec)
         signature = spec.get("signature") or {}
         meta = process.meta
         inputs = signature_specs(signature["inputs"]) if signature.get("inputs") else _meta_specs(meta["inputs"])
@@ -368,6 +365,9 @@ class TFJSModel(LoadedModel):
             known = {s.name: s for s in outputs}
             outputs = [known.get(e["name"]) or _meta_specs([e])[0] for e in meta["outputs"]]
         super().__init__(device=device, inputs=inputs, outputs=outputs, source=path)
+        # Ops of this graph tensorflowjs 4.22 is known to run wrong (a model.json converted
+        # elsewhere): the diagnosis names them when the comparison fails.
+        self.converter_defects = tfjs_rewrite.known_defects(spec, self.weights)
         # which output holds which source output, as the file says (formats/binding.py's "export record")
         record, self.export_record_how = output_record(spec, [s.name for s in outputs])
         self.export_record = {"outputs": record} if record else None

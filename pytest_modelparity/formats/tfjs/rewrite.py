@@ -478,12 +478,47 @@ KNOWN_DEFECTS = {
 }
 
 
-def known_defects(model_json: dict[str, Any]) -> list[tuple[str, list[str], str, str]]:
-    """``(op, node names, problem, fix)`` for each known converter defect in a tfjs ``model.json``."""
+# Ops whose tfjs-core 4.22 kernel reads a negative axis (their second input, a Const) wrong.
+NEGATIVE_AXIS_DEFECTS = {
+    "Cumsum": (
+        "tfjs-core 4.22 reads a negative Cumsum axis wrong: the result has a batch of 0 rows and its other "
+        "dims shifted (tf.cumsum(x, -1) on a (4, 8) tensor has shape (0, 4)), whatever the converter did "
+        "(known: tfjs-cumsum-negative-axis)",
+        "give the sum a non-negative axis in the model (keras.ops.cumsum(x, axis=1) for a (batch, n) tensor, "
+        "axis=rank - 1 for the last); tfjs computes that right"),
+}
+
+
+def known_defects(model_json: dict[str, Any], weights: Any = None) -> list[tuple[str, list[str], str, str]]:
+    """``(op, node names, problem, fix)`` for each known converter or tfjs defect in a ``model.json``.
+
+    ``weights`` (a callable returning ``{name: array}``) reads the Const axis of the ops in
+    ``NEGATIVE_AXIS_DEFECTS``; it is called only when the graph has one, and without it (or when
+    it cannot read them) those ops are not reported: an axis that may be right is no cause.
+    """
     nodes = (model_json.get("modelTopology") or {}).get("node") or []
     found = []
     for op, (problem, fix) in KNOWN_DEFECTS.items():
         names = [n.get("name", "?") for n in nodes if n.get("op") == op]
         if names:
             found.append((op, names, problem, fix))
+    axis_nodes = [n for n in nodes if n.get("op") in NEGATIVE_AXIS_DEFECTS and len(n.get("input") or []) > 1]
+    if not axis_nodes or weights is None:
+        return found
+    try:
+        values = weights() or {}
+    except Exception:  # noqa: BLE001 - a shard that cannot be read leaves the axis unknown
+        return found
+    for op, (problem, fix) in NEGATIVE_AXIS_DEFECTS.items():
+        names = [n.get("name", "?") for n in axis_nodes if n.get("op") == op
+                 and _negative(values.get(n["input"][1].lstrip("^").split(":")[0]))]
+        if names:
+            found.append((op, names, problem, fix))
     return found
+
+
+def _negative(axis: Any) -> bool:
+    try:
+        return axis is not None and getattr(axis, "size", 1) == 1 and int(axis) < 0
+    except (TypeError, ValueError):
+        return False
