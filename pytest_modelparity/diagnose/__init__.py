@@ -70,8 +70,9 @@ def _failed(report: Any) -> list[Any]:
 
 
 def _shape_problems(report: Any) -> bool:
-    return any(str(getattr(o, "problem", None) or "").startswith("shape differs")
-               for o in getattr(report, "outputs", None) or [])
+    shapes = [(getattr(o, "actual_shape", None), getattr(o, "expected_shape", None))
+              for o in getattr(report, "outputs", None) or []]
+    return any(a is not None and e is not None and a != e for a, e in shapes)
 
 
 def _hint(parts: tuple[str, str, str], prefix: str = "") -> Hint:

@@ -13,6 +13,7 @@ format loads graph models only and says so.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -365,12 +366,16 @@ class TFJSModel(LoadedModel):
             known = {s.name: s for s in outputs}
             outputs = [known.get(e["name"]) or _meta_specs([e])[0] for e in meta["outputs"]]
         super().__init__(device=device, inputs=inputs, outputs=outputs, source=path)
-        # Ops of this graph tensorflowjs 4.22 is known to run wrong (a model.json converted
-        # elsewhere): the diagnosis names them when the comparison fails.
-        self.converter_defects = tfjs_rewrite.known_defects(spec, self.weights)
         # which output holds which source output, as the file says (formats/binding.py's "export record")
         record, self.export_record_how = output_record(spec, [s.name for s in outputs])
         self.export_record = {"outputs": record} if record else None
+
+    @functools.cached_property
+    def converter_defects(self) -> list[tuple[str, list[str], str, str]]:
+        """Ops of this graph tensorflowjs 4.22 is known to run wrong (a model.json converted
+        elsewhere), for the diagnosis of a failed comparison: read when first asked, since a
+        Cumsum's axis is read from the weight shards."""
+        return tfjs_rewrite.known_defects(self._spec, self.weights)
 
     @property
     def format_variant(self) -> str:
