@@ -7,7 +7,7 @@ Every FAIL is re-checked against a float64 run of the model (its float64 twin): 
 no farther from the float64 truth than 2x the Keras float32 model's own error is a false alarm
 (a verdict bug; none may be tuned away). Each distinct failure is shrunk (``minimize``) and its
 time and size recorded. Models are checked in a child process replaced every
-``--models-per-child`` models (``checks/fuzz_worker.py``, as ``--modelparity-fuzz`` does).
+``--models-per-child`` models (``fuzz/fuzz_worker.py``, as ``--modelparity-fuzz`` does).
 Memory: this process's RSS and the child's after every model (the first 200 and the slope of
 the child's within one child), the most any child held, and how many children ran.
 """
@@ -79,8 +79,8 @@ def main() -> None:
     args = parser.parse_args()
     formats = tuple(args.formats.split(","))
 
-    from pytest_modelparity.checks.fuzz_worker import FuzzWorker
-    from pytest_modelparity.checks.model_draw import for_each_drawn, minimize
+    from pytest_modelparity.fuzz.fuzz_worker import FuzzWorker
+    from pytest_modelparity.fuzz.model_draw import for_each_drawn, minimize
 
     work = tempfile.mkdtemp(prefix="fuzz-bench-")
     start = time.monotonic()

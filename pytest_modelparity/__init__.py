@@ -40,7 +40,7 @@ _EXPORTS = {
     "BatchMismatchError": "errors",
     "NotApplicable": "errors",
     "localize_divergence": "diagnose",
-    "strategies": "checks",
+    "strategies": "strategies",
 }
 
 # ``compare`` is both a submodule and the public function: bind the function eagerly (numpy
@@ -54,9 +54,7 @@ def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module 'pytest_modelparity' has no attribute {name!r}")
     module = importlib.import_module(f"{__name__}.{_EXPORTS[name]}")
-    value: Any = getattr(module, name, None)
-    if value is None:  # a submodule (``strategies``), not yet an attribute of its package
-        value = importlib.import_module(f"{module.__name__}.{name}")
+    value: Any = module if _EXPORTS[name] == name else getattr(module, name)  # ``strategies`` is a module
     globals()[name] = value
     return value
 

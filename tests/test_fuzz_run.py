@@ -33,7 +33,7 @@ def test_a_time_budget_stops_the_drawing_not_only_the_checking() -> None:
     Hypothesis drawing the rest of max_examples (8 minutes past a 12-minute bench budget)."""
     import time
 
-    from pytest_modelparity.checks.model_draw import for_each_drawn
+    from pytest_modelparity.fuzz.model_draw import for_each_drawn
 
     seen: list = []
     start = time.monotonic()
@@ -59,9 +59,9 @@ def test_fuzz_option_values_are_checked(pytester: pytest.Pytester) -> None:
 
 
 def test_a_reproducer_rebuilds_the_failing_model_bit_for_bit(tmp_path) -> None:
-    from pytest_modelparity.checks.fuzzing import Outcome
-    from pytest_modelparity.checks.known_defects import by_name
-    from pytest_modelparity.plugin.fuzz import write_reproducer
+    from pytest_modelparity.fuzz.fuzzing import Outcome
+    from pytest_modelparity.fuzz.known_defects import by_name
+    from pytest_modelparity.fuzz.reproducer import write_reproducer
 
     entry = by_name("tf2onnx-dense-then-conv-transpose")
     outcome = Outcome("onnx", "fail", "new", "the verdict text", known=entry.name)
@@ -81,7 +81,7 @@ def test_each_outcome_says_how_close_to_its_bound_it_came() -> None:
     """A pass carries no per-element bound, so the ratio is the worst error over the rule's
     constant part; a failure's is over the bound at its worst element: both > 0, a pass <= 1."""
     from pytest_modelparity import ParityError, Tolerance, assert_outputs_close
-    from pytest_modelparity.checks.fuzzing import _ratio
+    from pytest_modelparity.fuzz.fuzzing import _ratio
 
     expected = np.linspace(-2.0, 2.0, 50, dtype=np.float32)
     rule = Tolerance(rtol=0.0, atol=0.0, scale=1e-3)
@@ -110,9 +110,9 @@ def test_the_fuzz_child_is_replaced_every_n_models_and_a_crash_costs_one_model(t
     the child grew by ends with it), and a child killed mid-model is that model's error outcome,
     after which the next model is checked in a new child; the log flood goes to the log file."""
     pytest.importorskip("ai_edge_litert", reason="the tflite runtime: pip install 'pytest-modelparity[tflite]'")
-    from pytest_modelparity.checks.fuzz_worker import FuzzWorker
-    from pytest_modelparity.checks.model_draw import DrawnModel, InputKind
-    from pytest_modelparity.checks.model_steps import Dense, Math
+    from pytest_modelparity.fuzz.fuzz_worker import FuzzWorker
+    from pytest_modelparity.fuzz.model_draw import DrawnModel, InputKind
+    from pytest_modelparity.fuzz.model_steps import Dense, Math
 
     plain = DrawnModel(InputKind("vector", (8,)), (Dense(4), Math("abs")))
     log = tmp_path / "logs" / "child.log"

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pytest_modelparity.checks.defect_status import status_here
-from pytest_modelparity.checks.known_defects import CATALOGUE, label_failure
+from pytest_modelparity.fuzz.defect_status import status_here
+from pytest_modelparity.fuzz.known_defects import CATALOGUE, label_failure
 from pytest_modelparity.formats import missing_runtime
 
 
@@ -32,8 +32,8 @@ def test_catalogue_entry_is_caught_or_shown_fixed(entry, tmp_path):
 
 
 def test_a_failure_outside_the_catalogue_is_new():
-    from pytest_modelparity.checks.model_draw import DrawnModel, InputKind
-    from pytest_modelparity.checks.model_steps import Dense, Math
+    from pytest_modelparity.fuzz.model_draw import DrawnModel, InputKind
+    from pytest_modelparity.fuzz.model_steps import Dense, Math
 
     plain = DrawnModel(InputKind("vector", (8,)), (Dense(4), Math("abs")))
     assert label_failure(plain, "onnx") is None
@@ -43,7 +43,7 @@ def test_a_failure_outside_the_catalogue_is_new():
 
 def test_the_diagnosis_names_the_op_tflite_ran_instead(tmp_path):
     from pytest_modelparity import ParityError, assert_outputs_close, export_model, load_model
-    from pytest_modelparity.checks.known_defects import by_name
+    from pytest_modelparity.fuzz.known_defects import by_name
 
     drawn = by_name("tflite-l2-normalization-eps").model
     model = drawn.build()

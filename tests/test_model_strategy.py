@@ -9,8 +9,8 @@ from hypothesis import find, given, settings
 from hypothesis.errors import InvalidArgument
 
 from pytest_modelparity import strategies
-from pytest_modelparity.checks.model_draw import minimize
-from pytest_modelparity.checks.model_steps import Conv, Merge, Step
+from pytest_modelparity.fuzz.model_draw import minimize
+from pytest_modelparity.fuzz.model_steps import Conv, Merge, Step
 
 
 def _run(drawn):
@@ -80,3 +80,23 @@ def test_user_steps_and_a_base_model_extend_the_vocabulary():
     assert varied.build().layers[1] is base and _run(varied)[0].shape[0] == 2
     with pytest.raises(InvalidArgument, match="unknown step"):
         strategies.models(vocabulary=["dense", "lambda"])
+
+
+def test_strategies_is_a_public_module_that_imports_no_tensorflow() -> None:
+    """``from pytest_modelparity.strategies import batches, models`` (issue 46): batch strategies
+    live in checks/, generated models in fuzz/; the public module gathers both, and drawing
+    (not building) a model needs no TensorFlow."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import sys
+        import pytest_modelparity
+        from pytest_modelparity.strategies import batches, models, DrawnModel
+        assert pytest_modelparity.strategies.models is models
+        assert "tensorflow" not in sys.modules, "TensorFlow was imported"
+        print("ok")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr

@@ -11,7 +11,7 @@ pytest.importorskip("onnxruntime")
 
 def test_a_file_whose_output_shape_is_not_the_models_is_refused_naming_both_shapes(tmp_path) -> None:
     from pytest_modelparity import ExportError, export_model
-    from pytest_modelparity.checks.known_defects import by_name
+    from pytest_modelparity.fuzz.known_defects import by_name
 
     model = by_name("tf2onnx-pad-dilated-same-conv").model.build()  # ZeroPadding2D -> dilated SAME Conv2D
     with pytest.raises(ExportError) as caught:

@@ -25,9 +25,9 @@ from ..errors import DatasetMismatch
 from ..formats.base import TensorSpec
 from ..runtime.resources import check_allocation
 from ..verdict.validators import check_batch_size
-from .model_draw import DrawnModel, models
 
-__all__ = ["Batch", "batches", "models", "DrawnModel", "fixed_batch", "specs_of", "seeded_batch", "PROFILE", "register_profile"]
+__all__ = ["Batch", "batches", "dataset_batches", "fixed_batch", "specs_of", "seeded_batch", "PROFILE",
+           "register_profile"]
 
 PROFILE = "modelparity"
 DEFAULT_FLOAT_RANGE = (-1.0, 1.0)

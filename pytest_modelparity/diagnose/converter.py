@@ -5,7 +5,7 @@ differ after conversion, and the layer table can only say *where*. Two sources: 
 module's record of known-defective ops in a loaded model (``LoadedModel.converter_defects``:
 ``[(op, node names, problem, fix)]``; tfjs: ``formats/tfjs/rewrite.KNOWN_DEFECTS``), and the op
 the candidate runs *instead* of what the model wrote, read from its graph (``op_types()``):
-the fused ops below were found by generated models (``checks/known_defects.py``).
+the fused ops below were found by generated models (``fuzz/known_defects.py``).
 """
 
 from __future__ import annotations

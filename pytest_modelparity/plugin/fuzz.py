@@ -2,7 +2,7 @@
 
 One item, ``modelparity-fuzz``: Hypothesis draws N models (``strategies.models``, seeded by
 ``--hypothesis-seed``, default 0), each is exported to each format and judged by the default
-verdict (``checks/fuzzing.py``). Refusals are counted by cause, never failures. Each distinct
+verdict (``fuzz/fuzzing.py``). Refusals are counted by cause, never failures. Each distinct
 failure (format, outcome, known defect or cause) is shrunk by deleting steps, one export per
 step and only for the failing format (Hypothesis' own shrinker would re-export every format per
 step and stopped at local minima), then written as a standalone reproducer. The item fails
@@ -11,8 +11,6 @@ only on a failure no catalogue entry knows; the end-of-run summary lists everyth
 
 from __future__ import annotations
 
-import json
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,12 +18,12 @@ from typing import Any
 
 import pytest
 
+from ..fuzz.reproducer import shrink_failure, write_reproducer
 from .session import ParitySession, get_state
 
 FUZZ_NODEID = "modelparity-fuzz"
 DEFAULT_FORMATS = ("tflite", "onnx", "tfjs")
 MAX_LAYERS = 6
-SHRINK_SECONDS = 120.0  # per distinct failure
 
 
 @dataclass
@@ -49,7 +47,7 @@ class FuzzRun(pytest.Item):
         self.formats = formats
 
     def runtest(self) -> None:
-        from ..checks.fuzz_worker import FuzzWorker
+        from ..fuzz.fuzz_worker import FuzzWorker
 
         options = get_state(self.config).options
         results = self.config.stash.setdefault(RESULTS_KEY, FuzzResults())
@@ -62,7 +60,7 @@ class FuzzRun(pytest.Item):
 
     def _run(self, worker: Any, options: Any, results: FuzzResults, start: float, budget: float | None,
              root: Path) -> None:
-        from ..checks.model_draw import for_each_drawn
+        from ..fuzz.model_draw import for_each_drawn
 
         def visit(drawn: Any) -> None:
             results.models += 1
@@ -81,7 +79,7 @@ class FuzzRun(pytest.Item):
         results.seconds = time.monotonic() - start
         out_dir = fuzz_folder(options)
         for key, (drawn, outcome) in list(results.failures.items()):
-            minimal, outcome, steps = _shrink(worker, drawn, outcome, root)
+            minimal, outcome, steps = shrink_failure(worker, drawn, outcome, root)
             results.failures[key] = (minimal, outcome)
             results.shrunk[key] = (len(drawn.layers), len(minimal.layers), steps)
             results.written[key] = write_reproducer(out_dir, minimal, outcome)
@@ -110,95 +108,10 @@ def _indent(text: str, lines: int) -> str:
     return "".join(f"    {line}\n" for line in kept)
 
 
-def _shrink(worker: Any, drawn: Any, outcome: Any, root: Path) -> tuple[Any, Any, int]:
-    """The smallest draw failing the same way on the same format, by single-step deletions."""
-    from ..checks.model_draw import minimize
-
-    last = {"outcome": outcome}
-    calls = 0
-
-    def same(candidate: Any) -> bool:
-        nonlocal calls
-        calls += 1
-        (got,) = worker.check(candidate, [outcome.format], workdir=root)
-        if got.key == outcome.key:
-            last["outcome"] = got
-            return True
-        return False
-
-    minimal = minimize(drawn, same, budget_s=SHRINK_SECONDS)
-    return minimal, last["outcome"], calls
-
-
 def fuzz_folder(options: Any) -> Path:
     """Beside the JSON report when there is one (``--modelparity-report``), else in the cache."""
     base = Path(options.report).parent if options.report else Path(options.cache_dir)
     return base / "modelparity-fuzz"
-
-
-def _versions() -> dict[str, str]:
-    from importlib import metadata
-
-    found = {}
-    for dist in ("tensorflow", "tensorflow-cpu", "keras", "ai-edge-litert", "tf2onnx", "onnx", "onnxruntime",
-                 "tensorflowjs", "pytest-modelparity"):
-        try:
-            found[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
-    return found
-
-
-def write_reproducer(out_dir: Path, drawn: Any, outcome: Any) -> Path:
-    """``<out_dir>/<format>-<cause>/``: repro.py (plain Keras rebuild), weights.npz, inputs.npz,
-    verdict.txt (the plugin's text and the versions)."""
-    import numpy as np
-
-    slug = re.sub(r"[^\w.-]+", "-", f"{outcome.format}-{outcome.known or outcome.status + '-' + outcome.cause}")[:80]
-    folder = out_dir / slug.strip("-")
-    folder.mkdir(parents=True, exist_ok=True)
-    model = drawn.build()
-    np.savez(folder / "weights.npz", **{f"w{i}": w for i, w in enumerate(model.get_weights())})
-    batch = drawn.batch()
-    np.savez(folder / "inputs.npz", **{f"x{i}": x for i, x in enumerate(batch)})
-    versions = _versions()
-    label = f"known: {outcome.known}" if outcome.known else "new"
-    (folder / "verdict.txt").write_text(f"{outcome.format}: {outcome.status} ({label})\n"
-                                        f"versions: {json.dumps(versions)}\n\n{outcome.text}\n")
-    header = (f'"""Reproducer written by pytest-modelparity --modelparity-fuzz: {outcome.format} {outcome.status} '
-              f'({label}).\n\nModel: {drawn!r}\nVersions: {json.dumps(versions)}\nThe verdict is in verdict.txt. '
-              f'Run: python repro.py (exports with the plugin and judges again).\n"""\n')
-    body = f'''
-from pathlib import Path
-
-import keras
-import numpy as np
-
-HERE = Path(__file__).parent
-FORMAT = {outcome.format!r}
-
-
-{drawn.source()}
-
-def model_and_inputs():
-    model = build_model(keras)
-    weights = np.load(HERE / "weights.npz")
-    model.set_weights([weights[f"w{{i}}"] for i in range(len(weights.files))])
-    inputs = np.load(HERE / "inputs.npz")
-    batch = [inputs[f"x{{i}}"] for i in range(len(inputs.files))]
-    return model, batch if len(batch) > 1 else batch[0]
-
-
-if __name__ == "__main__":
-    from pytest_modelparity import assert_outputs_close, export_model, load_model
-
-    model, inputs = model_and_inputs()
-    path = export_model(model, FORMAT, HERE / "candidate")
-    assert_outputs_close(load_model(path, FORMAT.split(":")[0]), model, inputs=inputs)
-    print("the converted model agrees: the defect no longer reproduces here")
-'''
-    (folder / "repro.py").write_text(header + body)
-    return folder
 
 
 def summary_lines(config: pytest.Config) -> list[str]:

@@ -84,7 +84,7 @@ def check_model(drawn: DrawnModel, formats: Sequence[str], *, workdir: str | Pat
     """Export ``drawn`` to each format, judge each with the default verdict, release all."""
     from .. import errors
     from ..formats import export_model, load_model
-    from .assertions import assert_outputs_close
+    from ..checks.assertions import assert_outputs_close
     from .known_defects import label_failure
 
     model = drawn.build()
