@@ -26,7 +26,7 @@ import numpy as np
 STATISTICS = {
     "median": "the median error",
     "q90": "the 90th-percentile error",
-    "mean_signed": "the mean signed error",
+    "mean_signed": "the mean signed error (over the 90% of elements under the 90th percentile)",
 }
 # Correct forms measured on bench/bulk_noise.py (docs/tolerances.md): see there for the figures.
 MULTIPLES = {"median": 8.0, "q90": 8.0, "mean_signed": 8.0}
@@ -38,8 +38,11 @@ NOISE_OF = {"median": "median", "q90": "q90", "mean_signed": "mean_abs"}
 MIN_NOISE_EPS = {"median": 1.0, "q90": 2.0, "mean_signed": 1.0}
 # Quantiles of outputs larger than this are read on an evenly strided sample of this size.
 SAMPLE = 1 << 20
-# The fewest elements a distribution is judged on: under it the max alone judges.
+# The fewest elements a statistic is judged on: the 90th percentile of fewer than 50 elements is
+# one of its few largest, where a few amplified elements of one form sit (a (2, 10) output with 3
+# of them failed a correct form); under ``MIN_ELEMENTS`` the max alone judges.
 MIN_ELEMENTS = 8
+MIN_ELEMENTS_FOR = {"median": MIN_ELEMENTS, "q90": 50, "mean_signed": MIN_ELEMENTS}
 
 
 @dataclass(frozen=True)
@@ -61,18 +64,20 @@ class BulkBound:
 
 
 def error_statistics(diff: Any, scale: float) -> dict[str, float]:
-    """``median``, ``q90``, ``max`` of |diff| and ``mean_signed`` = |mean(diff)|, each as a share
-    of ``scale`` over the finite elements (0.0 for an empty or non-finite difference)."""
+    """Of the finite elements of ``diff``, as shares of ``scale``: ``median``, ``q90`` and ``max``
+    of |diff|; ``mean_signed`` = |mean(diff)| and ``mean_abs`` = mean |diff| over the 90% of
+    elements at or under the 90th percentile (the bulk: a few amplified elements, which every
+    float32 form has where the twin has them, do not decide it). 0.0 for nothing finite."""
     d = np.asarray(diff, dtype=np.float64).ravel()
     d = d[np.isfinite(d)]
     if d.size == 0 or not scale > 0:
         return {"median": 0.0, "q90": 0.0, "mean_signed": 0.0, "max": 0.0, "mean_abs": 0.0, "elements": float(d.size)}
-    mean_signed = abs(float(np.mean(d)))
     a = np.abs(d)
-    top, mean_abs = float(a.max()), float(np.mean(a))
-    if a.size > SAMPLE:
-        a = a[:: a.size // SAMPLE + 1]
-    median, q90 = (float(v) for v in np.quantile(a, (0.5, 0.9)))
+    top = float(a.max())
+    sample = a[:: a.size // SAMPLE + 1] if a.size > SAMPLE else a
+    median, q90 = (float(v) for v in np.quantile(sample, (0.5, 0.9)))
+    bulk = a <= q90
+    mean_signed, mean_abs = abs(float(np.mean(d[bulk]))), float(np.mean(a[bulk]))
     return {"median": median / scale, "q90": q90 / scale, "mean_signed": mean_signed / scale, "max": top / scale,
             "mean_abs": mean_abs / scale, "elements": float(d.size)}
 
@@ -112,6 +117,8 @@ def judge(actual: np.ndarray, expected: np.ndarray, scale: float, bounds: tuple[
     got = error_statistics(diff, scale)
     rows, failed = [], []
     for b in bounds:
+        if got["elements"] < MIN_ELEMENTS_FOR[b.statistic]:
+            continue
         value = got[b.statistic]
         holds = value <= b.bound
         rows.append({**b.to_dict(), "value": value, "holds": holds,
