@@ -38,7 +38,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-FORMS = ("saved_model", "tflite", "onnx", "tfjs")
+FORMS = ("saved_model", "tflite", "tflite-noxnn", "onnx", "tfjs")
 NETS = ("logmag", "mobilenetv3small", "encoder_gelu", "bilstm", "two_heads", "efficientnetb0")
 STATS = ("median", "q90", "mean_signed", "max")
 # the noise figure each statistic of the error is held against: a mean signed error against the
@@ -126,12 +126,27 @@ BUGS = ("late_x1.01", "late_x1.001", "mid_x1.01", "mid_x1.001", "early_x1.01", "
 
 
 def run_form(model, form: str, x, tmp: Path):
-    """The form's outputs under the Keras model's output names (the plugin's own binding)."""
+    """The form's outputs under the Keras model's output names (the plugin's own binding).
+    ``tflite-noxnn``: the TFLite file on LiteRT's built-in kernels, without the XNNPACK delegate."""
+    import contextlib
+    from unittest import mock
+
     from pytest_modelparity import export_model, load_model
+    from pytest_modelparity.formats.tflite import load as tflite_load
+
+    plain = tflite_load.new_interpreter
+    no_xnnpack = form == "tflite-noxnn"
+    form = "tflite" if no_xnnpack else form
+    path = export_model(model, form, tmp / f"{form}-{id(model)}-{int(no_xnnpack)}")
+    with (mock.patch.object(tflite_load, "new_interpreter", lambda content, **kw: plain(content, **{**kw, "no_delegates": True}))
+          if no_xnnpack else contextlib.nullcontext()):
+        return _run_loaded(load_model(path), model, x)
+
+
+def _run_loaded(cand, model, x):
+    from pytest_modelparity import load_model
     from pytest_modelparity.formats.binding import bind_model
 
-    path = export_model(model, form, tmp / f"{form}-{id(model)}")
-    cand = load_model(path)
     try:
         bound = bind_model(cand, load_model(model), probe=x)
         out = bound.predict(x)

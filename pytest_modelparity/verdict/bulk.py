@@ -55,9 +55,16 @@ class BulkBound:
     multiple: float
 
     def describe(self) -> str:
-        """``median <= 8 x the noise's median (1.0e-07)``: how the bound was set."""
-        noise = "its mean |error|" if NOISE_OF[self.statistic] == "mean_abs" else f"its {self.statistic}"
-        return f"{self.statistic} <= {self.multiple:g} x {noise} ({self.noise:.1e})"
+        """``median <= 9.5e-07 (8 x the noise's, 2.6e-08, taken as 1.2e-07: at least 1 eps)``: the
+        bound and how it was set."""
+        noise = "the noise's mean |error|" if NOISE_OF[self.statistic] == "mean_abs" else "the noise's"
+        return f"{self.statistic} <= {self.bound:.2g} ({self.multiple:g} x {noise}, {self.noise:.1e}{self._raised()})"
+
+    def _raised(self) -> str:
+        """``, at least 1 eps`` when the noise figure was raised to its minimum."""
+        if self.bound <= self.multiple * self.noise * (1 + 1e-9):
+            return ""
+        return f", taken as {self.bound / self.multiple:.1e}: at least {MIN_NOISE_EPS[self.statistic]:g} eps"
 
     def to_dict(self) -> dict[str, Any]:
         return {"statistic": self.statistic, "bound": self.bound, "noise": self.noise, "multiple": self.multiple}
@@ -141,5 +148,5 @@ def failure_text(b: BulkBound, value: float, got: Mapping[str, float], max_holds
     why = ("every element moved one way" if b.statistic == "mean_signed"
            else "the bulk of the output moved")
     tail = f" (the max error, {got['max']:.2g} of scale, is within its bound)" if max_holds else ""
-    return (f"{what} is {value:.2g} of scale, {times} ({b.noise:.2g}; allowed {b.bound:.2g}, "
+    return (f"{what} is {value:.2g} of scale, {times} ({b.noise:.2g}{b._raised()}; allowed {b.bound:.2g}, "
             f"{b.multiple:g}x): {why}, a systematic change, not rounding{tail}")

@@ -85,9 +85,10 @@ class Tolerance:
             text += f", up to {self.max_mismatch_fraction:.1%} of elements out"
         if self.min_top1 is not None:
             text += f", top-1 agreement >= {self.min_top1:.0%}"
-        if self.bulk:
-            text += ", and " + ", ".join(f"{b.statistic} <= {b.bound:.2g}" for b in self.bulk) + " of scale"
-        return f"{text} ({self.source})"
+        text = f"{text} ({self.source})"
+        if self.bulk:  # the bulk bounds carry their own source: the same run's noise statistics
+            text += "; the bulk of the error, as shares of scale: " + ", ".join(b.describe() for b in self.bulk)
+        return text
 
     def allowed(self, expected_abs: Any, output_scale: float) -> Any:
         """The allowed |actual - expected| for elements of magnitude ``expected_abs``."""
@@ -388,8 +389,6 @@ def shadow_tolerance(dtype: Any, measured: float, *, device: str = "cpu", format
                        f"summing in float32, not {where}")
     bulk = bounds_from_noise(bulk_noise, eps) if bulk_noise and compute in (None, "float32") and \
         bulk_applies(fmt) and not _on_gpu(device) else ()
-    if bulk:
-        source += "; the bulk of its error: " + ", ".join(b.describe() for b in bulk) + " of the same run"
     tol = Tolerance(0.0, 0.0, scale=SHADOW_MULTIPLE * floor, default=True, source=source, bulk=bulk,
                     float64_scale=SHADOW_MULTIPLE * max(float(measured), SHADOW_MIN_FLOOR_EPS * eps) if judged_by else None)
     if unproven is not None and not judged_by:
