@@ -88,6 +88,32 @@ def test_every_head_gets_the_kernel_most_influential_on_it_named_with_what_caugh
     assert judged["['box']"]["where"] != judged["['cls']"]["where"]
 
 
+def test_graph_references_are_planted_where_they_hold_variables(tmp_path) -> None:
+    """A SavedModel reference's signature reads variables: its kernel is planted (and restored);
+    a frozen GraphDef's weights are constants: only the input gain is planted there, and the
+    kernel is left out rather than reported as caught or missed."""
+    pytest.importorskip("tensorflow")
+    from models import images, tiny_cnn
+
+    from pytest_modelparity import assert_outputs_close, export_model, load_model
+    from pytest_modelparity.checks import power
+
+    model, x = tiny_cnn(), images(4, seed=1)
+    found = {}
+    for fmt in ("saved_model", "graphdef"):
+        ref = load_model(export_model(model, fmt, tmp_path / fmt))
+        before = {k: v.copy() for k, v in (ref.weights() or {}).items()} if fmt == "saved_model" else {}
+        with power.planting():
+            report = assert_outputs_close(load_model(model), ref, inputs=x)
+        found[fmt] = {b["bug"]: b for b in report.meta["power"]}
+        for k, v in before.items():
+            np.testing.assert_array_equal(ref.weights()[k], v)
+    assert set(found["saved_model"]) == {power.KERNEL, power.INPUT_GAIN}
+    assert found["saved_model"][power.KERNEL]["where"].endswith("kernel:0 x1.01")
+    assert set(found["saved_model"][power.KERNEL]["outputs"].values()) == {"caught"}
+    assert set(found["graphdef"]) == {power.INPUT_GAIN}
+
+
 def test_without_the_option_nothing_is_planted() -> None:
     pytest.importorskip("tensorflow")
     from pytest_modelparity import assert_outputs_close, load_model

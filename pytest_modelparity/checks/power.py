@@ -142,10 +142,12 @@ def caught_by(o: Any) -> str:
 
 
 def plantable_kernels(native: Any) -> list[Any]:
-    """The float weight matrices and convolution kernels of a Keras model (rank >= 2)."""
+    """The float weight matrices and convolution kernels (rank >= 2) of a Keras model, or the
+    variables a SavedModel signature (a ConcreteFunction) reads; a frozen graph has none (its
+    weights are constants), so only the input gain and the swap are planted there."""
     try:
-        weights = list(native.weights)
-    except Exception:  # noqa: BLE001 - not a Keras model: no kernel to plant in
+        weights = list(native.weights) if hasattr(native, "weights") else list(native.variables)
+    except Exception:  # noqa: BLE001 - no variables to plant in
         return []
     kernels = []
     for w in weights:

@@ -60,9 +60,9 @@ _OPTIONS: tuple[tuple[str, Literal["string", "bool"], str], ...] = (
      "server (refused by default, named with their ops), and Keras files with Lambda layers: only for "
      "models you trust (docs/security.md)"),
     ("power", "bool",
-     "show the run's power: plant small known bugs in each Keras reference (kernel x1.01, input x255/256, "
-     "two same-shape outputs swapped) and say whether the bound that passed each candidate would fail on "
-     "them (docs/tolerances.md)"),
+     "show the run's power: plant small known bugs in each model reference (per output its most influential "
+     "kernel x1.01, input x255/256, two same-shape outputs swapped) and say whether the bound that passed "
+     "each candidate would fail on them, and what caught each (docs/tolerances.md)"),
     ("reference-device", "string",
      "run the reference (the source model) on this device (cpu, gpu, gpu:N) and the candidates on "
      "--modelparity-device, e.g. cpu to check a GPU serving path against the CPU (default: same as the candidate)"),

@@ -109,6 +109,9 @@ def rows_from_report(report: Any, *, nodeid: str, format: str | None, device: st
             "rtol": tol.get("rtol"),
             "atol": tol.get("atol"),
             "scale": tol.get("scale"),
+            # the bulk of the error (verdict/bulk.py): each statistic's value, bound and noise figure,
+            # and what failed in words; null where no bulk bound judged
+            "bulk": d["bulk"],
             "quantized": _quantized_row(meta, d["path"] or ""),
             # the decision over rows and the threshold it applied (at most "allowed" of "trials")
             "decision": d["decision"],
