@@ -61,6 +61,25 @@ def test_a_planted_failure_shrinks_to_its_minimal_layers():
         assert np.isfinite(out).all()
 
 
+def test_the_shrink_keeps_its_progress_one_input_one_layer():
+    """Issue 46: both simplifications were built from the draw before the loop, so when both
+    still failed the seed's brought the second input back (a failure needing 1 input and 1 layer
+    shrank to 2 and 2). Each now starts from the best draw so far; no converter runs here."""
+    from pytest_modelparity.fuzz.model_draw import DrawnModel, InputKind
+    from pytest_modelparity.fuzz.model_steps import Dense, Math
+
+    drawn = DrawnModel(input=InputKind("vector", (8,)), steps=(Dense(4), Math("cumsum"), Dense(3)), seed=7,
+                       two_inputs=True)
+    assert len(drawn.layers) == 3
+
+    def fails(d):  # the planted defect: any cumsum, whatever the inputs and the seed
+        return any(isinstance(s, Math) and s.op == "cumsum" for s in d.layers)
+
+    minimal = minimize(drawn, fails)
+    assert not minimal.two_inputs and minimal.seed == 0, minimal
+    assert [type(s) for s in minimal.layers] == [Math], minimal
+
+
 def test_user_steps_and_a_base_model_extend_the_vocabulary():
     import keras
     from dataclasses import dataclass

@@ -132,10 +132,7 @@ def minimize(drawn: DrawnModel, fails: Any, *, budget_s: float | None = None) ->
 
     start = time.monotonic()
     current = replace(drawn, steps=tuple(drawn.layers))
-    candidates = [replace(current, two_inputs=False), replace(current, seed=0)]
-    for candidate in candidates:
-        if candidate != current and fails(candidate):
-            current = candidate
+    current = _simplify(current, fails)
     changed = True
     while changed:
         changed = False
@@ -147,7 +144,20 @@ def minimize(drawn: DrawnModel, fails: Any, *, budget_s: float | None = None) ->
             if fails(shorter):
                 current, changed = shorter, True
                 break
-    for candidate in (replace(current, two_inputs=False), replace(current, seed=0)):  # again, now it is small
+    return _simplify(current, fails)  # again, now it is small
+
+
+# Each made from the draw as it is when its turn comes: built up front from the draw before the
+# loop, the seed's simplification brought back the second input the first had just dropped (a
+# cumsum failure needing 1 input and 1 layer shrank to 2 and 2).
+_SIMPLIFICATIONS = (lambda d: replace(d, two_inputs=False), lambda d: replace(d, seed=0))
+
+
+def _simplify(current: DrawnModel, fails: Any) -> DrawnModel:
+    """Drop the second input, then zero the seed, each kept while ``fails`` holds, each applied
+    to the best draw so far (the shrink keeps its progress)."""
+    for simplify in _SIMPLIFICATIONS:
+        candidate = simplify(current)
         if candidate != current and fails(candidate):
             current = candidate
     return current
