@@ -361,3 +361,31 @@ def test_library_int8_without_sibling_names_the_file_input_range(digits):
     assert "input 'image' spans [0, 1]; the int8 file's input quantisation represents [0, 0.25" in hint.evidence
     assert "representative_data" in hint.message
 
+
+def test_a_recurrent_dynamic_range_file_is_read_as_dynamic_range_and_passes(tmp_path):
+    """Issue 47: a recurrent net's dynamic-range file keeps its int8 weights inside its While
+    body (subgraph 2 of 3 here); read from the main subgraph alone it was labelled float32 and
+    judged by the float rule (a ConvLSTM failed at 44,792x the float32 error, with no hint).
+    Read whole, a GRU's file is dynamic_range, judged by its budget against its float32
+    sibling, and passes on 256 rows (1,280 regression values, proved within <= 1% beyond)."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((8, 4), name="seq")
+    out = keras.layers.Dense(5, name="out")(keras.layers.GRU(32, name="gru")(inp))  # >= 1024 weights: quantised
+    model = keras.Model(inp, out)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sibling = export_model(model, "tflite", tmp_path / "f32.tflite")
+        path = export_model(model, "tflite", tmp_path / "dr.tflite", quantization="dynamic_range")
+    cand = load_model(path, float_sibling=sibling)
+    native = cand.native
+    main_kinds = {np.dtype(d["dtype"]).name for d in native.get_tensor_details()}
+    assert native.num_subgraphs() > 1 and "int8" not in main_kinds  # the weights are not in the main graph
+    assert cand.format_variant == "tflite:dynamic_range"
+    assert load_model(sibling).format_variant == "tflite:float32"
+    rows = np.random.default_rng(0).uniform(-1, 1, (256, 8, 4)).astype(np.float32)
+    report = assert_outputs_close(cand, model, inputs=rows)
+    assert report.meta["quantized"]["variant"] == "dynamic_range" and not report.inconclusive
+    cost = report.outputs[-1].decision
+    assert cost["unit"] == "elements" and cost["trials"] == 1280 and cost["upper"] <= 0.01 < 1
