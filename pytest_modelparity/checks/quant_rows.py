@@ -120,7 +120,10 @@ def widen(cand: Any, ref_model: Any, inputs: Any, act: Any, exp: Any,
         if block is None or keep is None:
             note["missing"] = f"no more rows could be drawn ({said or 'no rows'}): {fix}"
             break
-        block = {k: np.asarray(v)[:keep[-1] + 1] for k, v in block.items()}
+        # the models run on the new rows' span only (rows before it were judged at an earlier look)
+        first = keep[0]
+        block = {k: np.asarray(v)[first:keep[-1] + 1] for k, v in block.items()}
+        keep = [i - first for i in keep]
         joined = _join(inputs, {k: v[keep] for k, v in block.items()})
         if joined is None:
             note["missing"] = f"the drawn rows do not line up with the given batch: {fix}"
@@ -138,7 +141,7 @@ def widen(cand: Any, ref_model: Any, inputs: Any, act: Any, exp: Any,
 
 def warn_inconclusive(report: Any) -> None:
     """An ``InconclusiveVerdict`` warning per inconclusive output (pytest lists them), so a
-    decision made on too few rows is heard of outside the plugin's summary too."""
+    decision the rows did not settle is heard of outside the plugin's summary too."""
     for o in getattr(report, "inconclusive", []):
         if o.passed:
             warnings.warn(InconclusiveVerdict(f"{report.title} {o.path}: {o.inconclusive}"), stacklevel=4)
