@@ -389,3 +389,23 @@ def test_a_recurrent_dynamic_range_file_is_read_as_dynamic_range_and_passes(tmp_
     assert report.meta["quantized"]["variant"] == "dynamic_range" and not report.inconclusive
     cost = report.outputs[-1].decision
     assert cost["unit"] == "elements" and cost["trials"] == 1280 and cost["upper"] <= 0.01 < 1
+
+
+def test_inputs_outside_a_data_calibration_do_not_advise_calibrating_on_the_data():
+    """Issue 47: a detector's int8 file, calibrated on its dataset, failed on uniform rows the
+    check had added, and the hint advised calibrating on the dataset, which it was. When the
+    file was calibrated on data the hint now says the inputs are unlike it; on default rows it
+    still sends to modelparity_dataset."""
+    from types import SimpleNamespace
+
+    from pytest_modelparity.diagnose.calibration import CALIBRATION_FIX, outside_calibration
+
+    inputs = {"x": np.linspace(-1.0, 1.0, 8, dtype=np.float32)}
+    data = SimpleNamespace(calibration_ranges={"x": (0.0, 1.0)}, calibration={
+        "rows": 100, "source": "the first rows of modelparity_dataset boxes.npz", "default": False})
+    cause, message, evidence = outside_calibration(data, inputs)
+    assert cause == "inputs_outside_calibration" and "input 'x' spans [-1, 1]" in evidence
+    assert "calibrated on 100 rows (the first rows of modelparity_dataset boxes.npz)" in message
+    assert CALIBRATION_FIX not in message
+    default = SimpleNamespace(calibration_ranges={"x": (0.0, 1.0)}, calibration={"rows": 100, "default": True})
+    assert CALIBRATION_FIX in outside_calibration(default, inputs)[1]
