@@ -92,8 +92,8 @@ def assert_outputs_close(actual: Any, expected: Any, *, inputs: Any = None, rtol
     if actual_model is not None and inputs is not None and _uses_default(tolerance, rtol, atol) \
             and not getattr(actual_model, "replays_recording", False) \
             and (quantized.sibling_of(actual_model) is not None or quantized.judged_alone(actual_model)):
-        # a decision over rows needs rows enough to fail (checks/quant_rows.py)
-        inputs, act, exp, rows_note = quant_rows.widen(actual_model, expected_model, inputs, act, exp, _run)
+        # a decision over rows draws rows until it is proved either way (checks/quant_rows.py)
+        inputs, act, exp, rows_note = quant_rows.widen(actual_model, expected_model, inputs, act, exp, _run, bind)
     exp_raw, act_raw = exp, act
     act, exp, alignment, pairs = align_structures(act, exp, from_models=actual_model is not None or expected_model is not None,
                                                    models=(actual_model, expected_model), bind=bind)

@@ -252,7 +252,7 @@ def collecting(item: pytest.Item) -> Iterator[None]:
     the failure text pytest renders); the other failing reports (Hypothesis examples that
     are not the one reported, failures the test caught) keep their rows without hints.
     """
-    from ..checks import power, quantized
+    from ..checks import power, quant_rows, quantized
     from ..verdict import tolerances
     from ..reports.summary import merge_rows, rows_from_report
 
@@ -272,7 +272,8 @@ def collecting(item: pytest.Item) -> Iterator[None]:
                 quantized.budget_layers(_budget_layers(item, state)), \
                 quantized.class_scores(*_class_scores(item), source="marker"), \
                 power.planting(state.options.power), \
-                quantized.inconclusive_fails(state.options.strict):
+                quantized.inconclusive_fails(state.options.strict), \
+                quant_rows.max_rows_of(state.options.quant_max_rows):
             yield
     except BaseException as exc:
         raised.extend(_escaped_reports(exc))

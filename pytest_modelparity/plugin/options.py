@@ -78,6 +78,10 @@ _OPTIONS: tuple[tuple[str, Literal["string", "bool"], str], ...] = (
      "loosen what quantisation may cost against the float32 tflite sibling, per variant, without "
      "loosening the conversion check: 'int8:rms=0.1,top1=0.9; dynamic_range:scale=0.1' "
      "(keys rms, scale, beyond, top1; docs/tolerances.md)"),
+    ("quant-max-rows", "string",
+     "the most rows a quantised verdict judges (given and drawn together) before an undecided one is "
+     "reported inconclusive: it passes only when the rows prove its disagreement within the budget, fails "
+     "only when they prove it beyond (default: 1024; docs/tolerances.md)"),
     ("input-range", "string",
      "LOW,HIGH: the range the input values are drawn from (e.g. 0,255 for raw pixels), or per input "
      "NAME=LOW,HIGH;NAME=LOW,HIGH; used by zero-code mode, parity_batch and tflite:int8 calibration "
@@ -141,6 +145,7 @@ class ParityOptions:
     atol: float | None = None
     data: str | None = None          # --modelparity-data: an .npz/.npy of real rows
     quant_budget: str | None = None  # --modelparity-quant-budget (checked by quantized.parse_budget)
+    quant_max_rows: int | None = None  # --modelparity-quant-max-rows (None: quant_rows.DEFAULT_MAX_ROWS)
     # (low, high) or {input name: (low, high)}: what the batches are drawn from (None: per dtype)
     input_range: tuple[float, float] | dict[str, tuple[float, float]] | None = None
     timeout: float | None = DEFAULT_TIMEOUT_S  # None: no limit
@@ -467,6 +472,7 @@ def parse_options(config: pytest.Config) -> ParityOptions:
         atol=_float(config, "modelparity_atol"),
         data=_data_path(config, _value(config, "modelparity_data")),
         quant_budget=_quant_budget(_value(config, "modelparity_quant_budget")),
+        quant_max_rows=_positive("--modelparity-quant-max-rows", _value(config, "modelparity_quant_max_rows"), int),
         input_range=parse_input_range(_value(config, "modelparity_input_range")),
         timeout=parse_timeout(_value(config, "modelparity_timeout")),
         export_process=parse_export_process(_value(config, "modelparity_export_process")),

@@ -284,15 +284,15 @@ def merge_rows(rows: Sequence[dict]) -> list[dict]:
 
 
 def inconclusive_line(rows: Sequence[dict]) -> str | None:
-    """The end-of-run line counting quantised decisions made on too few rows to fail (verdict
+    """The end-of-run line counting quantised decisions the rows did not settle (verdict
     ``inconclusive``): a green run must not read as judged. None when there are none."""
     short = [r for r in rows if r["verdict"] == "inconclusive"]
     if not short:
         return None
     first = short[0]
     tests = len({r["nodeid"] for r in short})
-    return (f"modelparity: {len(short)} quantised verdict(s) in {tests} test(s) INCONCLUSIVE, not passed: too few "
-            f"rows to fail a file outside the budget (first: {first['nodeid']} {first['output'] or 'output'}: "
+    return (f"modelparity: {len(short)} quantised verdict(s) in {tests} test(s) INCONCLUSIVE, not passed: the rows "
+            f"proved them neither within nor beyond their budget (first: {first['nodeid']} {first['output'] or 'output'}: "
             f"{str(first.get('inconclusive') or '').removeprefix('INCONCLUSIVE: ')}); --modelparity-strict makes "
             "them failures")
 
