@@ -184,8 +184,9 @@ class GraphView:
         others = self.ancestors(n for roots in self.run_roots.values() for n in roots)
         role: dict[str, str] = {}
         for name in save_nodes | restore_nodes:
-            if name in others:
-                continue
+            node = self.nodes[name]
+            if name in others or not (node.op in SAVE_OPS or node.op in RESTORE_OPS or any(self.calls(node))):
+                continue  # only the ops that act need a role (and a variable's descendants are the model)
             below = self.descendants(name)
             if name in restore_nodes and below <= restore_nodes:
                 role[name] = "restore"
