@@ -205,8 +205,9 @@ def _scan_view(view: GraphView, root: Path) -> list[Finding]:
     model's own (its saver's, its vocabulary's)."""
     at_load = view.runs_at_load()
     fn_at_load: dict[str, str] = {}
-    for name, label in at_load.items():
-        for fn in view.closure(view.calls(view.nodes[name])):
+    for label in dict.fromkeys(at_load.values()):
+        called = [fn for name, why in at_load.items() if why == label for fn in view.calls(view.nodes[name])]
+        for fn in view.closure(called):
             fn_at_load.setdefault(fn, label)
     found = []
     scopes: list[tuple[str | None, Iterable[Any]]] = [(None, view.nodes.values())]

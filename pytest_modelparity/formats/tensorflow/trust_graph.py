@@ -57,6 +57,21 @@ def data_inputs(node: Any) -> list[str]:
     return [i for i in node.input if not i.startswith("^")]
 
 
+_FUNC_ATTRS: dict[str, tuple[str, ...] | None] = {}
+
+
+def _func_attrs(op: str) -> tuple[str, ...] | None:
+    """The attributes of a registered op that name functions (None: not registered here, read
+    them all). Reading a protobuf map costs: most ops have no such attribute."""
+    if op not in _FUNC_ATTRS:
+        from tensorflow.python.framework import op_def_registry
+
+        op_def = op_def_registry.get(op)
+        _FUNC_ATTRS[op] = None if op_def is None else tuple(
+            a.name for a in op_def.attr if a.type in ("func", "list(func)"))
+    return _FUNC_ATTRS[op]
+
+
 def _asset_defs(meta: Any) -> list[Any]:
     """A MetaGraph's ``AssetFileDef``s where the loader reads them: ``asset_file_def``, else
     (a TF1 Builder's) the ``saved_model_assets`` collection."""
@@ -88,13 +103,20 @@ class GraphView:
             for i in inputs:
                 self.consumers.setdefault(i, set()).add(name)
         self.callers: dict[str, list[tuple[Scope, Any]]] = {}
+        self.node_calls: dict[str, list[str]] = {}  # graph node -> the functions it calls (read once: protobuf maps are slow)
+        self.fn_calls: dict[str, set[str]] = {}  # function -> the functions its nodes call
         for node in graph_def.node:
-            for fn in self.calls(node):
+            called = list(self._calls(node))
+            if called:
+                self.node_calls[node.name] = called
+            for fn in called:
                 self.callers.setdefault(fn, []).append((None, node))
         for scope, fn in self.functions.items():
+            self.fn_calls[scope] = set()
             for node in fn.node_def:
-                for called in self.calls(node):
-                    self.callers.setdefault(called, []).append((scope, node))
+                for fn_called in self._calls(node):
+                    self.callers.setdefault(fn_called, []).append((scope, node))
+                    self.fn_calls[scope].add(fn_called)
         self.folder = folder
         self.asset_root = asset_root
         self.saver = meta.saver_def if meta is not None and meta.HasField("saver_def") else None
@@ -128,11 +150,15 @@ class GraphView:
 
     # -- structure -------------------------------------------------------------------------
 
-    def calls(self, node: Any) -> Iterable[str]:
-        """The functions a node calls: its op, or function-valued attributes."""
+    def calls(self, node: Any) -> list[str]:
+        """The functions a graph node calls: its op, or function-valued attributes."""
+        return self.node_calls.get(node.name, [])
+
+    def _calls(self, node: Any) -> Iterable[str]:
         if node.op in self.functions:
             yield node.op
-        for value in node.attr.values():
+        names = _func_attrs(node.op)
+        for value in (node.attr.values() if names is None else (node.attr[n] for n in names if n in node.attr)):
             if value.func.name:
                 yield value.func.name
             for fn in value.list.func:
@@ -167,8 +193,7 @@ class GraphView:
             if name in seen:
                 continue
             seen.add(name)
-            for node in self.functions[name].node_def:
-                todo.extend(f for f in self.calls(node) if f in self.functions and f not in seen)
+            todo.extend(f for f in self.fn_calls.get(name, ()) if f in self.functions and f not in seen)
         return seen
 
     def roles(self) -> dict[str, Any]:
