@@ -84,6 +84,20 @@ def test_a_recording_without_its_runs_record_is_refused_as_incomplete(pytester: 
     against.stderr.fnmatch_lines(["*--modelparity-against=*rec: an incomplete recording*modelparity-session.json*"])
 
 
+def test_an_interrupted_recording_run_writes_no_record(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_parity=PARITY + "\n\ndef test_stop():\n    raise KeyboardInterrupt\n")
+    rec = pytester.path / "rec"
+    result = pytester.runpytest(*RUN, "--modelparity-formats=tflite", f"--modelparity-record={rec}",
+                                no_reraise_ctrlc=True)  # Ctrl-C of the inner run, not of this one
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*NOT RECORDED*rec: the run was interrupted, so its record was not written*"])
+    assert (rec / "tiny" / "tflite@cpu" / "modelparity-recording.json").is_file()
+    assert not (rec / "modelparity-session.json").exists()
+    with pytest.raises(ModelLoadError, match="an incomplete recording"):
+        load_model(rec / "tiny" / "tflite@cpu")
+
+
 def test_against_names_forms_on_one_side_and_fails_the_test_that_changed(pytester: pytest.Pytester) -> None:
     rec = _record(pytester)
     against = f"--modelparity-against={rec}"

@@ -564,8 +564,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
                                    "browsers": state.browsers}
         return
     unchecked = not_compared(state.matrix_outcomes, state.options)
-    if state.recorder is not None:
-        state.recorder.finish()  # the run's record of what it recorded, written last
+    if state.recorder is not None:  # the run's record of what it recorded, written last; an interrupted run writes none
+        state.recorder.finish(interrupted=session.exitstatus == pytest.ExitCode.INTERRUPTED)
     if state.against is not None:
         state.against.finish()  # forms recorded but not run: named, and they fail the run
     if state.against is not None and state.against.failures and session.exitstatus == pytest.ExitCode.OK:

@@ -120,10 +120,15 @@ class Recorder:
             self.errors.append(f"{folder}: {type(exc).__name__}: {exc}")
             self.failed.add(folder)
 
-    def finish(self) -> None:
+    def finish(self, interrupted: bool = False) -> None:
         """Write the run's record of the forms it recorded whole, atomically and last
-        (formats/recorded/session.py): without it the recording is refused as incomplete."""
+        (formats/recorded/session.py): without it the recording is refused as incomplete. An
+        interrupted run (Ctrl-C) writes none: what it recorded is not all it meant to."""
         if not self.recordings and not self.errors:
+            return
+        if interrupted:
+            self.errors.append(f"{self.root}: the run was interrupted, so its record was not written: the "
+                               "recording is incomplete (refused by load_model and --modelparity-against)")
             return
         from ..formats.recorded.session import write_session
 
