@@ -168,6 +168,33 @@ def test_a_table_whose_file_name_defaults_to_a_file_outside_is_refused(tmp_path:
     assert _lookup(load_model(model, trusted=True), ["beta", "gamma"]).tolist() == [1, -1]
 
 
+def test_a_table_a_serving_function_fills_from_a_file_outside_is_refused(tmp_path: Path) -> None:
+    """The same read inside a tf.function (TF2): the file name is the function's own constant."""
+    import tensorflow as tf
+
+    secret = tmp_path / "secret.txt"
+    secret.write_text("alpha\nbeta\n")
+
+    class Reads(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+        def serve(self, x: Any) -> Any:
+            table = tf.raw_ops.HashTableV2(key_dtype=tf.string, value_dtype=tf.int64)
+            init = tf.raw_ops.InitializeTableFromTextFileV2(table_handle=table, filename=tf.constant(str(secret)),
+                                                            key_index=-2, value_index=-1)
+            with tf.control_dependencies([init]):
+                return {"y": tf.raw_ops.LookupTableFindV2(table_handle=table, keys=x,
+                                                          default_value=tf.constant(-1, tf.int64))}
+
+    module = Reads()
+    tf.saved_model.save(module, str(tmp_path / "tf2"), signatures=module.serve)
+    with pytest.raises(ModelLoadError) as info:
+        load_model(tmp_path / "tf2")
+    text = str(info.value)
+    assert "InitializeTableFromTextFileV2" in text and "in function __inference_serve" in text, text
+    assert str(secret) in text, text
+    assert _lookup(load_model(tmp_path / "tf2", trusted=True), ["beta", "gamma"]).tolist() == [1, -1]
+
+
 def test_a_table_whose_file_name_is_computed_is_refused(tmp_path: Path) -> None:
     import tensorflow as tf
 
