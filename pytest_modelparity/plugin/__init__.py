@@ -320,11 +320,16 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
         raise _skip_at_item(itself)
     with collecting(item):
         try:
-            return (yield)
+            result = yield
         except NotApplicable as exc:
             # pytest would skip it anyway (a unittest.SkipTest), but at a line of its own
             # unittest.py; this keeps the test's location in the -rs line.
             raise _skip_at_item(str(exc)) from None
+        finally:
+            changed = state.against.take_pending() if state is not None and state.against is not None else []
+    if changed:  # --modelparity-against: the test whose form changed fails, as the summary says
+        pytest.fail("--modelparity-against: " + "; ".join(changed), pytrace=False)
+    return result
 
 
 def _skip_at_item(reason: str) -> BaseException:
@@ -560,7 +565,11 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
                                    "browsers": state.browsers}
         return
     unchecked = not_compared(state.matrix_outcomes, state.options)
-    if state.against is not None and state.against.changed and session.exitstatus == pytest.ExitCode.OK:
+    if state.recorder is not None:  # the run's record of what it recorded, written last; an interrupted run writes none
+        state.recorder.finish(interrupted=session.exitstatus == pytest.ExitCode.INTERRUPTED)
+    if state.against is not None:
+        state.against.finish()  # forms recorded but not run: named, and they fail the run
+    if state.against is not None and state.against.failures and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a change beyond float noise: said in the summary
     if (nothing_compared_line(state.device_outcomes, state.matrix_outcomes) or (state.options.strict and unchecked)) \
             and session.exitstatus == pytest.ExitCode.OK:

@@ -17,6 +17,7 @@ from typing import Any, Iterable, Literal
 import pytest
 
 from ..runtime.devices import parse_device
+from ..runtime.scratch import not_private
 from ..errors import InvalidArgumentError
 from ..formats import ALL_FORMATS, available_formats
 from ..verdict.validators import check_tolerance_value
@@ -437,6 +438,12 @@ def check_cache_dir(path: Path, source: str, *, writable: bool = True) -> Path:
     if writable and not os.access(existing, os.W_OK | os.X_OK):
         raise pytest.UsageError(f"{source}={path} cannot be written (no write permission on {existing}, or a "
                                 "read-only filesystem); pass a writable directory, or --modelparity-no-cache")
+    problem = not_private(path)
+    if problem is not None:  # another user could plant an export or a floor the run would use
+        raise pytest.UsageError(f"{source}={path} is not yours alone: {problem}, so another user could put "
+                                "a model or a noise floor there that this run would use; pass a private folder "
+                                f"you own (chmod go-w {path}, or a new one: the plugin creates it with mode 0700) "
+                                "with --modelparity-cache-dir, or --modelparity-no-cache")
     return path
 
 
