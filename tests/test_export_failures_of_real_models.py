@@ -113,7 +113,13 @@ def test_int8_division_by_a_computed_tensor_is_kept_in_float(pytester: pytest.Py
     doc = json.loads((pytester.path / "r.json").read_text())
     (artifact,) = [a for a in doc["artifacts"] if a["format"] == "tflite:int8"]
     assert "DIV kept in float (its int8 divisor's range holds zero" in artifact["route"], artifact
-    assert {r["verdict"] for r in doc["rows"]} == {"pass"}, doc["rows"]
+    # judged, not an export error: the conversion part passes; the quantisation part of this file
+    # sits at ~2.5% of elements beyond 0.1 of scale against a 2% budget, which its 1,024 rows can
+    # neither prove within nor beyond at 99.99% (issue 47): inconclusive, never a pass on the
+    # benefit of the doubt (it passed before)
+    verdicts = {r["output"]: r["verdict"] for r in doc["rows"]}
+    assert {v for o, v in verdicts.items() if "conversion" in o} == {"pass"}, doc["rows"]
+    assert set(verdicts.values()) <= {"pass", "inconclusive"}, doc["rows"]
 
 
 def test_int8_division_with_integer_io_says_to_use_float_io_and_that_works(tmp_path) -> None:
