@@ -367,6 +367,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Any:
     mismatch = _dataset_mismatch(call.excinfo.value) if call.excinfo is not None and report.failed else None
     if mismatch is not None:  # the text is the whole story; the fixtures' traceback buries it
         report.longrepr = str(mismatch)
+    state = _state_or_none(item.config)
+    if report.when == "setup" and report.failed and state is not None and call.excinfo is not None:
+        again = state.said_before(call.excinfo.value, item.nodeid)
+        if again is not None:  # shown in full at the first test that needed it
+            report.longrepr = again
     if report.when == "setup" and report.failed:
         try:
             explained = scope_mismatch_message(report.longreprtext)
@@ -377,7 +382,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Any:
     fmt, device = item_matrix(item)
     if device:  # a plain attribute: pytest-xdist carries it to the controller's OutcomeRecorder
         report.modelparity_device = device
-    state = _state_or_none(item.config)
     if isinstance(fmt, str) and state is not None:  # what not_compared.py reads, on the controller too
         report.modelparity_format = fmt
         report.modelparity_named_by = named_by(item, state.options)
@@ -390,6 +394,23 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Any:
                 row["verdict"] = "expected"
                 row["expected_because"] = why
     return report
+
+
+# The fixtures a suite overrides: one that raises fails every test that needs it with the same
+# error (pytest keeps a session fixture's error), shown in full once and then in one line.
+_OVERRIDDEN = ("modelparity_source", "modelparity_dataset", "modelparity_load_options", "modelparity_export_options",
+               "modelparity_input_specs", "modelparity_elements", "modelparity_bind")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef: Any, request: Any) -> Any:
+    try:
+        return (yield)
+    except Exception as exc:
+        state = _state_or_none(request.config)
+        if state is not None and fixturedef.argname in _OVERRIDDEN:
+            state.remember_error(exc, f"the fixture {fixturedef.argname}")
+        raise
 
 
 def pytest_runtest_logfinish(nodeid: str, location: Any) -> None:

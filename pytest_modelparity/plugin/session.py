@@ -122,6 +122,34 @@ class ParitySession:
     against: Any = None
     _precision_set: bool = False
     _tf32_before: bool | None = None  # TF's TF32 setting before --modelparity-tf32=off changed it
+    # id(error) -> [what failed, the test that showed it in full (None until one has), the error]:
+    # a failing source factory or overridden fixture is one error, shown in full once (said_before)
+    shown_errors: dict[int, list] = field(default_factory=dict)
+    # source key -> what its factory raised (not a ModelLoadError): raised again, never called again
+    source_failures: dict[tuple[int, str | None], BaseException] = field(default_factory=dict)
+
+    # -- an error shown once --------------------------------------------------------
+    def remember_error(self, exc: BaseException, what: str) -> None:
+        """``exc`` failed ``what`` (the source's factory, an overridden fixture): raised again in
+        every test that needs it, it is shown in full at the first and in one line at the others."""
+        self.shown_errors.setdefault(id(exc), [what, None, exc])
+
+    def said_before(self, exc: BaseException | None, nodeid: str) -> str | None:
+        """The one line a test's setup failure becomes when it is a remembered error that an
+        earlier test showed in full; None the first time (that test keeps the full traceback).
+        Why: a factory that raises failed 21 tests with 2,563 lines of the same traceback."""
+        entry = self.shown_errors.get(id(exc)) if exc is not None else None
+        if entry is None or entry[2] is not exc:
+            return None
+        what, first = entry[0], entry[1]
+        if first is None or first == nodeid:
+            entry[1] = nodeid
+            return None
+        lines = str(exc).strip().splitlines()
+        head = lines[0] if lines else ""
+        head = head if len(head) <= 160 else head[:157] + "..."
+        return (f"modelparity: {what} failed: {type(exc).__name__}{': ' + head if head else ''} (the same error as "
+                f"at the setup of {first}, where its full traceback is shown; {what} is not run again)")
 
     # -- devices and precision ------------------------------------------------------
     def reference_device(self, device: str) -> str:
@@ -160,8 +188,12 @@ class ParitySession:
     def source(self, obj: Any, format: str | None = None) -> Source:
         """What ``obj`` resolves to, once per session. A path's format is detected unless
         ``format`` (``modelparity_load_options``' ``"format"``) names it. A source that cannot
-        be resolved is said in full once; every later test that needs it gets one line."""
+        be resolved is said in full once; every later test that needs it gets one line (a
+        factory that raised is not called again: its error is raised again and reported in one
+        line, ``said_before``)."""
         key = (id(obj), format)
+        if key in self.source_failures:  # the same object: the report shows it once (said_before)
+            raise self.source_failures[key]
         if key in self.source_errors:
             first = self.source_errors[key]
             raise ModelLoadError(first.path, first.format, "the source could not be resolved (the full "
@@ -171,6 +203,10 @@ class ParitySession:
                 self.sources[key] = self._quietly("resolving the source", lambda: resolve_source(obj, format=format))()
             except ModelLoadError as exc:
                 self.source_errors[key] = exc
+                raise
+            except Exception as exc:  # a factory that raised: not called again in this session
+                self.source_failures[key] = exc
+                self.remember_error(exc, "the source (modelparity_source's factory)")
                 raise
             self.sources[key].keep = obj
         return self.sources[key]
