@@ -497,7 +497,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         from .zero_code import suite_items
 
         items.extend(suite_items(session, state))
-    if state.options.fuzz:
+    if state.options.fuzz or state.options.fuzz_minutes:  # minutes alone: fuzz until they are spent
         from .fuzz import fuzz_items
 
         items.extend(fuzz_items(session, state))

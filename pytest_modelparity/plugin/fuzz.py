@@ -1,4 +1,5 @@
-"""``pytest --modelparity-fuzz=N``: drawn models through every selected converter.
+"""``pytest --modelparity-fuzz=N``: drawn models through every selected converter
+(``--modelparity-fuzz-minutes=M`` alone: as many as M minutes allow).
 
 One item, ``modelparity-fuzz``: Hypothesis draws N models (``strategies.models``, seeded by
 ``--hypothesis-seed``, default 0), each is exported to each format and judged by the default
@@ -24,6 +25,8 @@ from .session import ParitySession, get_state
 FUZZ_NODEID = "modelparity-fuzz"
 DEFAULT_FORMATS = ("tflite", "onnx", "tfjs")
 MAX_LAYERS = 6
+# --modelparity-fuzz-minutes without --modelparity-fuzz: as many models as the minutes allow
+UNTIL_THE_TIME_IS_SPENT = 10**9
 
 
 @dataclass
@@ -74,7 +77,8 @@ class FuzzRun(pytest.Item):
                     results.failures[outcome.key] = (drawn, outcome)
 
         results.stopped_by_budget = for_each_drawn(
-            visit, seed=int(self.config.getoption("hypothesis_seed", None) or 0), max_examples=int(options.fuzz or 0),
+            visit, seed=int(self.config.getoption("hypothesis_seed", None) or 0),
+            max_examples=int(options.fuzz or UNTIL_THE_TIME_IS_SPENT),
             deadline=None if budget is None else start + budget, max_layers=MAX_LAYERS)
         results.seconds = time.monotonic() - start
         out_dir = fuzz_folder(options)
