@@ -80,7 +80,14 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[_TRUST_BEFORE] = os.environ.get(TRUST_ENV)
         os.environ[TRUST_ENV] = "1"
     state = config.stash[STATE_KEY] = ParitySession(options, logs=_log_sink(config, options))
+    if options.power:
+        from ..checks.power import COST
+
+        COST.reset()  # this session's cost (a pytester run inside another one counts its own)
     config.pluginmanager.register(OutcomeRecorder(state), "modelparity-outcomes")
+    from . import status
+
+    config.stash[_STATUS] = status.start(config)  # a line per long step (exports, Node.js), not under -q
     if options.record is not None or options.against is not None:
         from .record import watch_run
 
@@ -122,11 +129,16 @@ def _log_sink(config: pytest.Config, options: Any) -> Any:
 
 _FLOOR_BEFORE = pytest.StashKey[Any]()  # the floor cache of a session around this one (pytester)
 _TRUST_BEFORE = pytest.StashKey[Any]()  # MODELPARITY_TRUST_MODELS before --modelparity-trust-models set it
+_STATUS = pytest.StashKey[Any]()  # the session's status.TerminalStatus (None in an xdist worker)
 # formats/tensorflow/trust.TRUST_ENV, spelled here: importing that module at start-up would import numpy
 TRUST_ENV = "MODELPARITY_TRUST_MODELS"
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    if _STATUS in config.stash:
+        from . import status
+
+        status.stop(config.stash[_STATUS])
     if _TRUST_BEFORE in config.stash:
         before = config.stash[_TRUST_BEFORE]
         if before is None:
@@ -595,6 +607,11 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         doc = build_document(rows=state.rows, tests=state.tests, artifacts=state.artifacts,
                              options=_options_doc(state), workers=state.workers, browsers=state.browsers)
         doc["not_compared"] = as_json(unchecked)  # docs/report-schema.md
+        from .fuzz import report_section
+
+        fuzzed = report_section(config)
+        if fuzzed is not None:  # --modelparity-fuzz: models, outcomes, failures, reproducers
+            doc["fuzz"] = fuzzed
     except (MemoryError, SystemError) as exc:
         _RESERVE.release()
         state.write_errors.append(f"the reports ({', '.join(_report_options(state))}) were not written: the "
@@ -681,6 +698,14 @@ def _terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
         terminalreporter.write_line(without_floor, yellow=True)
     for line in power_lines(state.rows):  # --modelparity-power
         terminalreporter.write_line(line, yellow="MISSED" in line)
+    if state.options.power:
+        from ..checks.power import COST
+
+        if COST.comparisons:  # what the planted bugs cost, beside what they showed
+            terminalreporter.write_line(
+                f"modelparity: power cost: {COST.seconds:.1f} s for {COST.comparisons} comparison(s), "
+                f"{COST.passes} forward pass(es) of a reference with a bug planted"
+                + (" (this process; each xdist worker paid its own)" if state.workers else ""))
     by_values = values_line(state.rows)
     if by_values:
         terminalreporter.write_line(by_values, yellow=True)

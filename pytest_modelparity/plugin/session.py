@@ -26,6 +26,7 @@ from typing import Any, NoReturn
 import pytest
 
 from ..errors import DeviceUnavailable, ModelLoadError, NotSerializable, RuntimeMissing
+from ..runtime import progress
 from ..runtime.scratch import owned_prefix
 from .options import RUNTIME_VARIANTS, ParityOptions, split_format
 from .advice import without_failed_advice
@@ -407,13 +408,16 @@ class ParitySession:
         cache = self._export_cache() if not isinstance(model, (str, Path)) else None
         hits_before = getattr(cache, "hits", 0)
         try:
-            if cache is not None:
-                path = Path(cache.export(model, base, **options))
-            else:
-                if self._tmp is None:
-                    self._tmp = Path(tempfile.mkdtemp(prefix=owned_prefix("modelparity-")))
-                target = self._tmp / f"{len(self.artifacts)}-{format.replace(':', '-')}" / _EXPORT_NAMES[base]
-                path = Path(self.exporter()(model, base, target, **options))
+            with progress.step(f"exporting {format}") as step:
+                if cache is not None:
+                    path = Path(cache.export(model, base, **options))
+                    if getattr(cache, "hits", 0) > hits_before:
+                        step.note = "from the export cache, nothing exported"
+                else:
+                    if self._tmp is None:
+                        self._tmp = Path(tempfile.mkdtemp(prefix=owned_prefix("modelparity-")))
+                    target = self._tmp / f"{len(self.artifacts)}-{format.replace(':', '-')}" / _EXPORT_NAMES[base]
+                    path = Path(self.exporter()(model, base, target, **options))
         except (RuntimeMissing, DeviceUnavailable):
             raise
         except ModelLoadError as exc:  # advice this session has already seen fail is not given again

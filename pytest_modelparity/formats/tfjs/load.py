@@ -617,7 +617,7 @@ def load(source: Any, *, device: str = "cpu", backend: str = "auto", timeout_s: 
     device = _check_device(device)
     if backend not in BACKENDS:
         raise ValueError(f"unknown tfjs backend {backend!r}; use one of {', '.join(BACKENDS)}")
-    from ...runtime import tfjs_runner
+    from ...runtime import progress, tfjs_runner
     from ...runtime.tfjs_process import NodeHandshakeFailed, NodeProcess, NodeProcessDied, RunnerError, retry_unanswered
 
     path = model_json_path(source)
@@ -633,9 +633,10 @@ def load(source: Any, *, device: str = "cpu", backend: str = "auto", timeout_s: 
             raise NodeRuntimeFailed(path, NAME, f"{broken} (remembered from an earlier load in this process)",
                                     "put a working Node.js >= 18 first on PATH")
         try:  # a death before the load's answer (not the load's: a kill, the OOM killer) is retried once
-            return retry_unanswered(lambda: NodeProcess(
-                path, backend=which, node=node, runner_js=tfjs_runner.RUNNER_JS, node_modules=node_modules,
-                description=description, timeout_s=timeout_s), description)
+            with progress.step(f"starting Node.js for tfjs ({which} backend)"):
+                return retry_unanswered(lambda: NodeProcess(
+                    path, backend=which, node=node, runner_js=tfjs_runner.RUNNER_JS, node_modules=node_modules,
+                    description=description, timeout_s=timeout_s), description)
         except RunnerError as exc:
             if "cannot load @tensorflow/tfjs" in str(exc):
                 raise RuntimeMissing(f"@tensorflow/tfjs in {node_modules} ({exc})",
