@@ -15,9 +15,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import re
-import shutil
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +25,6 @@ import pytest
 
 from ..errors import DeviceUnavailable, ModelLoadError, NotSerializable, RuntimeMissing
 from ..runtime import progress
-from ..runtime.scratch import owned_prefix
 from .options import RUNTIME_VARIANTS, ParityOptions, split_format
 from .advice import without_failed_advice
 
@@ -39,12 +36,6 @@ BATCH_SEED = 0
 # [0, 1), would clip every negative input).
 INT8_CALIBRATION_ROWS = 100
 INT8_CALIBRATION_SEED = 1
-
-# File names used when exporting without the shared cache (and the suffix each format wants).
-_EXPORT_NAMES = {"keras": "model.keras", "h5": "model.h5", "saved_model": "saved_model",
-                 "checkpoint": "model.ckpt", "graphdef": "model.pb", "tflite": "model.tflite",
-                 "tfjs": "tfjs_model", "onnx": "model.onnx"}
-
 
 class NotExportable(ValueError):
     """The selected format has no exporter (e.g. TF1 checkpoints are load-only)."""
@@ -101,7 +92,6 @@ class ParitySession:
     calibration_ranges: dict[str, dict] = field(default_factory=dict)
     # format -> {"rows", "source", "default"}: how those rows were chosen (said in the report)
     calibrations: dict[str, dict] = field(default_factory=dict)
-    _tmp: Path | None = None
     _cache: Any = None
     _exporter: Any = None  # export_process.ExportProcess, or None for export_model in this process
     left_out: list[list[str]] = field(default_factory=list)  # [format, device] pairs a format cannot run on
@@ -403,21 +393,16 @@ class ParitySession:
         if isinstance(model, (str, Path)) and given.get("trusted") is not None:
             options["trusted"] = given["trusted"]  # the user's word reaches the conversions of the file too
         start = time.perf_counter()
-        # The cache keys Keras models by architecture and weights; a file source is converted
-        # afresh into this session's temporary directory (user files are never written to).
-        cache = self._export_cache() if not isinstance(model, (str, Path)) else None
-        hits_before = getattr(cache, "hits", 0)
+        # The cache keys Keras models by architecture and weights, a file source (a SavedModel
+        # folder, a .pb, a checkpoint) by its files' bytes and load options (user files are
+        # never written to); uncached only with --modelparity-no-cache.
+        cache = self._export_cache()
+        hits_before = cache.hits
         try:
             with progress.step(f"exporting {format}") as step:
-                if cache is not None:
-                    path = Path(cache.export(model, base, **options))
-                    if getattr(cache, "hits", 0) > hits_before:
-                        step.note = "from the export cache, nothing exported"
-                else:
-                    if self._tmp is None:
-                        self._tmp = Path(tempfile.mkdtemp(prefix=owned_prefix("modelparity-")))
-                    target = self._tmp / f"{len(self.artifacts)}-{format.replace(':', '-')}" / _EXPORT_NAMES[base]
-                    path = Path(self.exporter()(model, base, target, **options))
+                path = Path(cache.export(model, base, **options))
+                if cache.hits > hits_before:
+                    step.note = "from the export cache, nothing exported"
         except (RuntimeMissing, DeviceUnavailable):
             raise
         except ModelLoadError as exc:  # advice this session has already seen fail is not given again
@@ -429,18 +414,18 @@ class ParitySession:
             if self.logs is not None and self.logs.written:
                 failed.args = (f"{failed}\n    converter output: {self.logs.path}",)
             raise failed from exc
-        if cache is not None and cache.hits == hits_before:  # a cold cache: the next test's export starts now
+        if cache.hits == hits_before:  # a cold cache: the next test's export starts now
             self._export_next_ahead(obj, src, model, format, cache)
         artifact = {"source": src.label, "format": format, "path": str(path),
                     "seconds": round(time.perf_counter() - start, 3),
                     # a cache hit is a reused artifact, not an export made by this run
-                    "cache_hit": cache is not None and getattr(cache, "hits", 0) > hits_before}
+                    "cache_hit": cache.hits > hits_before}
         from ..formats import export_route
 
         route = export_route(path)
         if route:  # how the converter got there (e.g. a mixed_float16 model traced in float32)
             artifact["route"] = route
-        notes = cache.take_notes() if cache is not None else []
+        notes = cache.take_notes()
         if notes:  # a damaged cache entry was dropped and re-exported: said once, in the summary
             artifact["cache_note"] = "; ".join(notes)
         self.artifacts.append(artifact)
@@ -610,8 +595,6 @@ class ParitySession:
         browser = sys.modules.get("pytest_modelparity.runtime.browser_process")
         if browser is not None:  # the session's one Chromium, when a browser format started it
             browser.close_shared_browser()
-        if self._tmp is not None:
-            shutil.rmtree(self._tmp, ignore_errors=True)
         if self._tf32_before is not None:  # TF's switch is process-wide: give it back
             from ..runtime.devices import set_tf32
 
