@@ -55,8 +55,10 @@ def test_a_fuzz_run_says_where_it_stands_and_writes_its_results_in_the_report(
     result.assert_outcomes(passed=1)
     text = result.stdout.str()
     for n in (1, 2):
-        assert re.search(rf"^modelparity fuzz: {n} model\(s\) in \d+ s; tflite \d+ \w+.*; \d+ distinct failure\(s\), "
+        assert re.search(rf"^modelparity fuzz, so far: {n} model\(s\) in \d+ s; tflite \d+ \w+.*; \d+ distinct failure\(s\), "
                          rf"0 new$", text, re.M), text
+    # the end-of-run summary is another line ("modelparity fuzz: 2 model(s) in ..."), read by scripts
+    assert re.search(r"^modelparity fuzz: 2 model\(s\) in \d+ s$", text, re.M), text
     section = json.loads(report.read_text())["fuzz"]
     assert section["models"] == 2 and section["stopped_by_budget"] is False
     assert set(section["outcomes"]) == {"tflite"} and sum(section["outcomes"]["tflite"].values()) == 2

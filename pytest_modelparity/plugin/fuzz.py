@@ -137,7 +137,7 @@ def tally_line(results: FuzzResults, elapsed: float) -> str:
     tallies, distinct failures (new ones: outside the catalogue) and the time spent."""
     formats = "; ".join(f"{fmt} {_tallies(results, fmt)}" for fmt in sorted({f for f, _ in results.counts}))
     new = sum(1 for _, o in results.failures.values() if not o.known)
-    return (f"modelparity fuzz: {results.models} model(s) in {elapsed:.0f} s; {formats or 'nothing judged yet'}; "
+    return (f"modelparity fuzz, so far: {results.models} model(s) in {elapsed:.0f} s; {formats or 'nothing judged yet'}; "
             f"{len(results.failures)} distinct failure(s), {new} new")
 
 
