@@ -270,6 +270,25 @@ def test_a_model_whose_node_dies_on_every_predict_fails_naming_both_deaths(cnn_t
     model.close()
 
 
+def test_node_killed_as_it_starts_is_retried_and_not_taken_for_a_broken_node(cnn_tfjs, tmp_path, monkeypatch):
+    """SIGKILL before runner.js's start-up handshake (the OOM killer as Node starts) is a death,
+    not a hung or wrong ``node``: the load is retried on a new process, and later loads are not
+    refused as if Node.js were broken."""
+    marker = tmp_path / "died"
+    script = tmp_path / "die_at_start.js"
+    script.write_text("const fs = require('fs');\n"
+                      "if (!fs.existsSync(process.env.MODELPARITY_DIE_ONCE)) {\n"
+                      "  fs.writeFileSync(process.env.MODELPARITY_DIE_ONCE, String(process.pid));\n"
+                      "  process.kill(process.pid, 'SIGKILL');\n}\n")
+    monkeypatch.setenv("NODE_OPTIONS", f"--require {script}")
+    monkeypatch.setenv("MODELPARITY_DIE_ONCE", str(marker))
+    model = _load(cnn_tfjs, backend="cpu", timeout_s=60.0)
+    assert marker.exists() and int(marker.read_text()) != model.process.pid
+    assert model.predict(models.images(1))["probs"].shape == (1, 4)
+    model.close()
+    _load(cnn_tfjs, backend="cpu", timeout_s=60.0).close()  # not remembered as a broken node
+
+
 def test_node_dying_before_answering_a_load_is_retried_once(cnn, cnn_tfjs, tmp_path, monkeypatch):
     """A load is a request that changes nothing too: the first Node dies as it would send the
     loaded model's description, the second loads it and predicts what TensorFlow predicts."""

@@ -275,6 +275,9 @@ class NodeProcess:
         try:
             kind, body = self._read_frame(time.monotonic() + limit, timeout_what=f"{limit:g} s")
         except NodeProcessDied as exc:
+            if not exc.timed_out and (self.proc.returncode or 0) < 0:
+                exc.unanswered = True  # killed by a signal (the OOM killer) as it started: no broken node
+                raise
             what = str(exc).split("\n  fix:")[0]
             raise NodeHandshakeFailed(
                 f"{what}\n  Node.js ({self.node!r}) did not complete runner.js's start-up handshake within "
