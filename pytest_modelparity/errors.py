@@ -150,6 +150,6 @@ class DatasetMismatch(InvalidArgumentError):
 
 
 class InconclusiveVerdict(UserWarning):
-    """A quantised decision made on too few rows to fail a file outside its budget, and no
-    more rows to be had (``checks/quant_rows.py``): not a pass. ``--modelparity-strict`` makes
+    """A quantised decision whose rows proved it neither within nor beyond its budget, at the
+    cap of rows or with no more rows to be had (``checks/quant_rows.py``): not a pass. ``--modelparity-strict`` makes
     it a failure; the plugin's end-of-run summary counts them."""

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from pytest_modelparity.fuzz.defect_status import status_here
-from pytest_modelparity.fuzz.known_defects import CATALOGUE, label_failure
+from pytest_modelparity.fuzz.known_defects import CATALOGUE, Label, label_failure, without_trigger
 from pytest_modelparity.formats import missing_runtime
 
 
@@ -36,9 +36,39 @@ def test_a_failure_outside_the_catalogue_is_new():
     from pytest_modelparity.fuzz.model_steps import Dense, Math
 
     plain = DrawnModel(InputKind("vector", (8,)), (Dense(4), Math("abs")))
-    assert label_failure(plain, "onnx") is None
-    assert label_failure(CATALOGUE[0].model, "tflite") == CATALOGUE[0].name
-    assert label_failure(CATALOGUE[0].model, "onnx") is None  # the signature is per converter
+    assert label_failure(plain, "onnx", "", "fail", passes_without=lambda d: True) == Label()
+    assert str(Label()) == "new"
+
+
+def _symptom_text(entry) -> str:
+    """A message the entry's symptom matches (the entry's own words where it has a pattern)."""
+    examples = {"tf2onnx-pad-dilated-same-conv": "the file's output shape is (1, 2, 2, 4) instead of (1, 6, 6, 4)",
+                "tf2onnx-conv-transpose-negative-pads": "pads must not contain negative values",
+                "tfjs-two-branch-reading-outputs": "TypeError: Cannot read properties of undefined (reading 'outputs')"}
+    return examples.get(entry.name, "")
+
+
+@pytest.mark.parametrize("entry", CATALOGUE, ids=[e.name for e in CATALOGUE])
+def test_an_entry_labels_only_a_failure_it_is_proven_to_be(entry):
+    """Issue 46: known only when proven. The entry's own model, format, outcome kind and symptom,
+    and (for wrong values) a pass once the entry's steps are taken out: known. Another outcome,
+    another format, a message that is not the symptom, or no proof: new, resembling the entry
+    where its layers are there. No converter runs: the proof is a predicate here."""
+    drawn, fmt, text = entry.model, entry.format, _symptom_text(entry)
+    proven = label_failure(drawn, fmt, text, entry.outcome, passes_without=lambda d: True)
+    assert proven == Label(known=entry.name), proven
+    other_kind = next(k for k in ("fail", "error", "refused") if k != entry.outcome)
+    assert label_failure(drawn, fmt, text, other_kind, passes_without=lambda d: True) == Label(resembles=entry.name)
+    other_format = next(f for f in ("tflite", "onnx", "tfjs") if f != entry.format)
+    assert label_failure(drawn, other_format, text, entry.outcome, passes_without=lambda d: True).known is None
+    if entry.symptom:
+        assert label_failure(drawn, fmt, "some other message", entry.outcome).resembles == entry.name
+    if entry.outcome == "fail":
+        # still failing with the entry's steps taken out: not this defect
+        assert label_failure(drawn, fmt, text, "fail", passes_without=lambda d: False) == Label(resembles=entry.name)
+        assert label_failure(drawn, fmt, text, "fail") == Label(resembles=entry.name)  # nothing proven
+        reduced = without_trigger(entry, drawn)
+        assert reduced is not None and reduced.layers and not entry.signature(reduced.layers), reduced
 
 
 def test_the_diagnosis_names_the_op_tflite_ran_instead(tmp_path):

@@ -47,7 +47,8 @@ ROW = {"nodeid": str, "format": (str, type(None)), "device": (str, type(None)), 
        "problem": (str, type(None)), "notes": list, "hints": list, "reported": bool, "tolerance": (str, type(None)), "calibration": (str, type(None)),
        "tolerance_source": (str, type(None)), "tolerance_rule": (str, type(None)), "rtol": NUM, "atol": NUM,
        "scale": NUM, "error_histogram": (dict, type(None)), "quantized": (dict, type(None)), "paired_with": (dict, type(None)),
-       "decision": (dict, type(None)), "inconclusive": (str, type(None))}
+       "decision": (dict, type(None)), "inconclusive": (str, type(None)), "bulk": (dict, type(None)),
+       "power": (dict, type(None)), "power_plants": (dict, type(None))}
 TOP = {"schema": str, "schema_version": int, "created": str, "command": str, "environment": dict,
        "options": dict, "workers": int, "summary": dict, "tests": list, "artifacts": list, "rows": list,
        "not_compared": list}

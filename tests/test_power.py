@@ -60,6 +60,61 @@ def test_a_loose_hand_set_bound_is_shown_to_miss_a_one_percent_kernel_change() -
     assert "missed" in planted[power.INPUT_GAIN]["outputs"].values()
 
 
+def test_every_head_gets_the_kernel_most_influential_on_it_named_with_what_caught_it() -> None:
+    """Two heads on separate branches: the kernel that moves one head most does not reach the
+    other, so a single plant left a head "not reached" (issue 47). Each output now gets its own,
+    named with its factor, and the row says which part of the verdict caught it."""
+    pytest.importorskip("tensorflow")
+    import keras
+
+    from pytest_modelparity import assert_outputs_close, load_model
+    from pytest_modelparity.checks import power
+
+    keras.utils.set_random_seed(4)
+    x = keras.Input((12,), name="x")
+    left = keras.layers.Dense(16, activation="tanh", name="left")(x)
+    right = keras.layers.Dense(16, activation="tanh", name="right")(x)
+    model = keras.Model(x, {"box": keras.layers.Dense(4, name="box")(left),
+                            "cls": keras.layers.Dense(6, name="cls")(right)})
+    with power.planting():
+        report = assert_outputs_close(load_model(model), load_model(model), inputs=_rows(16))
+    kernels = [b for b in report.meta["power"] if b["bug"] == power.KERNEL]
+    assert len(kernels) == 2, kernels
+    judged = {path: b for b in kernels for path in b["outputs"]}
+    assert set(judged) == {"['box']", "['cls']"}
+    for path, b in judged.items():
+        assert b["outputs"][path] == "caught" and b["where"].endswith("/kernel x1.01"), b
+        assert b["caught_by"][path] in {"max", "median", "q90", "mean_signed", "median+q90",
+                                        "median+mean_signed", "q90+mean_signed", "median+q90+mean_signed"}, b
+    assert judged["['box']"]["where"] != judged["['cls']"]["where"]
+
+
+def test_graph_references_are_planted_where_they_hold_variables(tmp_path) -> None:
+    """A SavedModel reference's signature reads variables: its kernel is planted (and restored);
+    a frozen GraphDef's weights are constants: only the input gain is planted there, and the
+    kernel is left out rather than reported as caught or missed."""
+    pytest.importorskip("tensorflow")
+    from models import images, tiny_cnn
+
+    from pytest_modelparity import assert_outputs_close, export_model, load_model
+    from pytest_modelparity.checks import power
+
+    model, x = tiny_cnn(), images(4, seed=1)
+    found = {}
+    for fmt in ("saved_model", "graphdef"):
+        ref = load_model(export_model(model, fmt, tmp_path / fmt))
+        before = {k: v.copy() for k, v in (ref.weights() or {}).items()} if fmt == "saved_model" else {}
+        with power.planting():
+            report = assert_outputs_close(load_model(model), ref, inputs=x)
+        found[fmt] = {b["bug"]: b for b in report.meta["power"]}
+        for k, v in before.items():
+            np.testing.assert_array_equal(ref.weights()[k], v)
+    assert set(found["saved_model"]) == {power.KERNEL, power.INPUT_GAIN}
+    assert found["saved_model"][power.KERNEL]["where"].endswith("kernel:0 x1.01")
+    assert set(found["saved_model"][power.KERNEL]["outputs"].values()) == {"caught"}
+    assert set(found["graphdef"]) == {power.INPUT_GAIN}
+
+
 def test_without_the_option_nothing_is_planted() -> None:
     pytest.importorskip("tensorflow")
     from pytest_modelparity import assert_outputs_close, load_model
@@ -109,7 +164,9 @@ def test_the_summary_and_the_json_say_what_each_bound_would_have_caught(pytester
     # the two tight comparisons in one line, each loose one on its own line with what it missed
     assert lines[0] == ("modelparity: power: 2 of 4 comparison(s) caught every planted bug that reached them "
                         "(kernel x1.01 in 2, input x255/256 in 2, outputs swapped in 2)"), lines
-    assert len(lines) == 3 and all("test_loose" in ln and "MISSED kernel x1.01" in ln for ln in lines[1:]), lines
+    assert lines[1].startswith("modelparity: power: what caught the plants, per output: "), lines
+    assert len(lines) == 4 and all("test_loose" in ln and "MISSED kernel x1.01" in ln for ln in lines[2:]), lines
+    assert all("/kernel x1.01)" in ln for ln in lines[2:]), lines  # the missed plant is named
     rows = json.loads(report.read_text())["rows"]
     assert all(r["power"] for r in rows)
     tight = [r for r in rows if "test_close" in r["nodeid"]]
@@ -156,8 +213,9 @@ def test_on_mobilenetv2_and_an_lstm_every_float_format_catches_every_planted_bug
                                            f"--modelparity-report={report}", "-p", "no:cacheprovider", timeout=900)
     result.assert_outcomes(passed=6)
     lines = [ln for ln in result.stdout.str().splitlines() if "modelparity: power" in ln]
-    assert lines == ["modelparity: power: 6 of 6 comparison(s) caught every planted bug that reached them "
-                     "(kernel x1.01 in 6, input x255/256 in 3)"], lines
+    assert lines[0] == ("modelparity: power: 6 of 6 comparison(s) caught every planted bug that reached them "
+                        "(kernel x1.01 in 6, input x255/256 in 3)"), lines
+    assert len(lines) == 2 and lines[1].startswith("modelparity: power: what caught the plants"), lines
     rows = json.loads(report.read_text())["rows"]
     for r in rows:
         assert "missed" not in r["power"].values(), r

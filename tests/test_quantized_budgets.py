@@ -5,12 +5,10 @@ and the marker's ``class_scores=`` / ``top_k=`` (an unknown marker argument is a
 from __future__ import annotations
 
 import json
-import math
 import textwrap
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
 
 from digits import digits_conftest
 from pytest_modelparity.checks import quantized
@@ -33,26 +31,6 @@ def test_marker_typo_is_a_usage_error_naming_the_known_arguments(pytester):
         assert message in result.stdout.str(), (args, result.stdout.str())
     pytester.makepyfile(test_x="import pytest\n\n" + marker.format("rtol=1e-4, class_scores=['probs'], top_k=3"))
     pytester.runpytest_inprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
-
-
-@settings(max_examples=40, deadline=None, database=None)
-@given(n=st.integers(1, 3000), rate=st.floats(0.001, 0.5))
-def test_allowed_misses_is_the_binomial_tail_at_alpha(n, rate):
-    """More than allowed_misses(n, rate) misses happen by chance with probability < ALPHA at
-    a true miss rate of ``rate``; allowed_misses itself happens with probability >= ALPHA."""
-    k = quantized.allowed_misses(n, rate)
-    assert math.floor(n * rate) <= k <= n
-
-    def tail(m: int) -> float:  # P(X >= m), summed exactly in log space
-        if m > n:
-            return 0.0
-        logs = [math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * math.log(rate)
-                + (n - i) * math.log1p(-rate) for i in range(m, n + 1)]
-        top = max(logs)
-        return math.exp(top) * sum(math.exp(v - top) for v in logs)
-
-    assert tail(k) >= quantized.ALPHA * (1 - 1e-9)
-    assert tail(k + 1) < quantized.ALPHA * (1 + 1e-9)
 
 
 def test_softmax_rows_are_class_scores_other_outputs_are_not():

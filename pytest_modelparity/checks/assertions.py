@@ -92,8 +92,8 @@ def assert_outputs_close(actual: Any, expected: Any, *, inputs: Any = None, rtol
     if actual_model is not None and inputs is not None and _uses_default(tolerance, rtol, atol) \
             and not getattr(actual_model, "replays_recording", False) \
             and (quantized.sibling_of(actual_model) is not None or quantized.judged_alone(actual_model)):
-        # a decision over rows needs rows enough to fail (checks/quant_rows.py)
-        inputs, act, exp, rows_note = quant_rows.widen(actual_model, expected_model, inputs, act, exp, _run)
+        # a decision over rows draws rows until it is proved either way (checks/quant_rows.py)
+        inputs, act, exp, rows_note = quant_rows.widen(actual_model, expected_model, inputs, act, exp, _run, bind)
     exp_raw, act_raw = exp, act
     act, exp, alignment, pairs = align_structures(act, exp, from_models=actual_model is not None or expected_model is not None,
                                                    models=(actual_model, expected_model), bind=bind)
@@ -533,7 +533,9 @@ def _tolerance_fn(actual: Any, tolerance: Tolerance | None, *, rtol, atol, devic
                                            float16_weights=measured.get(floor.FLOAT16_WEIGHTS),
                                            compute=compute, twin=floor.method_name(twin),
                                            reordered=measured.get(floor.FLOAT32_REORDERED),
-                                           unproven=unproven if floor.UNPROVEN in measured else None)
+                                           unproven=unproven if floor.UNPROVEN in measured else None,
+                                           bulk_noise={k[len(floor.BULK):]: v for k, v in measured.items()
+                                                       if k.startswith(floor.BULK)} or None)
         else:
             if compute is not None and np.dtype(dtype).kind == "f":
                 dtype = tol_mod.less_precise(dtype, compute)
@@ -605,6 +607,9 @@ def _shadow_floors(model: Any, inputs: Any, reference: Any, paths: list[str], fm
         info.setdefault("twin", measured.method)
         for path, err in measured.errors.items():
             found.setdefault(path, {})[kind] = err
+        if kind == floor.FLOAT64:  # the noise's distribution, which the bulk verdict reads
+            for path, stats in measured.bulk.items():
+                found.setdefault(path, {}).update({floor.BULK + stat: v for stat, v in stats.items()})
         if measured.unproven:  # no second estimate confirms them: the fixed rule judges (issue 36)
             info["unproven"] = measured.reason
             for path in measured.unproven:

@@ -1,126 +1,147 @@
-"""Rows enough for a quantised verdict: how many its budget needs, and where the check gets them.
+"""Rows enough for a quantised decision: drawn until the acceptance test decides, up to a cap.
 
-Why: a decision over rows (top-1 agreement, the share of elements beyond a share of scale)
-judged with the binomial margin of a small batch cannot fail. An int8 file agreeing with its
-sibling on 31% of rows passed on 2 rows; at the int8 budget 1-2 rows can never fail, and 64
-logits allow 6 values beyond (9.4% against "2%"). So before judging, the check counts what the
-budget needs (``quantized.trials_needed``: a file at half the agreement, or twice the share
-beyond, fails with probability ``POWER``), and when the given rows fall short it runs the
-quantised file, its float32 sibling and the reference on more rows from the candidate's
-``judging_rows`` (``JudgingRows``, attached by the plugin's ``parity_candidate``): the rows of
-``modelparity_dataset`` after its calibration rows, then seeded rows in the session's input
-range (``modelparity_elements``; without a dataset, the dtype's default range parity_batch
-draws from too). Rows equal to a given row are dropped (a row counted twice is not twice the evidence).
-Where no more rows can be had (the reference is arrays, no row source), the decision that did
-not fail is inconclusive and says why (``quantized.settle``). Nothing here imports TensorFlow.
+Why: a quantised decision over rows (top-1 agreement, the share of elements beyond a share of
+scale) is an acceptance test (``checks/acceptance.py``): it PASSES only when the rows prove the
+miss rate within the budget and FAILS only when they prove it beyond. Two rows prove neither.
+So the check looks at the given rows, and while some output is undecided (and none failed) it
+runs the quantised file, its float32 sibling and the reference on more rows from the
+candidate's ``judging_rows`` (``JudgingRows``, attached by the plugin's ``parity_candidate``)
+and looks again (the rows at least double each time, at most ``acceptance.MAX_LOOKS`` looks),
+up to ``max_rows()`` rows in all (``--modelparity-quant-max-rows``, default ``DEFAULT_MAX_ROWS``).
+
+Where the rows come from: the rows of ``modelparity_dataset`` after its calibration rows, then
+the dataset's rows perturbed by ``PERTURB`` of each float input's span (never uniform rows
+when a dataset exists: on a detector whose 200-row dataset ran short, uniform [-1, 1] rows
+from ``modelparity_elements`` failed a correct int8 file); without a dataset, seeded rows in the
+session's input range (``modelparity_elements``, else the dtype's default range parity_batch
+draws from too). Rows equal to a row already judged are dropped (a row counted twice is not
+twice the evidence). Undecided at the cap, or where no more rows can be had (the reference is
+arrays, no row source), the decision is inconclusive and says why (``quantized.settle``).
+Nothing here imports TensorFlow.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-import math
 import warnings
-from typing import Any, Callable
+from contextvars import ContextVar
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from . import quantized
-from .batches import batch_length, concat, leaves
+from . import acceptance, quantized
+from .alignment import align_structures
+from .batches import batch_length, concat
 from ..errors import InconclusiveVerdict
 from ..verdict import tree
 
-# Rows judged at most, and the most bytes of extra input rows drawn (beyond either the decision
-# stays inconclusive, and says so): a 4-value regression head on 224 px images would want 700.
-MAX_ROWS = 2048
+# Rows judged at most by default (given and drawn together): at a 95% budget a file at 99%
+# agreement passes within it nearly always, one at 85% fails within 64 (tests/test_quant_acceptance.py,
+# bench/quantized.py --decisions); a file close to its budget stays inconclusive.
+DEFAULT_MAX_ROWS = 1024
+# The most bytes of extra input rows drawn (beyond it the decision stays inconclusive, and says so).
 MAX_INPUT_BYTES = 256 << 20
 # Extra rows run through the models this many at a time.
 CHUNK_ROWS = 256
-# Outputs on drawn rows kept per row source (candidate and reference of the latest draws).
-MEMO_ENTRIES = 8
-# Draws at most (near-ties among drawn rows can leave fewer judged rows than estimated).
-ROUNDS = 3
+# Outputs on drawn rows kept per row source (candidate, sibling and reference of the latest draws).
+MEMO_ENTRIES = 12
 # The seed of the seeded rows drawn for a verdict (parity_batch is 0, int8 calibration 1).
 JUDGING_SEED = 2
+# Dataset rows, once used, are drawn again with uniform noise of up to this share of each float
+# input's span (clipped to it), as strategies.dataset_batches(perturb=) does.
+PERTURB = 0.02
+
+_MAX_ROWS: ContextVar[int] = ContextVar("modelparity_quant_max_rows", default=DEFAULT_MAX_ROWS)
 
 
-def rows_wanted(expected: Any, variant: str) -> int:
-    """The rows the ``variant``'s budget needs to decide every output of ``expected`` (the
-    float outputs on the given rows): judged rows for class scores (near-ties, at their share
-    on the given rows, taken as at least a quarter, are left out), elements for regression."""
+@contextlib.contextmanager
+def max_rows_of(rows: int | None) -> Iterator[None]:
+    """Within the block a quantised decision draws up to ``rows`` rows (None: the default);
+    the plugin wraps each test in it (``--modelparity-quant-max-rows``)."""
+    token = _MAX_ROWS.set(int(rows) if rows else DEFAULT_MAX_ROWS)
+    try:
+        yield
+    finally:
+        _MAX_ROWS.reset(token)
+
+
+def max_rows() -> int:
+    """The cap of rows a quantised decision may judge, in force now."""
+    return _MAX_ROWS.get()
+
+
+def _undecided(cand: Any, ref_model: Any, act: Any, exp: Any, sib: Any, bind: Any) -> bool:
+    """Whether the rows so far leave some output undecided and none failed (one look)."""
+    variant = quantized.variant_of(cand)
+    if variant is None:
+        return False
     budget, _ = quantized.current_budget(variant)
-    wanted = 0
-    for path, arr in leaves(expected):
-        arr = np.asarray(arr)
-        if arr.dtype.kind != "f" or arr.ndim == 0 or not arr.size or not arr.shape[0]:
-            continue
-        rows = int(arr.shape[0])
-        kind, _, k = quantized.output_kind(path, arr)
-        if kind == quantized.CLASS_SCORES:
-            need = quantized.trials_needed(1.0 - budget.top1, quantized.outside_top1(budget.top1))
-            share = max(quantized.judged_share(arr, k, budget.scale), 0.25)
-            wanted = max(wanted, math.ceil(need / share))
-        else:
-            need = quantized.trials_needed(budget.beyond, quantized.clearly_outside(budget.beyond))
-            wanted = max(wanted, math.ceil(need / max(1, arr.size // rows)))
-    return wanted
+    q, e, _, _ = align_structures(act, exp, from_models=True, models=(cand, ref_model), bind=bind)
+    f = e if sib is None else align_structures(sib, exp, from_models=True, models=(quantized.sibling_of(cand),
+                                                                                   ref_model))[0]
+    verdicts = quantized.decide_outputs(tree.flatten(q), tree.flatten(f), budget).values()
+    return acceptance.FAIL not in verdicts and acceptance.UNDECIDED in verdicts
 
 
 def widen(cand: Any, ref_model: Any, inputs: Any, act: Any, exp: Any,
-          run: Callable[[Any, Any], Any]) -> tuple[Any, Any, Any, dict[str, Any]]:
-    """``(inputs, act, exp, note)`` with rows added until the budget can decide (``rows_wanted``),
-    ``act``/``exp`` the raw outputs of the candidate and the reference on them (``run(model,
-    batch)``); ``note``: ``{"given", "drawn", "wanted", "source"}`` and, where rows fell short,
-    ``"missing"``: why, and what to pass instead."""
-    variant = quantized.variant_of(cand)
+          run: Callable[[Any, Any], Any], bind: Any = None) -> tuple[Any, Any, Any, dict[str, Any]]:
+    """``(inputs, act, exp, note)`` with rows added until every output's acceptance test decides
+    (or one fails), ``act``/``exp`` the raw outputs of the candidate and the reference on them
+    (``run(model, batch)``); ``note``: ``{"given", "drawn", "max_rows", "source"}`` and, where the
+    rows did not settle it, ``"missing"``: why, and what to pass instead."""
     given = batch_length(inputs)
-    wanted = rows_wanted(exp, variant) if variant else 0
-    note: dict[str, Any] = {"given": given, "drawn": 0, "wanted": wanted}
-    if given >= wanted:
-        return inputs, act, exp, note
-    fix = f"pass inputs= with at least {wanted} rows"
+    cap = max_rows()
+    note: dict[str, Any] = {"given": given, "drawn": 0, "max_rows": cap}
+    sibling = quantized.sibling_of(cand)
+    sib = run(sibling, inputs) if sibling is not None else None
     source = getattr(cand, "judging_rows", None)
-    if ref_model is None:
-        note["missing"] = (f"the reference is arrays, so it cannot be run on more rows: {fix} (and the reference's "
-                           "outputs on them), or pass the reference model")
-        return inputs, act, exp, note
-    if source is None:
-        note["missing"] = (f"{fix}, or test through parity_candidate, which draws them from modelparity_dataset "
-                           "(--modelparity-data) and the input range")
-        return inputs, act, exp, note
-    said = ""
-    for _ in range(ROUNDS):  # near-ties among the drawn rows may leave fewer judged: draw again
+    fix = f"pass inputs= with more rows, or raise --modelparity-quant-max-rows (now {cap})"
+    said, looks = "", 1
+    while _undecided(cand, ref_model, act, exp, sib, bind):
         have = batch_length(inputs)
-        limit = min(wanted, MAX_ROWS) - have
-        block, said = source(min(wanted, MAX_ROWS) + given + note["drawn"]) if limit > 0 else (None, said)
-        keep = _kept(block, inputs, limit)
+        if have >= cap:
+            note["missing"] = (f"undecided at the cap of {cap} rows"
+                               + (f" ({note['drawn']} drawn from {said})" if note["drawn"] else "")
+                               + ": the file is close to its budget; raise --modelparity-quant-max-rows "
+                                 "(ini modelparity_quant_max_rows) to decide it")
+            break
+        if ref_model is None:
+            note["missing"] = ("the reference is arrays, so it cannot be run on more rows: pass inputs= with more "
+                               "rows (and the reference's outputs on them), or pass the reference model")
+            break
+        if source is None:
+            note["missing"] = ("no rows to draw: pass inputs= with more rows, or test through parity_candidate, which "
+                               "draws them from modelparity_dataset (--modelparity-data) and the input range")
+            break
+        target = acceptance.next_rows(have, cap, looks)
+        block, said = source(note["drawn"] + (target - have) + given)
+        keep = _kept(block, inputs, target - have)
         if block is None or keep is None:
+            note["missing"] = f"no more rows could be drawn ({said or 'no rows'}): {fix}"
             break
-        block = {k: np.asarray(v)[:keep[-1] + 1] for k, v in block.items()}
-        extra = {k: v[keep] for k, v in block.items()}
-        joined = _join(inputs, extra)
+        # the models run on the new rows' span only (rows before it were judged at an earlier look)
+        first = keep[0]
+        block = {k: np.asarray(v)[first:keep[-1] + 1] for k, v in block.items()}
+        keep = [i - first for i in keep]
+        joined = _join(inputs, {k: v[keep] for k, v in block.items()})
         if joined is None:
+            note["missing"] = f"the drawn rows do not line up with the given batch: {fix}"
             break
-        drawn = len(keep)
         pick = lambda path, arr: np.asarray(arr)[keep]  # noqa: E731
         act = concat([act, tree.map_paths(pick, _outputs(source, cand, block, run))], where="quantised outputs")
         exp = concat([exp, tree.map_paths(pick, _outputs(source, ref_model, block, run))], where="reference outputs")
+        if sibling is not None:
+            sib = concat([sib, tree.map_paths(pick, _outputs(source, sibling, block, run))], where="sibling outputs")
         inputs = joined
-        note.update(drawn=note["drawn"] + drawn, source=said)
-        wanted = max(wanted, rows_wanted(exp, variant) if variant else 0)
-        note["wanted"] = wanted
-        if batch_length(inputs) >= wanted:
-            return inputs, act, exp, note
-    if not note["drawn"]:
-        note["missing"] = f"no rows could be drawn to add to the given ones ({said or 'no rows'}): {fix}"
-    else:
-        note["missing"] = (f"{batch_length(inputs)} rows were all that could be had (at most {MAX_ROWS} rows, "
-                           f"{MAX_INPUT_BYTES >> 20} MB of inputs, from {said}): {fix}")
+        note.update(drawn=note["drawn"] + len(keep), source=said)
+        looks += 1
     return inputs, act, exp, note
 
 
 def warn_inconclusive(report: Any) -> None:
     """An ``InconclusiveVerdict`` warning per inconclusive output (pytest lists them), so a
-    decision made on too few rows is heard of outside the plugin's summary too."""
+    decision the rows did not settle is heard of outside the plugin's summary too."""
     for o in getattr(report, "inconclusive", []):
         if o.passed:
             warnings.warn(InconclusiveVerdict(f"{report.title} {o.path}: {o.inconclusive}"), stacklevel=4)
@@ -204,10 +225,11 @@ def _join(given: Any, extra: dict[str, np.ndarray]) -> Any:
 
 class JudgingRows:
     """The rows a quantised verdict may add (``candidate.judging_rows``): the rows of
-    ``dataset`` after its calibration rows, then rows seeded with ``JUDGING_SEED`` in
-    ``elements``, the session's input range; without a dataset, in each dtype's default range
-    (where ``parity_batch`` draws too); a dataset with no declared range adds real rows only.
-    ``reference``: a callable giving the model whose inputs the rows fit."""
+    ``dataset`` after its calibration rows, then the dataset's rows perturbed by ``PERTURB`` of
+    each float input's span (a new noise draw on each pass over them); without a dataset, rows
+    seeded with ``JUDGING_SEED`` in ``elements`` (the session's input range), else in each
+    dtype's default range (where ``parity_batch`` draws too). ``reference``: a callable giving
+    the model whose inputs the rows fit. ``rows(n)`` gives the same first rows for every n."""
 
     def __init__(self, reference: Callable[[], Any], dataset: Any = None, elements: Any = None) -> None:
         self._reference = reference
@@ -223,27 +245,43 @@ class JudgingRows:
         if fixed_batch(specs):
             return None, f"the model is built for a fixed batch of {fixed_batch(specs)}"
         data = as_dataset(self._dataset)
-        parts: list[dict[str, np.ndarray]] = []
-        said = []
-        elements = self._elements
-        if data is not None:
-            arrays = data.arrays(specs)
-            total = data.rows(specs)
-            start = max(1, min(CALIBRATION_ROWS, total // 2)) if total > 1 else 0
-            real = {k: v[start:start + n] for k, v in arrays.items()}
-            got = len(next(iter(real.values())))
-            if got:
-                parts.append(real)
-                said.append(f"{got} row(s) of modelparity_dataset {data.label} after its calibration rows")
-        rest = n - sum(len(next(iter(p.values()))) for p in parts)
-        if rest > 0 and data is not None and elements is None:
-            # Real rows only: uniform rows in the data's span are not the data (on the digits
-            # two-head CNN they failed its good int8 file's box head), and no range was declared.
-            said.append(f"no more: modelparity_dataset has no further rows and no modelparity_elements "
-                        f"(--modelparity-input-range) says where to draw {rest} more")
-        elif rest > 0:
-            parts.append(dict(seeded_batch(specs, batch_size=rest, seed=JUDGING_SEED, elements=elements)))
-            where = "modelparity_elements" if elements is not None else "each input dtype's default range"
-            said.append(f"{rest} seeded row(s) drawn from {where}")
+        if data is None:
+            where = "modelparity_elements" if self._elements is not None else "each input dtype's default range"
+            return (dict(seeded_batch(specs, batch_size=n, seed=JUDGING_SEED, elements=self._elements)),
+                    f"{n} seeded row(s) drawn from {where}")
+        arrays = data.arrays(specs)
+        total = data.rows(specs)
+        start = max(1, min(CALIBRATION_ROWS, total // 2)) if total > 1 else 0
+        real = {k: v[start:start + n] for k, v in arrays.items()}
+        got = len(next(iter(real.values())))
+        parts = [real] if got else []
+        said = [f"{got} row(s) of modelparity_dataset {data.label} after its calibration rows"] if got else []
+        perturbed = perturbed_rows(arrays, n - got, start)
+        if perturbed is not None:
+            parts.append(perturbed)
+            said.append(f"{n - got} of its rows perturbed by {PERTURB:.0%} of each float input's span")
+        elif n > got:
+            said.append("no more: its inputs are not floats, so its rows cannot be perturbed into new ones")
         joined = {k: np.concatenate([np.asarray(p[k]) for p in parts]) for k in parts[0]} if parts else None
         return joined, " and ".join(said) or "no rows"
+
+
+def perturbed_rows(arrays: dict[str, np.ndarray], n: int, start: int = 0) -> dict[str, np.ndarray] | None:
+    """``n`` rows of ``arrays`` (the dataset's rows after ``start`` first, then the rest, over
+    and over) with uniform noise of up to ``PERTURB`` x each float input's span, clipped to the
+    span; row ``i``'s noise is seeded ``(JUDGING_SEED, i)``, so the first rows are the same for
+    any ``n``. None when ``n`` <= 0 or no input is a float (a token id nudged is another token:
+    no new rows)."""
+    total = len(next(iter(arrays.values()))) if arrays else 0
+    spans = {k: (float(np.min(v)), float(np.max(v))) for k, v in arrays.items() if v.dtype.kind == "f" and v.size}
+    if n <= 0 or not total or not spans or all(hi <= lo for lo, hi in spans.values()):
+        return None
+    order = np.concatenate([np.arange(start, total), np.arange(0, start)]).astype(np.intp)
+    picked = order[np.arange(n) % total]
+    out = {k: np.asarray(v)[picked] for k, v in arrays.items()}
+    for i in range(n):
+        rng = np.random.default_rng((JUDGING_SEED, i))
+        for k, (lo, hi) in spans.items():
+            row = out[k][i].astype(np.float64) + rng.uniform(-1.0, 1.0, out[k][i].shape) * PERTURB * (hi - lo)
+            out[k][i] = np.clip(row, lo, hi)
+    return out

@@ -11,10 +11,12 @@ file of the same source (its *sibling*: same graph, same op names) separates the
 - **quantisation cost**: the quantised file against its sibling, by a budget per variant and
   output kind (``judge_cost``): class scores (a softmax, or declared ``class_scores=``) by
   top-k agreement over rows that are not near-ties, regression outputs by the share of
-  elements beyond a share of the output's scale, each with the binomial margin of the batch's
-  size, on enough rows that a file clearly outside the budget could fail (``trials_needed``;
-  fewer, and a decision that did not fail is inconclusive: ``settle``, ``checks/quant_rows.py``);
-  relative RMS is reported, it does not decide. Defaults measured on trained models
+  elements beyond a share of the output's scale, each as an acceptance test
+  (``checks/acceptance.py``): it PASSES only when the upper bound of its miss rate is within
+  the budget, FAILS when the lower bound is beyond it, and otherwise more rows are drawn
+  (``checks/quant_rows.py``) up to a cap, then it is inconclusive (``settle``); before issue 47
+  it passed unless the rows proved a violation (85% top-1 passed a 95% budget on 47 rows).
+  Relative RMS is reported, it does not decide. Defaults measured on trained models
   (docs/tolerances.md "Quantised forms"); ``--modelparity-quant-budget``, the marker's
   ``quant_budget=`` or the ini key loosen one variant's budget without touching conversion.
 - ``tflite:float16`` adds a third line: the file against its sibling with weights rounded to
@@ -29,7 +31,6 @@ reference (``alone_report``). Nothing here imports TensorFlow.
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 import re
 from contextvars import ContextVar
@@ -38,6 +39,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
+from . import acceptance
 from ..verdict import tree
 from ..verdict.compare import ComparisonReport, compare
 from ..errors import InvalidArgumentError
@@ -56,7 +58,8 @@ class Budget:
     Class scores (a softmax over the last axis, or declared ``class_scores=``) are judged by
     ``top1`` alone: the share of rows, not near-ties, whose decision agrees; regression outputs
     by ``beyond``: the share of elements more than ``scale`` x max|float| away. Each share is
-    judged with the binomial margin of the batch's size (``allowed_misses``). ``rms`` (relative
+    judged as an acceptance test (``checks/acceptance.py``): proved within, proved beyond, or
+more rows. ``rms`` (relative
     RMS) is reported against its value in every verdict; it explains, it does not decide."""
 
     rms: float        # rms(quantised - float) / rms(float): reported beside the verdict
@@ -177,10 +180,10 @@ def sibling_of(model: Any) -> Any:
 
 CLASS_SCORES = "class scores"
 REGRESSION = "regression"
-# A miss rate of (1 - top1) or a beyond share of ``beyond`` fails only when the batch shows
-# more misses than that rate gives by chance with probability ALPHA (one-sided binomial):
-# a small batch is judged with the margin its size calls for, not by one unlucky row.
-ALPHA = 1e-3
+# A miss rate of (1 - top1) or a beyond share of ``beyond`` is an acceptance test
+# (checks/acceptance.py): PASS when the interval's upper bound is within it, FAIL when its
+# lower bound is beyond it, else more rows are drawn, then inconclusive at the cap of rows.
+ALPHA = acceptance.ALPHA
 # Relative RMS explains, it does not decide: over 2 rows its numerator and denominator are a
 # few elements (the digits CNN's int8 file read 0.051 on 2 rows, 0.0066..0.0086 on 64), and on
 # a trained two-head net's small regression head it read 0.033 over 397 rows with no element
@@ -251,85 +254,6 @@ def looks_like_softmax(values: Any) -> bool:
     return bool(f.min() >= -1e-6 and f.max() <= 1 + 1e-6 and np.all(np.abs(f.sum(-1) - 1.0) <= 1e-3))
 
 
-def allowed_misses(n: int, rate: float, alpha: float = ALPHA) -> int:
-    """The most misses out of ``n`` that a true miss rate of ``rate`` gives with probability
-    at least ``alpha`` (one-sided binomial tail): more than that is evidence, not chance."""
-    if n <= 0 or rate <= 0:
-        return 0
-    if rate >= 1:
-        return n
-    if n > 1_000_000:  # the normal approximation is exact enough there
-        return int(math.floor(n * rate + 3.1 * math.sqrt(n * rate * (1 - rate))))
-    j = np.arange(1, n + 1, dtype=np.float64)
-    log0 = n * math.log1p(-rate)
-    logpmf = np.concatenate([[log0], log0 + np.cumsum(np.log(n - j + 1) - np.log(j) + math.log(rate / (1 - rate)))])
-    logtail = np.logaddexp.accumulate(logpmf[::-1])[::-1]  # log P(X >= k)
-    return int(np.nonzero(logtail >= math.log(alpha))[0].max())
-
-
-# How many rows (class scores) or elements (regression) a verdict needs before it can fail:
-# at the budget a file passes with probability >= 1 - ALPHA (allowed_misses), and a file
-# clearly outside it (half the required agreement, or twice the allowed share beyond) fails
-# with probability >= POWER. POWER = 1 - ALPHA: both errors as rare as each other, so 10 runs
-# of a file at half the agreement all fail with probability >= 99% (docs/tolerances.md).
-POWER = 1 - ALPHA
-
-
-def clearly_outside(rate: float) -> float:
-    """The miss rate of a file clearly outside a budget whose miss rate is ``rate``: twice
-    the share beyond, or (for 1 - top1) half the required agreement, capped at 1."""
-    return min(1.0, 2.0 * rate)
-
-
-def outside_top1(top1: float) -> float:
-    """Half the required top-1 agreement, as a miss rate."""
-    return 1.0 - top1 / 2.0
-
-
-def fail_probability(n: int, rate: float, bad: float, alpha: float = ALPHA) -> float:
-    """P(more than ``allowed_misses(n, rate)`` misses out of ``n``) at a true miss rate ``bad``."""
-    k = allowed_misses(n, rate, alpha)
-    if k >= n or bad <= 0:
-        return 0.0
-    if bad >= 1:
-        return 1.0
-    j = np.arange(1, n + 1, dtype=np.float64)
-    log0 = n * math.log1p(-bad)
-    logpmf = np.concatenate([[log0], log0 + np.cumsum(np.log(n - j + 1) - np.log(j) + math.log(bad / (1 - bad)))])
-    return float(min(1.0, np.exp(np.logaddexp.reduce(logpmf[k + 1:]))))
-
-
-def trials_needed(rate: float, bad: float, alpha: float = ALPHA, power: float = POWER) -> int:
-    """The fewest rows (or elements) from which on a file at miss rate ``bad`` fails with
-    probability >= ``power`` (the default budgets' answers are known; others are computed once);
-    0 when the budget cannot tell (``rate`` 0 or >= 1, or ``bad`` no worse than ``rate``)."""
-    if rate <= 0 or rate >= 1 or bad <= rate:
-        return 0
-    known = _KNOWN_NEEDS.get((round(rate, 12), round(bad, 12))) if (alpha, power) == (ALPHA, POWER) else None
-    return known if known is not None else _trials_needed(rate, bad, alpha, power)
-
-
-@functools.lru_cache(maxsize=64)
-def _trials_needed(rate: float, bad: float, alpha: float, power: float) -> int:
-    """The search behind ``trials_needed``: the binomial power is a sawtooth in n (it dips
-    after each step of ``allowed_misses``), so n must hold on the next quarter as well."""
-    z = 3.09 if alpha <= 1e-3 else 2.33  # start below the normal approximation's answer
-    n = max(1, int(0.5 * ((z * math.sqrt(rate * (1 - rate)) + z * math.sqrt(bad * (1 - bad))) / (bad - rate)) ** 2))
-    while True:
-        while fail_probability(n, rate, bad, alpha) < power:
-            n += 1
-        short = next((m for m in range(n + 1, n + n // 4 + 2) if fail_probability(m, rate, bad, alpha) < power), None)
-        if short is None:
-            return n
-        n = short + 1
-
-
-# _trials_needed's answers for the built-in budgets (tests/test_quantized_rows.py recomputes
-# them): top-1 >= 95% / 97% need 28 / 23 judged rows; <= 2% / 1% beyond need 2777 / 5627 elements.
-_KNOWN_NEEDS: dict[tuple[float, float], int] = {(0.05, 0.525): 28, (0.03, 0.515): 23, (0.02, 0.04): 2777,
-                                                 (0.01, 0.02): 5627}
-
-
 def _decisions(q: np.ndarray, f: np.ndarray, k: int, share: float) -> tuple[int, int, int]:
     """(rows whose float top-1 is among the quantised top-k, rows judged, near-ties left out).
     A row whose float top-1 beats its (k+1)-th class by at most twice what the budget lets an
@@ -360,71 +284,110 @@ def _rows(shape: tuple[int, ...]) -> int:
     return int(shape[0]) if len(shape) else 1
 
 
+def tally(inner: str, q: Any, f: Any, budget: "Budget", equal_nan: bool = False) -> dict[str, Any] | None:
+    """What one output's decision counts: ``{"kind", "why", "k", "unit", "trials", "observed",
+    "rate"}`` (``rate``: the budget's miss rate), plus ``agree``/``near_ties`` for class scores;
+    None for an output that cannot be judged (shapes differ, not floating, empty). Used by the
+    verdict (``judge_cost``) and by the looks that decide whether to draw more rows
+    (``checks/quant_rows.py``), so both count the same misses."""
+    q, f = np.asarray(q), np.asarray(f)
+    if q.shape != f.shape or q.dtype.kind not in "fc" or f.dtype.kind not in "fc" or not q.size:
+        return None
+    kind, why, k = output_kind(inner, f)
+    if kind == CLASS_SCORES:
+        agree, judged, ties = _decisions(q, f, k, budget.scale)
+        return {"kind": kind, "why": why, "k": k, "unit": "rows", "trials": judged, "observed": judged - agree,
+                "rate": 1.0 - budget.top1, "agree": agree, "near_ties": ties}
+    qf, ff = q.astype(np.float64), f.astype(np.float64)
+    finite = np.isfinite(ff)
+    bound = budget.scale * (float(np.max(np.abs(ff[finite]))) if finite.any() else 0.0)
+    beyond = int(np.sum(~np.isclose(qf, ff, rtol=0.0, atol=bound, equal_nan=equal_nan)))
+    return {"kind": kind, "why": why, "k": k, "unit": "elements", "trials": int(q.size), "observed": beyond,
+            "rate": budget.beyond}
+
+
+def decide_outputs(flat_q: Mapping, flat_f: Mapping, budget: "Budget", equal_nan: bool = False) -> dict[str, str]:
+    """``{inner path: acceptance verdict}`` of every output judged on these rows (one look)."""
+    out = {}
+    for inner, f in flat_f.items():
+        q = flat_q.get(inner)
+        t = None if q is None else tally(inner, q, f, budget, equal_nan)
+        if t is not None:
+            out[inner] = acceptance.decide(t["observed"], t["trials"], t["rate"]).verdict
+    return out
+
+
+def _interval(d: acceptance.Decision) -> str:
+    return (f"{1 - d.alpha:.2%} interval of the miss rate [{d.lower:.1%}, {d.upper:.1%}] "
+            f"(observed {d.rate or 0.0:.1%})")
+
+
+def _rule_text(d: acceptance.Decision, unit: str) -> str:
+    """The thresholds this decision applied on its trials, in words."""
+    pass_at_most, fail_from = acceptance.thresholds(d.trials, d.budget, d.alpha)
+    passes = f"passes with at most {pass_at_most} misses" if pass_at_most >= 0 else "no count passes"
+    fails = f"fails from {fail_from}" if fail_from <= d.trials else "no count fails"
+    return f"on {d.trials} {unit} {passes}, {fails}"
+
+
 def judge_cost(outputs: list[tuple[Any, str]], flat_q: Mapping, flat_f: Mapping, budget: "Budget", variant: str,
                against: str, source: str, rows_note: Mapping | None = None) -> dict[str, dict[str, Any]]:
     """Judge each ``(OutputComparison, inner path)`` of the quantised file against its float
-    values (``against``: the float32 sibling or the reference) by the budget for its kind;
-    sets each comparison's verdict, its tolerance (the one threshold applied) and notes, and
-    returns what was judged per output (``meta["quantized"]["parts"]["quantisation"]["outputs"]``).
-    A decision on fewer rows than ``trials_needed`` that did not fail is inconclusive (``settle``);
-    ``rows_note`` says how the rows were had (``checks/quant_rows.py``)."""
+    values (``against``: the float32 sibling or the reference) by the budget for its kind, as
+    an acceptance test (``checks/acceptance.py``): PASS when the upper bound of its miss rate is
+    within the budget, FAIL when the lower bound is beyond it, else inconclusive (``settle``:
+    the rows drawn, ``rows_note``, ``checks/quant_rows.py``, did not settle it). Sets each
+    comparison's verdict, its tolerance (the rule applied) and notes, and returns what was
+    judged per output (``meta["quantized"]["parts"]["quantisation"]["outputs"]``)."""
     found: dict[str, dict[str, Any]] = {}
     for o, inner in outputs:
         q, f = flat_q.get(inner), flat_f.get(inner)
-        if q is None or f is None:
+        t = None if q is None or f is None else tally(inner, q, f, budget)
+        if t is None:
             continue
         q, f = np.asarray(q), np.asarray(f)
-        if q.shape != f.shape or q.dtype.kind not in "fc" or not q.size:
-            continue
-        kind, why, k = output_kind(inner, f)
+        kind, why, k = t["kind"], t["why"], t["k"]
         rows = _rows(f.shape)
         rms = relative_rms(q, f)
+        d = acceptance.decide(t["observed"], t["trials"], t["rate"])
         info: dict[str, Any] = {"kind": kind, "why": why, "rows": rows, "relative_rms": rms,
-                                "beyond": int(o.mismatched), "elements": int(o.size)}
+                                "beyond": int(t["observed"]) if kind == REGRESSION else int(o.mismatched),
+                                "elements": int(o.size), "interval": [d.lower, d.upper],
+                                "confidence": 1.0 - d.alpha}
         o.notes.append(f"judged as {kind} ({why})")
+        o.passed = d.verdict != acceptance.FAIL
+        verdict_word = {acceptance.PASS: "passes", acceptance.FAIL: "FAILS"}.get(d.verdict, "undecided")
         if kind == CLASS_SCORES:
-            agree, judged, ties = _decisions(q, f, k, budget.scale)
-            allowed = allowed_misses(judged, 1.0 - budget.top1)
-            misses = judged - agree
+            agree, judged, ties = t["agree"], t["trials"], t["near_ties"]
             word = "top-1" if k == 1 else f"top-{k}"
             info.update(top_k=k, agreement=(agree / judged) if judged else None, judged_rows=judged,
-                        near_ties=ties, misses=misses, allowed_misses=allowed)
+                        near_ties=ties, misses=t["observed"])
             o.top1_agreement = (agree / judged) if judged else None
             o.top1_rows, o.top1_near_ties = judged, ties
-            o.passed = misses <= allowed
-            rule = (f"{word} agreement >= {budget.top1:.0%} over rows that are not near-ties (on {judged} row(s) "
-                    f"at most {allowed} may differ{_applied(judged, allowed, True)})")
+            rule = (f"{word} agreement >= {budget.top1:.0%} over rows that are not near-ties, proved: the "
+                    f"{1 - d.alpha:.2%} upper bound of the miss rate within {t['rate']:.1%} "
+                    f"({_rule_text(d, 'row(s)')})")
             o.tolerance = Tolerance(0.0, 0.0, scale=budget.scale, min_top1=budget.top1, default=True,
                                     source=f"tflite:{variant} quantisation budget for class scores vs {against}: "
-                                           f"{rule}; "
-                                           f"elements and relative RMS explain, they do not decide; {source}")
+                                           f"{rule}; elements and relative RMS explain, they do not decide; {source}")
             o.notes.append(f"{word} agreement {agree} of {judged} row(s)"
                            + (f" ({ties} near-tie row(s) left out)" if ties else "")
-                           + f"; {'passes' if o.passed else 'FAILS'}: {rule}")
+                           + f", {_interval(d)}; {verdict_word}: {rule}")
             o.notes.append(f"relative RMS vs {against} {rms:.3g}, {o.mismatched} element(s) beyond "
                            f"{budget.scale:.3g} of scale (they explain, they do not decide)")
-            settle(o, info, unit="rows", trials=judged, observed=misses, allowed=allowed, rate=1.0 - budget.top1,
-                   bad=outside_top1(budget.top1), outside=f"{word} agreement {budget.top1 / 2:.1%} (half the budget)",
-                   rows_note=rows_note)
         else:
-            allowed = allowed_misses(int(o.size), budget.beyond)
-            o.passed = int(o.mismatched) <= allowed
-            info.update(allowed_beyond=allowed)
-            rule = (f"<= {budget.beyond:.1%} of elements beyond {budget.scale:.3g} of scale (of {o.size} at most "
-                    f"{allowed}{_applied(int(o.size), allowed)})")
+            rule = (f"<= {budget.beyond:.1%} of elements beyond {budget.scale:.3g} of scale, proved: the "
+                    f"{1 - d.alpha:.2%} upper bound of the share within it ({_rule_text(d, 'element(s)')})")
             o.tolerance = Tolerance(0.0, 0.0, scale=budget.scale, max_mismatch_fraction=budget.beyond, default=True,
                                     source=f"tflite:{variant} quantisation budget for regression outputs vs "
-                                           f"{against}: {rule}; "
-                                           f"relative RMS explains; {source}")
-            o.notes.append(f"{o.mismatched} of {o.size} element(s) beyond {budget.scale:.3g} of scale (at most "
-                           f"{allowed} on this batch); relative RMS vs {against} {rms:.3g} (explains, does not decide)")
-            settle(o, info, unit="elements", trials=int(o.size), observed=int(o.mismatched), allowed=allowed,
-                   rate=budget.beyond, bad=clearly_outside(budget.beyond),
-                   outside=f"{clearly_outside(budget.beyond):.1%} of elements beyond (twice the budget)",
-                   rows_note=rows_note)
+                                           f"{against}: {rule}; relative RMS explains; {source}")
+            o.notes.append(f"{t['observed']} of {t['trials']} element(s) beyond {budget.scale:.3g} of scale, "
+                           f"{_interval(d)}; {verdict_word}: {rule}; relative RMS vs {against} {rms:.3g} "
+                           "(explains, does not decide)")
+        settle(o, info, d, unit=t["unit"], rows_note=rows_note)
         given = int((rows_note or {}).get("given") or 0)
         if (rows_note or {}).get("drawn") and 0 < given < rows:
-            _given_alone(o, info, q[:given], f[:given], kind, k, budget)
+            _given_alone(o, info, inner, q[:given], f[:given], budget)
         o.passed = o.passed and not o.vacuous  # a budget whose scale reaches the output's own cannot fail
         info["passed"] = o.passed
         info["verdict"] = "inconclusive" if o.inconclusive and o.passed else ("pass" if o.passed else "fail")
@@ -434,35 +397,24 @@ def judge_cost(outputs: list[tuple[Any, str]], flat_q: Mapping, flat_f: Mapping,
     return found
 
 
-def _given_alone(o: Any, info: dict[str, Any], q: np.ndarray, f: np.ndarray, kind: str, k: int,
-                 budget: "Budget") -> None:
-    """Judge the rows the test gave alone as well, by the same budget and margin: rows drawn
-    from the session's data must not outvote them (16 rows of 0-255 pixels fed to an int8 file
+def _given_alone(o: Any, info: dict[str, Any], inner: str, q: np.ndarray, f: np.ndarray, budget: "Budget") -> None:
+    """Judge the rows the test gave alone as well, by the same rule: rows drawn from the
+    session's data must not outvote them (16 rows of 0-255 pixels fed to an int8 file
     calibrated on [-1, 1] passed once 262 in-range rows were added). Their failure stands."""
-    if kind == CLASS_SCORES:
-        agree, trials, _ = _decisions(q, f, k, budget.scale)
-        observed, allowed, unit = trials - agree, allowed_misses(trials, 1.0 - budget.top1), "rows"
-    else:
-        bound = budget.scale * float(o.scale or 0.0)
-        with np.errstate(invalid="ignore"):
-            observed = int(np.sum(np.abs(q.astype(np.float64) - f.astype(np.float64)) > bound))
-        trials, allowed, unit = int(q.size), allowed_misses(int(q.size), budget.beyond), "elements"
-    alone = {"unit": unit, "trials": trials, "observed": observed, "allowed": allowed}
+    t = tally(inner, q, f, budget)
+    if t is None:
+        return
+    d = acceptance.decide(t["observed"], t["trials"], t["rate"])
+    alone = {"unit": t["unit"], "trials": t["trials"], "observed": t["observed"], "lower": d.lower,
+             "upper": d.upper, "verdict": d.verdict}
     info["given_alone"] = alone
     if o.decision is not None:
         o.decision["given_alone"] = alone
-    if observed > allowed:
+    if d.verdict == acceptance.FAIL:
         o.passed, o.inconclusive = False, None
-        o.notes.append(f"FAILS on the given rows alone: {observed} of {trials} {unit} differ, at most {allowed} may "
-                       "(rows drawn to decide do not outvote the rows the test gave)")
-
-
-def _applied(trials: int, allowed: int, agreement: bool = False) -> str:
-    """The threshold applied on this many trials, said beside the headline it comes from."""
-    if not trials:
-        return ""
-    return (f", so >= {(trials - allowed) / trials:.1%} agreement applied" if agreement
-            else f", so <= {allowed / trials:.1%} applied")
+        o.notes.append(f"FAILS on the given rows alone: {t['observed']} of {t['trials']} {t['unit']} differ, "
+                       f"{_interval(d)} beyond {t['rate']:.1%} (rows drawn to decide do not outvote the rows "
+                       "the test gave)")
 
 
 # Whether an inconclusive decision fails the test (--modelparity-strict; the plugin sets it).
@@ -479,25 +431,24 @@ def inconclusive_fails(strict: bool) -> Iterator[None]:
         _STRICT.reset(token)
 
 
-def settle(o: Any, info: dict[str, Any], *, unit: str, trials: int, observed: int, allowed: int, rate: float,
-           bad: float, outside: str, rows_note: Mapping | None) -> None:
-    """Record the decision (the threshold applied: at most ``allowed`` of ``trials``) on ``o``
-    and ``info``; a decision that passed on fewer than ``trials_needed`` trials is
-    inconclusive, a failure under ``inconclusive_fails``. A decision that failed on few trials
-    stands: the misses are evidence whatever the batch's size."""
-    needed = trials_needed(rate, bad)
+def settle(o: Any, info: dict[str, Any], d: acceptance.Decision, *, unit: str, rows_note: Mapping | None) -> None:
+    """Record the decision ``d`` on ``o`` and ``info``: rows used, observed rate, interval,
+    budget, the thresholds it applied. An undecided one is inconclusive (the rows drawn up to
+    the cap did not settle it), a failure under ``inconclusive_fails``."""
     note = dict(rows_note or {})
-    decision = {"unit": unit, "trials": trials, "observed": observed, "allowed": allowed,
-                "applied_rate": (allowed / trials) if trials else None, "budget_rate": rate, "needed": needed,
-                "outside_rate": bad, "alpha": ALPHA, "power": POWER, "rows_judged": info["rows"],
-                **{f"rows_{k}": v for k, v in note.items() if k in ("given", "drawn", "source")}}
+    pass_at_most, fail_from = acceptance.thresholds(d.trials, d.budget, d.alpha)
+    decision = {"unit": unit, "trials": d.trials, "observed": d.observed, "rate": d.rate, "lower": d.lower,
+                "upper": d.upper, "confidence": 1.0 - d.alpha, "budget_rate": d.budget,
+                "pass_at_most": pass_at_most, "fail_from": fail_from, "alpha": acceptance.ALPHA,
+                "looks_at_most": acceptance.MAX_LOOKS, "rows_judged": info["rows"],
+                **{f"rows_{k}": v for k, v in note.items() if k in ("given", "drawn", "source", "max_rows")}}
     o.decision = decision
     info["decision"] = decision
-    if not o.passed or trials >= needed:
+    if d.verdict != acceptance.UNDECIDED:
         return
     why = note.get("missing") or "no more rows were drawn"
-    o.inconclusive = (f"INCONCLUSIVE: {trials} {unit} judged, {needed} needed to fail a file at {outside} with "
-                      f"probability {POWER:g}; {why}")
+    o.inconclusive = (f"INCONCLUSIVE: {d.trials} {unit} judged, {d.observed} miss(es) ({d.rate or 0.0:.1%}), "
+                      f"{_interval(d)} straddles the budget {d.budget:.1%}; {why}")
     o.notes.append(o.inconclusive + (" (a failure under --modelparity-strict)" if _STRICT.get() else ""))
     if _STRICT.get():
         o.passed = False
@@ -625,26 +576,28 @@ def relative_rms(quantized: np.ndarray, reference: np.ndarray) -> float:
 
 def _output_line(inner: str, info: dict[str, Any], budget: "Budget") -> str:
     name = inner or "output"
+    d = info["decision"]
+    verdict = {"pass": "passes", "fail": "FAILS"}.get(info.get("verdict", ""), "INCONCLUSIVE")
+    interval = (f"{d['confidence']:.2%} interval [{d['lower']:.1%}, {d['upper']:.1%}] against budget "
+                f"<= {d['budget_rate']:.1%}")
+    rms = f"relative RMS {info['relative_rms']:.2g} explains"
     if info["kind"] == CLASS_SCORES:
         word = "top-1" if info["top_k"] == 1 else f"top-{info['top_k']}"
         agreement = "not judged (all near-ties)" if info["agreement"] is None else f"{info['agreement']:.1%}"
         ties = f", {info['near_ties']} near-tie(s) left out" if info["near_ties"] else ""
         return (f"{name} as class scores ({info['why']}): {word} {agreement} over {info['judged_rows']} row(s){ties}; "
-                f"budget {word} >= {budget.top1:.0%} (at most {info['allowed_misses']} of {info['judged_rows']} "
-                f"may differ{_applied(info['judged_rows'], info['allowed_misses'], True)}), relative RMS "
-                f"{info['relative_rms']:.2g} explains{_short(info)}")
-    rms = f"relative RMS {info['relative_rms']:.2g} explains"
-    return (f"{name} as regression ({info['why']}): {info['beyond']} of {info['elements']} element(s) beyond "
-            f"{budget.scale:.3g} of scale, budget <= {budget.beyond:.1%} (at most {info['allowed_beyond']}"
-            f"{_applied(info['elements'], info['allowed_beyond'])}); {rms}{_short(info)}")
+                f"{d['observed']} differ ({(d['rate'] or 0.0):.1%}), {interval} ({word} >= {budget.top1:.0%}): "
+                f"{verdict}; {rms}{_short(info)}")
+    return (f"{name} as regression ({info['why']}): {d['observed']} of {d['trials']} element(s) beyond "
+            f"{budget.scale:.3g} of scale ({(d['rate'] or 0.0):.2%}), {interval}: {verdict}; {rms}{_short(info)}")
 
 
 def _short(info: dict[str, Any]) -> str:
-    """What a summary line adds for a decision made on too few rows."""
+    """What a summary line adds for a decision the rows did not settle."""
     if info.get("verdict") != "inconclusive":
         return ""
     d = info["decision"]
-    return f"; INCONCLUSIVE: {d['trials']} {d['unit']} judged of {d['needed']} needed"
+    return f" (undecided on {d['trials']} {d['unit']}: passes with at most {d['pass_at_most']}, fails from {d['fail_from']})"
 
 
 def summary_text(variant: str, parts: dict, budget: Budget, calibration: Mapping | None = None,

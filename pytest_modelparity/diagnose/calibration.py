@@ -64,9 +64,18 @@ def outside_calibration(candidate: Any, inputs: Any) -> tuple[str, str, str] | N
             found.append(f"input {name!r} spans [{lo:.4g}, {hi:.4g}]; {where} [{low:.4g}, {high:.4g}]{extra}")
     if not found:
         return None
+    info = getattr(candidate, "calibration", None)
+    if isinstance(info, Mapping) and info and not info.get("default"):
+        # calibrated on the data already (issue 47: advising so sent a user in a circle): the rows
+        # judged are what is unlike it
+        fix = (f"the file was calibrated on {info.get('rows', '?')} rows ({info.get('source', 'data')}), so these "
+               "inputs are not like that data: judge it on rows like its data, or calibrate on rows that cover "
+               "these inputs too")
+    else:
+        fix = CALIBRATION_FIX
     return ("inputs_outside_calibration",
             "the inputs leave the range the int8 model was calibrated on: values outside it are clipped at the "
-            f"input's quantisation; {CALIBRATION_FIX}",
+            f"input's quantisation; {fix}",
             "; ".join(found))
 
 

@@ -39,8 +39,8 @@ import numpy as np
 
 from .entry_lock import entry_lock
 from ..errors import ExportError
-from ..runtime.scratch import CACHE_TEMP, SYSTEM_TEMP, owned_prefix, sweep
 from ..runtime.quiet import make_ignored_dir
+from ..runtime.scratch import CACHE_TEMP, SYSTEM_TEMP, foreign, not_private, owned_prefix, sweep
 
 __all__ = ["ARTIFACT_NAMES", "ExportCache", "FLOOR_DIR", "UncacheableOption", "converter_versions", "default_cache_dir"]
 
@@ -284,12 +284,15 @@ class ExportCache:
             return self._export_fresh(model, format, options)
         final = self.entry_dir(format, key)
         artifact = self.artifact_path(format, key)
+        self._check_private(format)
+        if self._foreign(final, format):
+            return self._export_fresh(model, format, options)
         hit = self._hit(final, artifact, format)
         if hit is not None:
             return hit
         try:
             make_ignored_dir(self.root)  # a new cache dir ignores itself for git (.gitignore: *)
-            (self.root / format).mkdir(parents=True, exist_ok=True)
+            (self.root / format).mkdir(mode=0o700, exist_ok=True)  # private, as the root
         except OSError as exc:
             raise self._unwritable(format, exc) from exc
         # One exporter per entry across processes (xdist workers, parallel sessions): the others
@@ -297,10 +300,35 @@ class ExportCache:
         with entry_lock(self.root / format / f".{key}.lock", timeout_s=self.lock_timeout_s) as waited:
             if waited.note:
                 self.notes.append(f"export cache: {waited.note}")
+            if self._foreign(final, format):
+                return self._export_fresh(model, format, options)
             hit = self._hit(final, artifact, format)
             if hit is not None:
                 return hit
             return self._export_entry(model, format, options, key, final, artifact)
+
+    def _check_private(self, format: str) -> None:
+        """A cache folder another user owns or may write is refused: they could plant an entry."""
+        for folder in (self.root, self.root / format):
+            problem = not_private(folder)
+            if problem is not None:
+                raise ExportError(folder, format, f"the export cache folder {folder} is not yours alone: {problem}, "
+                                  "so another user could put a model there that this run would hand out",
+                                  "use a private folder you own (chmod go-w, or a new one), e.g. "
+                                  "--modelparity-cache-dir=~/.cache/pytest-modelparity (or MODELPARITY_CACHE_DIR), "
+                                  "or --modelparity-no-cache")
+
+    def _foreign(self, final: Path, format: str) -> bool:
+        """Whether an entry holds a file another uid wrote: never used (exported afresh into a
+        temporary directory, with a note), never removed (it is not ours)."""
+        if not _present(final):
+            return False
+        problem = foreign([final, *sorted(final.rglob("*"))])
+        if problem is None:
+            return False
+        self.notes.append(f"export cache: the {format} entry {final} is not yours ({problem}); not used, "
+                          "exported afresh into a temporary directory")
+        return True
 
     def _hit(self, final: Path, artifact: Path, format: str) -> Path | None:
         """The artifact of a complete, intact entry (counted as a hit); a damaged one is dropped."""

@@ -50,7 +50,8 @@ FROM_CACHE = "read from the floor cache, where an earlier run on this model and 
 # 2: a float64 figure looser than the fixed rule needs a second estimate (issue 36); the twin of a
 # bound model speaks its binding; floors measured before may have come from an unfaithful twin.
 # 3: entries signed with the cache's key (floor_seal.py); version-2 entries are simply not found.
-_VERSION = 3
+# 4: entries carry the noise's distribution per output (``bulk``, issue 47).
+_VERSION = 4
 # 3,000 Hypothesis examples made 2,588 entries of ~300 bytes: a bound far above one suite's
 # models and batches, far below what a long property test would otherwise leave.
 MAX_ENTRIES = 1000
@@ -137,12 +138,14 @@ class FloorCache:
         return self._secret
 
     def put(self, key: str, errors: dict[str, float], method: str | None, reason: str | None,
-            unproven: tuple[str, ...] = ()) -> None:
+            unproven: tuple[str, ...] = (), bulk: dict[str, dict[str, float]] | None = None) -> None:
         """Keep a measured floor (atomically; a cache that cannot be written only loses the saving)."""
         payload: dict[str, Any] = {"errors": {str(k): float(v) for k, v in errors.items()}, "method": method,
                                    "reason": reason}
         if unproven:
             payload["unproven"] = [str(p) for p in unproven]
+        if bulk:
+            payload["bulk"] = {str(p): {str(k): float(v) for k, v in stats.items()} for p, stats in bulk.items()}
         tmp = self.folder / owned_prefix(f".{key[:16]}.tmp-{os.getpid()}-")
         try:
             make_ignored_dir(self.root)  # a new cache dir ignores itself for git, as the export cache's does
@@ -259,6 +262,11 @@ def _check(raw: bytes, key: str, secret: bytes) -> tuple[str | None, dict]:
     if (not isinstance(errors, dict) or not errors
             or not all(isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for v in errors.values())):
         return "its errors are not finite non-negative numbers", {}
+    bulk = payload.get("bulk", {})
+    if not isinstance(bulk, dict) or not all(
+            isinstance(stats, dict) and all(isinstance(v, (int, float)) and math.isfinite(v) and v >= 0
+                                            for v in stats.values()) for stats in bulk.values()):
+        return "its noise statistics are not finite non-negative numbers", {}
     return None, payload
 
 
@@ -292,7 +300,8 @@ def measured(model: Any, parts: Callable[[], tuple], measure: Callable[[], T], r
     """``measure()`` (a ``floor.measure.Floor``), or the floor an earlier session measured for
     this model and ``parts()`` (twin kind, batch digest, reference outputs' digest), rebuilt as
     ``rebuild(errors, method, reason, seconds)`` with ``FROM_CACHE`` in its reason (and
-    ``unproven=``, the outputs no second estimate confirmed, where there are any)."""
+    ``unproven=``, the outputs no second estimate confirmed, where there are any; ``bulk=``, the
+    noise's distribution per output, where it was measured)."""
     store = _ACTIVE
     key = store.key(model, parts) if store is not None else None
     if store is None or key is None:
@@ -303,12 +312,13 @@ def measured(model: Any, parts: Callable[[], tuple], measure: Callable[[], T], r
         _log.info("noise floor of %s from the floor cache (%s): no twin built", type(model).__name__, key[:12])
         reason = "; ".join(r for r in (FROM_CACHE, kept.get("reason")) if r)
         unproven = tuple(str(p) for p in kept.get("unproven") or ())
+        bulk = {str(p): dict(v) for p, v in (kept.get("bulk") or {}).items()}
         return rebuild(dict(kept["errors"]), kept.get("method"), reason, time.perf_counter() - start,
-                       **({"unproven": unproven} if unproven else {}))
+                       **({"unproven": unproven} if unproven else {}), **({"bulk": bulk} if bulk else {}))
     store.misses += 1
     found = measure()
     errors = getattr(found, "errors", None)
     if errors and all(math.isfinite(v) for v in errors.values()):
         store.put(key, errors, getattr(found, "method", None), getattr(found, "reason", None),
-                  tuple(getattr(found, "unproven", ())))
+                  tuple(getattr(found, "unproven", ())), getattr(found, "bulk", None))
     return found

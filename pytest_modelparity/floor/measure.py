@@ -31,7 +31,7 @@ from __future__ import annotations
 import hashlib
 import weakref
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -45,6 +45,9 @@ FLOAT32_REORDERED = "float32 reordered"
 KINDS = (FLOAT64, FLOAT16_WEIGHTS, FLOAT32_REORDERED)
 # Beside the kinds in a floor's figures: the float64 figure of that output is unproven (``prove``).
 UNPROVEN = "unproven"
+# Beside them too: a statistic of the float64 noise's distribution (``BULK + "median"``), which
+# the bulk verdict (``verdict/bulk.py``) holds the same statistic of the candidate's error against.
+BULK = "float64 bulk "
 _OUTPUTS_KEPT = 16   # batches whose shadow outputs are kept per twin
 # A float64 twin further than this (share of the output's scale) from its float32 model is
 # not a faithful copy: float32 rounding measured <= 1.8e-4 on the deepest nets tried, mixed
@@ -85,6 +88,9 @@ class Floor:
     reason: str | None
     seconds: float
     unproven: tuple[str, ...] = ()
+    # the noise's distribution per output path (``verdict.bulk.error_statistics`` of ref - twin:
+    # median, q90, mean |.|, mean signed, shares of scale), measured by the float64 twin that judged
+    bulk: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 METHODS = ("keras", "graph")  # tried in this order: the first faithful twin measures
@@ -163,6 +169,7 @@ def measure_floor(model: Any, kind: str, inputs: Any, reference: Mapping[str, np
     start = time.perf_counter()
     why: list[str] = []
     estimates: list[tuple[str, dict[str, float]]] = []
+    bulks: dict[str, dict[str, dict[str, float]]] = {}  # method -> path -> noise statistics
     for method in METHODS:
         twin = twin_of(model, kind, method)
         label = method_name(method)
@@ -183,6 +190,8 @@ def measure_floor(model: Any, kind: str, inputs: Any, reference: Mapping[str, np
             why.append(f"{label}: {problem}")
             continue
         estimates.append((method, found))
+        if kind == FLOAT64:
+            bulks[method] = _noise_statistics(reference, out)
         if kind != FLOAT64 or not _needing_proof(found, reference):
             break  # a bound within the fixed rule needs no second estimate
         if len(estimates) == 2:
@@ -196,6 +205,7 @@ def measure_floor(model: Any, kind: str, inputs: Any, reference: Mapping[str, np
         floor = prove(estimates, reference, second)
         floor.reason = "; ".join(r for r in (*why, floor.reason) if r) or None
         floor.seconds = time.perf_counter() - start
+        floor.bulk = bulks.get(floor.method or "", {}) if floor.errors is not None else {}
         return floor
     reasons = {w.split(": ", 1)[-1] for w in why}
     reason = next(iter(reasons)) if len(reasons) == 1 else "; ".join(why)  # said once when all agree
@@ -284,6 +294,32 @@ def _errors(reference: Mapping[str, np.ndarray], twin: Mapping[str, np.ndarray])
     else:
         return {}
     return {p: relative_error(reference[p], arr) for p, arr in pairs}
+
+
+def _noise_statistics(reference: Mapping[str, np.ndarray], twin: Mapping[str, np.ndarray]) -> dict[str, dict[str, float]]:
+    """Per float output: the distribution of ref - twin (``verdict.bulk.error_statistics``, shares
+    of max |twin|), paired as ``_errors`` pairs them."""
+    from ..verdict.bulk import error_statistics
+
+    if set(twin) >= set(reference):
+        pairs = [(p, twin[p]) for p in reference]
+    elif len(twin) == len(reference):
+        pairs = list(zip(reference, twin.values()))
+    else:
+        return {}
+    found = {}
+    for path, shadow in pairs:
+        ref, sh = np.asarray(reference[path]), np.asarray(shadow)
+        if ref.shape != sh.shape or ref.dtype.kind != "f" or sh.dtype.kind not in "fc":
+            continue
+        r, t = ref.astype(np.float64), sh.astype(np.float64)
+        finite = np.isfinite(r) & np.isfinite(t)
+        if not finite.any():
+            continue
+        scale = float(np.max(np.abs(t[finite])))
+        if scale > 0:
+            found[path] = {k: v for k, v in error_statistics(r[finite] - t[finite], scale).items() if k != "max"}
+    return found
 
 
 def _unfaithful(twin: Twin, kind: str, errors: Mapping[str, float],

@@ -30,7 +30,8 @@ class Outcome:
     status: str                 # "pass" | "fail" | "refused" | "error"
     cause: str = ""             # refused/error: the short cause; fail: the known defect or "new"
     text: str = ""              # the verdict text (fail) or the converter's message
-    known: str | None = None    # the catalogue name when the failure matches a known defect
+    known: str | None = None    # the catalogue entry the failure was proven to be (``label_failure``)
+    resembles: str | None = None  # else an entry whose layers it holds, not proven to be it
     seconds: float = 0.0
     ratio: float | None = None  # worst error / allowed, for a pass or a fail
 
@@ -98,7 +99,13 @@ def check_model(drawn: DrawnModel, formats: Sequence[str], *, workdir: str | Pat
             outcome = _one(model, drawn, fmt, root, inputs, export_model, load_model, assert_outputs_close, errors)
             outcome.seconds = time.perf_counter() - start
             if outcome.status in ("fail", "error", "refused"):
-                outcome.known = label_failure(drawn, fmt, outcome.text)
+                def passes_without(reduced: DrawnModel, fmt: str = fmt) -> bool:
+                    proof = reduced.build()
+                    return _one(proof, reduced, fmt, root / "proof", inputs, export_model, load_model,
+                                assert_outputs_close, errors).status == "pass"
+
+                label = label_failure(drawn, fmt, outcome.text, outcome.status, passes_without=passes_without)
+                outcome.known, outcome.resembles = label.known, label.resembles
             outcomes.append(outcome)
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -109,6 +116,7 @@ def check_model(drawn: DrawnModel, formats: Sequence[str], *, workdir: str | Pat
 
 def _one(model: Any, drawn: DrawnModel, fmt: str, root: Path, inputs: Any, export_model: Any, load_model: Any,
          assert_outputs_close: Any, errors: Any) -> Outcome:
+    root.mkdir(parents=True, exist_ok=True)
     try:
         path = export_model(model, fmt, root / fmt.replace(":", "_"))
     except errors.ExportError as exc:

@@ -8,13 +8,14 @@ versions it was seen on, and a signature over the layers of a failing model and 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from .model_draw import DrawnModel, InputKind
 from .model_steps import Act, Conv, ConvTranspose, Dense, DepthwiseConv, Math, Merge, Resize, Shape, Step
 
-__all__ = ["KnownDefect", "CATALOGUE", "label_failure", "by_name"]
+__all__ = ["KnownDefect", "CATALOGUE", "Label", "label_failure", "by_name", "without_trigger"]
 
 
 @dataclass(frozen=True, repr=False)
@@ -118,10 +119,54 @@ def by_name(name: str) -> KnownDefect:
     raise KeyError(f"no known defect {name!r}; known: {', '.join(e.name for e in CATALOGUE)}")
 
 
-def label_failure(drawn: DrawnModel, fmt: str, text: str = "") -> str | None:
-    """The name of the known defect a failure of ``drawn`` on ``fmt`` matches, or None (new)."""
-    for entry in CATALOGUE:
-        if entry.matches(drawn, fmt):
-            return entry.name
-    return None
+@dataclass(frozen=True)
+class Label:
+    """What a failure is: ``known`` (a catalogue entry it was proven to be) or new, and then
+    ``resembles`` (an entry whose layers it holds on that format, not proven to be it)."""
 
+    known: str | None = None
+    resembles: str | None = None
+
+    def __str__(self) -> str:
+        if self.known:
+            return f"known: {self.known}"
+        return f"new (resembles {self.resembles})" if self.resembles else "new"
+
+
+def without_trigger(entry: KnownDefect, drawn: DrawnModel) -> DrawnModel | None:
+    """``drawn`` with the steps the entry's signature needs taken out (each step whose removal
+    alone makes the signature false), or replaced by ``abs`` where none would be left; None
+    when no single step carries the signature."""
+    layers = list(drawn.layers)
+    triggers = [i for i in range(len(layers)) if not entry.signature(layers[:i] + layers[i + 1:])]
+    if not triggers:
+        return None
+    kept = tuple(step for i, step in enumerate(layers) if i not in triggers) or (Math("abs"),)
+    return replace(drawn, steps=kept)
+
+
+def label_failure(drawn: DrawnModel, fmt: str, text: str = "", status: str | None = None, *,
+                  passes_without: Callable[[DrawnModel], bool] | None = None) -> Label:
+    """What a failure of ``drawn`` on ``fmt`` (its ``status`` and message ``text``) is.
+
+    Known only when proven (issue 46): an entry whose layers the model holds on that format
+    labels it when the outcome kind is the entry's, the message matches the entry's ``symptom``
+    (refusals, errors), and, for wrong values, the model passes with the entry's steps taken out
+    (``passes_without(draw)``, one more export; without it nothing is proven). Otherwise the
+    failure is new, and ``resembles`` names the entry; a signature matched on layers alone made
+    3.9% of tfjs draws' failures "known", whatever they were."""
+    resembles = None
+    for entry in CATALOGUE:
+        if not entry.matches(drawn, fmt):
+            continue
+        resembles = resembles or entry.name
+        if status != entry.outcome:
+            continue
+        if entry.symptom and not re.search(entry.symptom, text or "", re.IGNORECASE):
+            continue
+        if entry.outcome == "fail":
+            reduced = without_trigger(entry, drawn)
+            if reduced is None or passes_without is None or not passes_without(reduced):
+                continue
+        return Label(known=entry.name)
+    return Label(resembles=resembles)

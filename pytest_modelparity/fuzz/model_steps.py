@@ -17,7 +17,7 @@ from typing import Any, Callable, ClassVar
 from hypothesis import strategies as st
 
 __all__ = ["Step", "Shape", "Dense", "Conv", "DepthwiseConv", "ConvTranspose", "Pool", "Norm", "Act", "Merge",
-           "Reshape", "Resize", "Recurrent", "Attention", "Math", "VOCABULARY", "DISCONTINUOUS", "step_strategy", "MAX_ELEMENTS", "MAX_SIDE"]
+           "Branch", "Reduce", "Mask", "Reshape", "Resize", "Recurrent", "Attention", "Math", "VOCABULARY", "DISCONTINUOUS", "step_strategy", "MAX_ELEMENTS", "MAX_SIDE"]
 
 Shape = tuple[int, ...]          # without the batch dimension
 MAX_ELEMENTS = 4096               # a step that would make a bigger tensor is skipped: tiny models stay fast
@@ -161,6 +161,15 @@ ACTIVATIONS = {
     "leaky": "keras.layers.LeakyReLU(negative_slope=0.2)(x)",
     "elu": "keras.layers.Activation('elu')(x)",
     "softmax": "keras.layers.Softmax()(x)",
+    "selu": "keras.layers.Activation('selu')(x)",
+    "softplus": "keras.layers.Activation('softplus')(x)",
+    "softsign": "keras.layers.Activation('softsign')(x)",
+    "swish": "keras.layers.Activation('silu')(x)",
+    "relu6": "keras.layers.ReLU(max_value=6.0)(x)",
+    "hard_sigmoid": "keras.layers.Activation('hard_sigmoid')(x)",
+    "mish": "keras.layers.Activation('mish')(x)",
+    "prelu": "keras.layers.PReLU()(x)",
+    "log_softmax": "keras.layers.Activation('log_softmax')(x)",
 }
 
 
@@ -191,6 +200,69 @@ class Merge(Step):
                   "double": "x + x",
                   "sigmoid": "keras.layers.Activation('sigmoid')(x)"}[self.branch]
         return [f"b = {branch}", f"x = keras.layers.{self.op}()([b, x])"], out
+
+
+# Same-shape ops a branch is made of (the variable name is filled in): layers with weights, the
+# activations the converters map, arithmetic.
+BRANCH_OPS = {
+    "dense": "keras.layers.Dense({c})({v})",
+    "relu": "keras.layers.ReLU()({v})",
+    "tanh": "keras.layers.Activation('tanh')({v})",
+    "sigmoid": "keras.layers.Activation('sigmoid')({v})",
+    "scale": "{v} * 0.5",
+    "square": "keras.ops.square({v})",
+    "norm": "keras.layers.LayerNormalization()({v})",
+    "gelu": "keras.layers.Activation('gelu')({v})",
+}
+
+
+@dataclass(frozen=True, repr=False)
+class Branch(Step):
+    """Two branches of several ops each, from ``x``, joined (issue 46: a defect that needs two
+    multi-op branches, the catalogue's two-branch entry, could not be drawn by ``Merge``, which
+    joins ``x`` with one op); ``Add3`` also adds ``x`` back (a three-way merge, a skip connection)."""
+
+    left: tuple[str, ...] = ("dense", "relu")
+    right: tuple[str, ...] = ("dense", "tanh")
+    join: str = "Add"  # Add | Add3 | Multiply | Maximum | Subtract | Concatenate
+
+    def emit(self, shape: Shape) -> tuple[list[str], Shape] | None:
+        out = shape[:-1] + (shape[-1] * 2,) if self.join == "Concatenate" else shape
+        if not _size_ok(out) or not self.left or not self.right:
+            return None
+        lines = ["a = x"] + [f"a = {BRANCH_OPS[op].format(v='a', c=shape[-1])}" for op in self.left]
+        lines += ["c = x"] + [f"c = {BRANCH_OPS[op].format(v='c', c=shape[-1])}" for op in self.right]
+        if self.join == "Add3":
+            lines.append("x = keras.layers.Add()([a, c, x])")
+        else:
+            lines.append(f"x = keras.layers.{self.join}()([a, c])")
+        return lines, out
+
+
+@dataclass(frozen=True, repr=False)
+class Reduce(Step):
+    """A reduction over any axis (issue 46: only the last axis was ever reduced)."""
+
+    op: str = "mean"  # mean | sum | max | min
+    axis: int = 1     # 1-based over the non-batch dims; skipped where the tensor has fewer
+    keepdims: bool = True
+
+    def emit(self, shape: Shape) -> tuple[list[str], Shape] | None:
+        if self.axis > len(shape) or (not self.keepdims and len(shape) == 1):
+            return None  # nothing to keep a batch of scalars apart from
+        out = tuple(1 if i == self.axis - 1 else d for i, d in enumerate(shape)) if self.keepdims else \
+            tuple(d for i, d in enumerate(shape) if i != self.axis - 1)
+        return [f"x = keras.ops.{self.op}(x, axis={self.axis}, keepdims={self.keepdims})"], out
+
+
+@dataclass(frozen=True, repr=False)
+class Mask(Step):
+    """``Masking(0.0)`` on a sequence: the layers after it (a recurrent one, attention) get a mask."""
+
+    def emit(self, shape: Shape) -> tuple[list[str], Shape] | None:
+        if len(shape) != 2:
+            return None
+        return ["x = keras.layers.Masking(0.0)(x)"], shape
 
 
 @dataclass(frozen=True, repr=False)
@@ -254,11 +326,17 @@ class Recurrent(Step):
 class Attention(Step):
     heads: int = 2
     key_dim: int = 4
+    variant: str = "self"  # self | causal | cross (keys and values from a Dense of x)
 
     def emit(self, shape: Shape) -> tuple[list[str], Shape] | None:
         if len(shape) != 2 or shape[0] > 16:
             return None
-        return [f"x = keras.layers.MultiHeadAttention({self.heads}, {self.key_dim})(x, x)"], shape
+        layer = f"keras.layers.MultiHeadAttention({self.heads}, {self.key_dim})"
+        if self.variant == "causal":
+            return [f"x = {layer}(x, x, use_causal_mask=True)"], shape
+        if self.variant == "cross":
+            return ["k = keras.layers.Dense(3)(x)", f"x = {layer}(x, k)"], shape
+        return [f"x = {layer}(x, x)"], shape
 
 
 # keras.ops on symbolic tensors are serialisable operation nodes (no Lambda, which the plugin refuses).
@@ -318,7 +396,14 @@ VOCABULARY: dict[str, Callable[[bool], Any]] = {
     "resize": lambda d: st.builds(Resize, op=_kinds(["upsample", "pad", "crop"])),
     "recurrent": lambda d: st.builds(Recurrent, cell=_kinds(["GRU", "LSTM", "SimpleRNN"]), units=_kinds([4, 2]),
                                      sequences=st.booleans()),
-    "attention": lambda d: st.builds(Attention, heads=_kinds([2, 1]), key_dim=_kinds([4, 2])),
+    "attention": lambda d: st.builds(Attention, heads=_kinds([2, 1]), key_dim=_kinds([4, 2]),
+                                     variant=_kinds(["self", "causal", "cross"])),
+    "branch": lambda d: st.builds(Branch, left=st.lists(_kinds(BRANCH_OPS), min_size=1, max_size=3).map(tuple),
+                                  right=st.lists(_kinds(BRANCH_OPS), min_size=1, max_size=3).map(tuple),
+                                  join=_kinds(["Add", "Add3", "Multiply", "Maximum", "Subtract", "Concatenate"])),
+    "reduce": lambda d: st.builds(Reduce, op=_kinds(["mean", "sum", "max", "min"]), axis=_kinds([1, 2, 3]),
+                                  keepdims=st.booleans()),
+    "mask": lambda d: st.just(Mask()),
     "math": lambda d: st.builds(Math, op=_kinds([k for k in MATH if d or k not in DISCONTINUOUS])),
 }
 

@@ -58,7 +58,8 @@ def write_reproducer(out_dir: Path, drawn: Any, outcome: Any) -> Path:
     batch = drawn.batch()
     np.savez(folder / "inputs.npz", **{f"x{i}": x for i, x in enumerate(batch)})
     versions = versions_here()
-    label = f"known: {outcome.known}" if outcome.known else "new"
+    resembles = getattr(outcome, "resembles", None)
+    label = f"known: {outcome.known}" if outcome.known else (f"new, resembles {resembles}" if resembles else "new")
     (folder / "verdict.txt").write_text(f"{outcome.format}: {outcome.status} ({label})\n"
                                         f"versions: {json.dumps(versions)}\n\n{outcome.text}\n")
     header = (f'"""Reproducer written by pytest-modelparity --modelparity-fuzz: {outcome.format} {outcome.status} '

@@ -264,7 +264,7 @@ def collecting(item: pytest.Item) -> Iterator[None]:
     the failure text pytest renders); the other failing reports (Hypothesis examples that
     are not the one reported, failures the test caught) keep their rows without hints.
     """
-    from ..checks import power, quantized
+    from ..checks import power, quant_rows, quantized
     from ..verdict import tolerances
     from ..reports.summary import merge_rows, rows_from_report
 
@@ -284,7 +284,8 @@ def collecting(item: pytest.Item) -> Iterator[None]:
                 quantized.budget_layers(_budget_layers(item, state)), \
                 quantized.class_scores(*_class_scores(item), source="marker"), \
                 power.planting(state.options.power), \
-                quantized.inconclusive_fails(state.options.strict):
+                quantized.inconclusive_fails(state.options.strict), \
+                quant_rows.max_rows_of(state.options.quant_max_rows):
             yield
     except BaseException as exc:
         raised.extend(_escaped_reports(exc))
@@ -331,11 +332,16 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
         raise _skip_at_item(itself)
     with collecting(item):
         try:
-            return (yield)
+            result = yield
         except NotApplicable as exc:
             # pytest would skip it anyway (a unittest.SkipTest), but at a line of its own
             # unittest.py; this keeps the test's location in the -rs line.
             raise _skip_at_item(str(exc)) from None
+        finally:
+            changed = state.against.take_pending() if state is not None and state.against is not None else []
+    if changed:  # --modelparity-against: the test whose form changed fails, as the summary says
+        pytest.fail("--modelparity-against: " + "; ".join(changed), pytrace=False)
+    return result
 
 
 def _skip_at_item(reason: str) -> BaseException:
@@ -592,7 +598,11 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
                                    "browsers": state.browsers}
         return
     unchecked = not_compared(state.matrix_outcomes, state.options)
-    if state.against is not None and state.against.changed and session.exitstatus == pytest.ExitCode.OK:
+    if state.recorder is not None:  # the run's record of what it recorded, written last; an interrupted run writes none
+        state.recorder.finish(interrupted=session.exitstatus == pytest.ExitCode.INTERRUPTED)
+    if state.against is not None:
+        state.against.finish()  # forms recorded but not run: named, and they fail the run
+    if state.against is not None and state.against.failures and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a change beyond float noise: said in the summary
     if (nothing_compared_line(state.device_outcomes, state.matrix_outcomes) or (state.options.strict and unchecked)) \
             and session.exitstatus == pytest.ExitCode.OK:

@@ -176,7 +176,8 @@ def summary_lines(config: pytest.Config) -> list[str]:
     for (fmt, cause), n in sorted(results.refusals.items(), key=lambda kv: -kv[1]):
         lines.append(f"  refused by {fmt} ({n}x): {cause}")
     for key, (drawn, outcome) in results.failures.items():
-        label = f"known: {outcome.known}" if outcome.known else "NEW"
+        label = f"known: {outcome.known}" if outcome.known else (
+            f"NEW, resembles {outcome.resembles}" if getattr(outcome, "resembles", None) else "NEW")
         before, after, calls = results.shrunk.get(key, (len(drawn.layers), len(drawn.layers), 0))
         lines.append(f"  {outcome.format} {outcome.status} [{label}] shrunk {before} -> {after} layer(s) in {calls} "
                      f"check(s); reproducer: {results.written.get(key, '-')}")

@@ -17,6 +17,7 @@ from typing import Any, Iterable, Literal
 import pytest
 
 from ..runtime.devices import parse_device
+from ..runtime.scratch import not_private
 from ..errors import InvalidArgumentError
 from ..formats import ALL_FORMATS, available_formats
 from ..verdict.validators import check_tolerance_value
@@ -60,9 +61,9 @@ _OPTIONS: tuple[tuple[str, Literal["string", "bool"], str], ...] = (
      "server (refused by default, named with their ops), and Keras files with Lambda layers: only for "
      "models you trust (docs/security.md)"),
     ("power", "bool",
-     "show the run's power: plant small known bugs in each Keras reference (kernel x1.01, input x255/256, "
-     "two same-shape outputs swapped) and say whether the bound that passed each candidate would fail on "
-     "them (docs/tolerances.md)"),
+     "show the run's power: plant small known bugs in each model reference (per output its most influential "
+     "kernel x1.01, input x255/256, two same-shape outputs swapped) and say whether the bound that passed "
+     "each candidate would fail on them, and what caught each (docs/tolerances.md)"),
     ("reference-device", "string",
      "run the reference (the source model) on this device (cpu, gpu, gpu:N) and the candidates on "
      "--modelparity-device, e.g. cpu to check a GPU serving path against the CPU (default: same as the candidate)"),
@@ -78,6 +79,10 @@ _OPTIONS: tuple[tuple[str, Literal["string", "bool"], str], ...] = (
      "loosen what quantisation may cost against the float32 tflite sibling, per variant, without "
      "loosening the conversion check: 'int8:rms=0.1,top1=0.9; dynamic_range:scale=0.1' "
      "(keys rms, scale, beyond, top1; docs/tolerances.md)"),
+    ("quant-max-rows", "string",
+     "the most rows a quantised verdict judges (given and drawn together) before an undecided one is "
+     "reported inconclusive: it passes only when the rows prove its disagreement within the budget, fails "
+     "only when they prove it beyond (default: 1024; docs/tolerances.md)"),
     ("input-range", "string",
      "LOW,HIGH: the range the input values are drawn from (e.g. 0,255 for raw pixels), or per input "
      "NAME=LOW,HIGH;NAME=LOW,HIGH; used by zero-code mode, parity_batch and tflite:int8 calibration "
@@ -142,6 +147,7 @@ class ParityOptions:
     atol: float | None = None
     data: str | None = None          # --modelparity-data: an .npz/.npy of real rows
     quant_budget: str | None = None  # --modelparity-quant-budget (checked by quantized.parse_budget)
+    quant_max_rows: int | None = None  # --modelparity-quant-max-rows (None: quant_rows.DEFAULT_MAX_ROWS)
     # (low, high) or {input name: (low, high)}: what the batches are drawn from (None: per dtype)
     input_range: tuple[float, float] | dict[str, tuple[float, float]] | None = None
     timeout: float | None = DEFAULT_TIMEOUT_S  # None: no limit
@@ -433,6 +439,12 @@ def check_cache_dir(path: Path, source: str, *, writable: bool = True) -> Path:
     if writable and not os.access(existing, os.W_OK | os.X_OK):
         raise pytest.UsageError(f"{source}={path} cannot be written (no write permission on {existing}, or a "
                                 "read-only filesystem); pass a writable directory, or --modelparity-no-cache")
+    problem = not_private(path)
+    if problem is not None:  # another user could plant an export or a floor the run would use
+        raise pytest.UsageError(f"{source}={path} is not yours alone: {problem}, so another user could put "
+                                "a model or a noise floor there that this run would use; pass a private folder "
+                                f"you own (chmod go-w {path}, or a new one: the plugin creates it with mode 0700) "
+                                "with --modelparity-cache-dir, or --modelparity-no-cache")
     return path
 
 
@@ -468,6 +480,7 @@ def parse_options(config: pytest.Config) -> ParityOptions:
         atol=_float(config, "modelparity_atol"),
         data=_data_path(config, _value(config, "modelparity_data")),
         quant_budget=_quant_budget(_value(config, "modelparity_quant_budget")),
+        quant_max_rows=_positive("--modelparity-quant-max-rows", _value(config, "modelparity_quant_max_rows"), int),
         input_range=parse_input_range(_value(config, "modelparity_input_range")),
         timeout=parse_timeout(_value(config, "modelparity_timeout")),
         export_process=parse_export_process(_value(config, "modelparity_export_process")),

@@ -11,6 +11,7 @@ whose content hash differs is said and not compared.
 from __future__ import annotations
 
 import re
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,9 @@ class Recorder:
     overwrite: bool = False
     recordings: dict[Path, Any] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    session: str = field(default_factory=lambda: uuid.uuid4().hex)  # stamped on every form this run writes
+    failed: set[Path] = field(default_factory=set)
+    record: Path | None = None  # the run's record, once written (last)
 
     def check_start(self) -> None:
         """An existing recording under ``root`` is refused at start-up unless overwriting."""
@@ -104,8 +108,8 @@ class Recorder:
         try:
             rec = self.recordings.get(folder)
             if rec is None:
-                rec = Recording(folder, overwrite=self.overwrite, header=header_for(
-                    model, name=origin["model"], model_hash=origin["content_hash"]))
+                header = header_for(model, name=origin["model"], model_hash=origin["content_hash"])
+                rec = Recording(folder, overwrite=self.overwrite, header={**header, "session": self.session})
                 self.recordings[folder] = rec
             if named is not None:
                 rec.add(model.prepare_batch(inputs), named)
@@ -114,9 +118,31 @@ class Recorder:
                 rec.write_manifest()
         except Exception as exc:  # noqa: BLE001 - a recording that cannot be written is said at the end
             self.errors.append(f"{folder}: {type(exc).__name__}: {exc}")
+            self.failed.add(folder)
+
+    def finish(self, interrupted: bool = False) -> None:
+        """Write the run's record of the forms it recorded whole, atomically and last
+        (formats/recorded/session.py): without it the recording is refused as incomplete. An
+        interrupted run (Ctrl-C) writes none: what it recorded is not all it meant to."""
+        if not self.recordings and not self.errors:
+            return
+        if interrupted:
+            self.errors.append(f"{self.root}: the run was interrupted, so its record was not written: the "
+                               "recording is incomplete (refused by load_model and --modelparity-against)")
+            return
+        from ..formats.recorded.session import write_session
+
+        whole = {f"{folder.parent.name}/{folder.name}": len(rec.manifest["batches"])
+                 for folder, rec in self.recordings.items() if folder not in self.failed}
+        try:
+            self.record = write_session(self.root, self.session, whole, self.errors)
+        except OSError as exc:
+            self.errors.append(f"{self.root}: the run's record cannot be written ({type(exc).__name__}: {exc}): "
+                               "the recording is incomplete")
 
     def summary(self) -> list[str]:
-        lines = [f"recorded {len(self.recordings)} form(s) into {self.root}"] if self.recordings else []
+        whole = len(self.recordings) - len(self.failed)
+        lines = [f"recorded {whole} form(s) into {self.root}"] if self.recordings and self.record else []
         return lines + [f"NOT RECORDED {e}" for e in self.errors]
 
 
@@ -126,13 +152,36 @@ class Against:
 
     root: Path
     lines: dict[tuple[str, str], str] = field(default_factory=dict)
-    changed: int = 0
+    changed: int = 0  # outputs changed beyond float noise
+    missing: int = 0  # forms or outputs on one side only, recordings that cannot be read
     _loaded: dict[Path, Any] = field(default_factory=dict)
+    recorded: dict[str, Any] = field(default_factory=dict)  # what the recording run's record lists
+    ran: set[str] = field(default_factory=set)  # the forms this run executed ("model/form@device")
+    pending: list[str] = field(default_factory=list)  # changes beyond noise the running test has not failed on yet
 
     def check_start(self) -> None:
+        """The folder must be a whole recording: its run's record says which forms it holds."""
+        from ..formats.recorded.session import SESSION, read_session
+
         if not self.root.is_dir():
             raise pytest.UsageError(f"--modelparity-against={self.root}: no such directory; pass the directory an "
                                     "earlier run wrote with --modelparity-record")
+        forms = read_session(self.root)
+        if forms is None:
+            raise pytest.UsageError(
+                f"--modelparity-against={self.root}: an incomplete recording: it holds no readable {SESSION}, the "
+                "record a recording run writes last (the run was killed, its disk filled, or a plugin before issue "
+                "48 wrote it), so forms or batches may be missing; record again with --modelparity-record and let "
+                "the run finish")
+        self.recorded = forms
+
+    def finish(self) -> None:
+        """A form this run executed that the recording lacks, or one recorded that this run did
+        not execute, is named and fails the run."""
+        for name in sorted(set(self.recorded) - self.ran):
+            self.lines[(name.replace("/", " "), "")] = (f"{name.replace('/', ' ')}: recorded in {self.root} but not "
+                                                        "run this time")
+            self.missing += 1
 
     def _recording(self, folder: Path) -> Any:
         if folder not in self._loaded:
@@ -148,14 +197,18 @@ class Against:
             return
         where = f"{origin['model']} {origin['form']}@{origin['device']}"
         folder = folder_for(self.root, origin)
+        self.ran.add(f"{folder.parent.name}/{folder.name}")
         try:
             recorded = self._recording(folder)
-        except Exception as exc:  # noqa: BLE001 - a damaged recording is said, not raised into the test
+        except Exception as exc:  # noqa: BLE001 - a damaged recording fails the test that ran the form
             self.lines[(where, "")] = f"{where}: the recording cannot be read: {exc}"
-            self.changed += 1
+            self.missing += 1
+            self.pending.append(self.lines[(where, "")])
             return
         if recorded is None:
-            self.lines[(where, "")] = f"{where}: nothing recorded for it in {self.root} (not compared)"
+            self.lines[(where, "")] = f"{where}: run this time but not recorded in {self.root} (not compared)"
+            self.missing += 1
+            self.pending.append(self.lines[(where, "")])
             return
         if recorded.model_hash and origin["content_hash"] and recorded.model_hash != origin["content_hash"]:
             self.lines[(where, "")] = (f"{where}: the model changed (content hash {recorded.model_hash[:19]}... "
@@ -188,7 +241,8 @@ class Against:
         for name in sorted(set(now) | set(then)):
             if name not in now or name not in then:
                 self.lines[(where, name)] = f"{where} output {name!r}: {'gone' if name in then else 'new'} (not compared)"
-                self.changed += 1
+                self.missing += 1
+                self.pending.append(self.lines[(where, name)])
                 continue
             a, e = now[name], then[name]
             measured = (floors.get(name) or {}).get("float64")
@@ -205,10 +259,22 @@ class Against:
             else:
                 verdict = f"CHANGED beyond float noise ({_share(out)}; bound: {bound})"
                 self.changed += 1
+                self.pending.append(f"{where} output {name!r}: {verdict}")
             self.lines[(where, name)] = f"{where} output {name!r}: {verdict}"
+
+    def take_pending(self) -> list[str]:
+        """What the test that just ran changed beyond noise, once (the plugin fails that test)."""
+        found, self.pending = list(dict.fromkeys(self.pending)), []
+        return found
+
+    @property
+    def failures(self) -> int:
+        return self.changed + self.missing
 
     def summary(self) -> list[str]:
         head = f"against {self.root}: {self.changed} change(s) beyond float noise"
+        if self.missing:
+            head += f", {self.missing} form(s) or output(s) on one side only or unreadable"
         return [head] + [self.lines[k] for k in sorted(self.lines)]
 
 

@@ -109,6 +109,9 @@ def rows_from_report(report: Any, *, nodeid: str, format: str | None, device: st
             "rtol": tol.get("rtol"),
             "atol": tol.get("atol"),
             "scale": tol.get("scale"),
+            # the bulk of the error (verdict/bulk.py): each statistic's value, bound and noise figure,
+            # and what failed in words; null where no bulk bound judged
+            "bulk": d["bulk"],
             "quantized": _quantized_row(meta, d["path"] or ""),
             # the decision over rows and the threshold it applied (at most "allowed" of "trials")
             "decision": d["decision"],
@@ -118,6 +121,8 @@ def rows_from_report(report: Any, *, nodeid: str, format: str | None, device: st
             "paired_with": _paired_row(paired, d["path"] or ""),
             # --modelparity-power: each planted bug and whether this output's bound caught it
             "power": _power_row(meta, d["path"] or ""),
+            # ...and what each plant was (the kernel and its factor) and which part of the verdict caught it
+            "power_plants": _power_plants(meta, d["path"] or ""),
         }
         rows.append(row)
     return rows
@@ -126,11 +131,34 @@ def rows_from_report(report: Any, *, nodeid: str, format: str | None, device: st
 def _power_row(meta: dict, path: str) -> dict | None:
     """``{"kernel x1.01": "caught", ...}`` for one output (checks/power.py), or None when the run
     did not measure its power here."""
+    plants = _plants_of(meta, path)
+    return None if plants is None else {kind: str((b.get("outputs") or {}).get(path, "not reached"))
+                                        for kind, b in plants.items()}
+
+
+def _plants_of(meta: dict, path: str) -> dict[str, dict] | None:
+    """Per bug kind, the plant that judged output ``path``: a kernel is planted per output (the one
+    most influential on it), so of several plants of one kind the one whose outputs name ``path``."""
     planted = meta.get("power")
     if not isinstance(planted, list):
         return None
-    return {str(b.get("bug")): str((b.get("outputs") or {}).get(path, "not reached")) for b in planted
-            if isinstance(b, dict)}
+    found: dict[str, dict] = {}
+    for b in planted:
+        if not isinstance(b, dict):
+            continue
+        kind = str(b.get("bug"))
+        if kind not in found or path in (b.get("outputs") or {}):
+            found[kind] = b
+    return found
+
+
+def _power_plants(meta: dict, path: str) -> dict | None:
+    """``{"kernel x1.01": {"where": "dense/kernel x1.01", "caught_by": "median"}, ...}`` for one output."""
+    plants = _plants_of(meta, path)
+    if plants is None:
+        return None
+    return {kind: {"where": str(b.get("where") or ""), "caught_by": (b.get("caught_by") or {}).get(path)}
+            for kind, b in plants.items()}
 
 
 def power_lines(rows: Sequence[dict]) -> list[str]:
@@ -138,14 +166,22 @@ def power_lines(rows: Sequence[dict]) -> list[str]:
     caught every planted bug that reached them, and one per comparison that missed one (a PASS
     that could not have failed such a bug)."""
     found: dict[str, dict[str, dict[str, str]]] = {}
+    where: dict[tuple[str, str, str], str] = {}
+    by: dict[str, int] = {}
     for r in rows:
         power = r.get("power")
         if not isinstance(power, dict):
             continue
         test = str(r.get("nodeid") or "").rpartition("::")[2]
         who = f"{test} ({r.get('title') or r.get('check')})" if test else str(r.get("title") or r.get("check"))
+        raw = r.get("power_plants")
+        plants: dict = raw if isinstance(raw, dict) else {}
         for bug, verdict in power.items():
             found.setdefault(who, {}).setdefault(bug, {})[str(r.get("output") or "")] = verdict
+            plant = plants.get(bug) or {}
+            where[(who, bug, str(r.get("output") or ""))] = str(plant.get("where") or "")
+            if verdict == "caught" and plant.get("caught_by"):
+                by[str(plant["caught_by"])] = by.get(str(plant["caught_by"]), 0) + 1
     caught_all: dict[str, int] = {}
     lines = []
     for who, bugs in found.items():
@@ -157,14 +193,26 @@ def power_lines(rows: Sequence[dict]) -> list[str]:
                 caught_all[b] = caught_all.get(b, 0) + 1
             continue
         lines.append(f"modelparity: power of {who}: {len(judged) - len(missed)} of {len(judged)} planted bug(s) "
-                     "caught; MISSED " + "; ".join(f"{b} on {', '.join(o) or 'the output'}" for b, o in missed.items())
+                     "caught; MISSED " + "; ".join(
+                         f"{b} on " + ", ".join(_missed_where(o, where.get((who, b, o), "")) for o in outs)
+                         for b, outs in missed.items())
                      + " (these bounds would pass such a bug: see docs/tolerances.md)")
     full = len(found) - len(lines)
     if full:
         each = ", ".join(f"{b} in {n}" for b, n in caught_all.items())
         lines.insert(0, f"modelparity: power: {full} of {len(found)} comparison(s) caught every planted bug that "
                         f"reached them ({each or 'none reached'})")
+    if by and lines:
+        lines.insert(1, "modelparity: power: what caught the plants, per output: " + ", ".join(
+            f"{k} {n}" for k, n in sorted(by.items(), key=lambda kv: -kv[1])) + " (max: the per-element bound; "
+            "median, q90, mean_signed: the bulk of the error; top-1: the rows' argmax)")
     return lines
+
+
+def _missed_where(output: str, where: str) -> str:
+    """``['scores'] (dense_1/kernel x1.01)``: a missed output with the plant that missed it."""
+    name = output or "the output"
+    return f"{name} ({where})" if where and where != "every float input" else name
 
 
 def _paired_row(paired: dict, path: str) -> dict | None:
@@ -236,15 +284,15 @@ def merge_rows(rows: Sequence[dict]) -> list[dict]:
 
 
 def inconclusive_line(rows: Sequence[dict]) -> str | None:
-    """The end-of-run line counting quantised decisions made on too few rows to fail (verdict
+    """The end-of-run line counting quantised decisions the rows did not settle (verdict
     ``inconclusive``): a green run must not read as judged. None when there are none."""
     short = [r for r in rows if r["verdict"] == "inconclusive"]
     if not short:
         return None
     first = short[0]
     tests = len({r["nodeid"] for r in short})
-    return (f"modelparity: {len(short)} quantised verdict(s) in {tests} test(s) INCONCLUSIVE, not passed: too few "
-            f"rows to fail a file outside the budget (first: {first['nodeid']} {first['output'] or 'output'}: "
+    return (f"modelparity: {len(short)} quantised verdict(s) in {tests} test(s) INCONCLUSIVE, not passed: the rows "
+            f"proved them neither within nor beyond their budget (first: {first['nodeid']} {first['output'] or 'output'}: "
             f"{str(first.get('inconclusive') or '').removeprefix('INCONCLUSIVE: ')}); --modelparity-strict makes "
             "them failures")
 

@@ -36,11 +36,14 @@ def quiet_tensorflow(show: bool) -> bool:
 
 
 def make_ignored_dir(path: Path) -> Path:
-    """Create ``path`` (and parents); when this call creates it, put a ``.gitignore`` holding
-    ``*`` inside, as pytest does for ``.pytest_cache``, so it never shows in ``git status``."""
+    """Create ``path`` (and parents), private to this user (mode 0700: a cache another user
+    could write would hand out their files, runtime/scratch.not_private); when this call
+    creates it, put a ``.gitignore`` holding ``*`` inside, as pytest does for
+    ``.pytest_cache``, so it never shows in ``git status``."""
     path = Path(path)
     if not path.exists():
-        path.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.mkdir(mode=0o700, exist_ok=True)
         with contextlib.suppress(OSError):
             with open(path / ".gitignore", "x", encoding="utf-8") as fh:
                 fh.write(GITIGNORE)

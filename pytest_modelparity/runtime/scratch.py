@@ -18,7 +18,7 @@ import socket
 import time
 from pathlib import Path
 
-__all__ = ["CACHE_TEMP", "SYSTEM_TEMP", "owned_prefix", "sweep", "GRACE_S", "ORPHAN_S"]
+__all__ = ["CACHE_TEMP", "SYSTEM_TEMP", "owned_prefix", "sweep", "GRACE_S", "ORPHAN_S", "not_private", "foreign"]
 
 GRACE_S = 60.0            # never remove anything younger: its owner may be starting
 ORPHAN_S = 6 * 3600.0     # another host's (or an unnamed) temporary this old is abandoned
@@ -87,3 +87,35 @@ def sweep(directory: Path, pattern: re.Pattern[str], *, unowned: bool = False) -
             if not child.exists():
                 removed.append(child)
     return removed
+
+
+def not_private(path: Path) -> str | None:
+    """Why a cache folder is not this user's alone, or None: owned by another uid, or writable
+    by its group or by others (who could then plant an entry the next run hands out). A path
+    that does not exist yet is None: the package creates its folders private (mode 0700)."""
+    if not hasattr(os, "getuid"):
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if st.st_uid != os.getuid():
+        return f"it is owned by uid {st.st_uid}, not by you (uid {os.getuid()})"
+    if st.st_mode & 0o022:
+        who = " and ".join(w for bit, w in ((0o020, "its group"), (0o002, "others")) if st.st_mode & bit)
+        return f"it is writable by {who} (mode {st.st_mode & 0o7777:04o})"
+    return None
+
+
+def foreign(paths: "list[Path]") -> str | None:
+    """The first of ``paths`` that another uid owns, in words, or None (missing paths are None)."""
+    if not hasattr(os, "getuid"):
+        return None
+    for path in paths:
+        try:
+            uid = os.lstat(path).st_uid
+        except OSError:
+            continue
+        if uid != os.getuid():
+            return f"{path.name} was written by uid {uid}, not by you (uid {os.getuid()})"
+    return None

@@ -41,6 +41,7 @@ from typing import Any, Union
 
 import numpy as np
 
+from . import bulk as bulk_rule
 from .arrays import as_numpy
 from .results import ComparisonReport, OutputComparison
 from .scanning import Blocking, Scanner, Verdict
@@ -378,6 +379,8 @@ def _compare_floats(a: np.ndarray, e: np.ndarray, oc: OutputComparison, tol: Tol
     passed = v.mismatched <= allowed
     if tol.min_top1 is not None and a.ndim >= 1 and n:
         passed = _judge_top1(a, e, oc, tol) and passed
+    bulk_ok = _judge_bulk(a, e, oc, tol, v.scale, max_holds=passed)
+    passed = passed and bulk_ok
     if passed and v.scale is not None and not tol.allow_vacuous and tol.is_vacuous(v.scale):
         oc.vacuous = True
         oc.problem = _vacuous_problem(tol, v.scale)
@@ -399,7 +402,7 @@ def _compare_floats(a: np.ndarray, e: np.ndarray, oc: OutputComparison, tol: Tol
                                                                            a.shape)
         v = Verdict(s.mismatched, s.nonfinite_mismatched, s.scale, s.max_abs, s.max_abs_index)
         # the verdict's count was an upper bound (a scale that grew late); this one is exact
-        oc.passed = s.mismatched <= allowed and not oc.vacuous and (
+        oc.passed = s.mismatched <= allowed and not oc.vacuous and bulk_ok and (
             oc.top1_agreement is None or tol.min_top1 is None or oc.top1_agreement >= tol.min_top1)
     _note_nonfinite(oc, v.nonfinite_mismatched, equal_nan)
     oc.mean_abs = s.mean_abs
@@ -416,6 +419,20 @@ def _compare_floats(a: np.ndarray, e: np.ndarray, oc: OutputComparison, tol: Tol
     if s.max_rel_index is not None:
         ev = abs(float(ef[s.max_rel_index]))
         oc.max_rel_allowed = tol.rtol + const / ev if ev else math.inf
+
+
+def _judge_bulk(a: np.ndarray, e: np.ndarray, oc: OutputComparison, tol: Tolerance, scale: float | None, *,
+                max_holds: bool) -> bool:
+    """The bulk bounds of ``tol`` (``verdict/bulk.py``): each statistic of the error against the
+    same statistic of the model's float noise; True when they hold or there are none."""
+    if not tol.bulk or scale is None:
+        return True
+    found = bulk_rule.judge(a, e, scale, tol.bulk, max_holds=max_holds)
+    if found is None:
+        return True
+    oc.bulk = found.rows
+    oc.bulk_failure = found.text
+    return found.failed is None
 
 
 def _vacuous_problem(tol: Tolerance, scale: float) -> str:

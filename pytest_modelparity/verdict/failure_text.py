@@ -70,6 +70,8 @@ def format_output_line(oc: Any) -> str:
         return f"  {_name(oc.path)}: FAILED, {oc.problem}"
     text = (f"  {_name(oc.path)}: FAILED, {oc.mismatched} / {oc.size} mismatched "
             f"({_pct(oc.mismatched, oc.size)})")
+    if oc.bulk_failure and not oc.mismatched:
+        text += ", the bulk of the error beyond the float noise"
     if oc.max_abs is not None:
         text += f", max abs diff {short_float(oc.max_abs)} at {_idx(oc.max_abs_index)}"
     return text
@@ -139,6 +141,8 @@ def format_output_block(oc: Any, *, worst: int = 3) -> list[str]:
                              "float; the plugin accepts only finite rtol/atol)")
     if oc.top1_agreement is not None:
         lines.append(f"  Top-1 agreement: {oc.top1_agreement:.1%}")
+    if oc.bulk_failure:
+        lines.append(f"  Bulk of the error: {oc.bulk_failure}")
     lines.append(f"  Tolerance: {_tolerance_text(oc)}")
     if oc.tolerance is not None and oc.tolerance.floor_note:
         lines.append(f"  Noise floor: {oc.tolerance.floor_note}")

@@ -49,6 +49,10 @@ class OutputComparison:
     # decide (too few rows to fail a file outside the budget): not a pass, not a failure.
     decision: dict | None = None
     inconclusive: str | None = None
+    # The bulk of the error (``verdict/bulk.py``): each statistic, its bound and the noise figure
+    # it came from; and, when one does not hold, what failed in words.
+    bulk: list[dict] | None = None
+    bulk_failure: str | None = None
 
     @property
     def mismatched_fraction(self) -> float:
@@ -71,6 +75,7 @@ class OutputComparison:
                 "scale": json_number(tol.scale), "min_top1": json_number(tol.min_top1),
                 "max_mismatch_fraction": json_number(tol.max_mismatch_fraction),
                 "source": tol.source, "text": tol.describe(), "floor_note": tol.floor_note,
+                "bulk": [b.to_dict() for b in tol.bulk],
             },
             "size": self.size,
             "mismatched": self.mismatched,
@@ -91,6 +96,7 @@ class OutputComparison:
             "top1_near_ties": self.top1_near_ties,
             "vacuous": self.vacuous,
             "decision": None if self.decision is None else json_value(self.decision),
+            "bulk": None if self.bulk is None else json_value({"statistics": self.bulk, "failure": self.bulk_failure}),
             "inconclusive": self.inconclusive,
             "error_histogram": None if self.error_histogram is None else {
                 "counts": list(self.error_histogram[0]),

@@ -39,6 +39,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from .bulk import BulkBound, bounds_from_noise
 from .validators import check_tolerance_value
 
 
@@ -63,6 +64,10 @@ class Tolerance:
     # alone gives. Diagnosis runs forms on other kernels (a TFLite file's intermediates run
     # without XNNPACK), which may round apart by that much: its layer table reads this.
     float64_scale: float | None = None
+    # The bulk of the error (issue 47, ``verdict/bulk.py``): the median, 90th-percentile and mean
+    # signed error of the output, each within a multiple of the same statistic of the model's own
+    # float noise; set by ``shadow_tolerance`` where the float64 floor judges a float32 form.
+    bulk: tuple[BulkBound, ...] = ()
 
     @property
     def rule(self) -> str:
@@ -80,7 +85,10 @@ class Tolerance:
             text += f", up to {self.max_mismatch_fraction:.1%} of elements out"
         if self.min_top1 is not None:
             text += f", top-1 agreement >= {self.min_top1:.0%}"
-        return f"{text} ({self.source})"
+        text = f"{text} ({self.source})"
+        if self.bulk:  # the bulk bounds carry their own source: the same run's noise statistics
+            text += "; the bulk of the error, as shares of scale: " + ", ".join(b.describe() for b in self.bulk)
+        return text
 
     def allowed(self, expected_abs: Any, output_scale: float) -> Any:
         """The allowed |actual - expected| for elements of magnitude ``expected_abs``."""
@@ -186,6 +194,18 @@ def needs_proof(dtype: Any, measured: float) -> bool:
 # the quantised variants keep the float64 floor, as does every GPU run.
 REORDERED_FORMATS = frozenset({None, "keras", "h5", "saved_model", "graphdef", "checkpoint", "tf.function",
                                "tflite", "tflite:float32", "onnx"})
+
+
+# The forms whose float32 arithmetic the bulk bounds hold (issue 47): every CPU float32 form
+# (tfjs's CPU and WASM backends included: bench/bulk_noise.py); not the browser backends (GPU
+# textures, float16 ones among them), nor the quantised variants, which have their own budgets.
+BULK_FORMATS = REORDERED_FORMATS | {"tfjs", "tfjs:cpu", "tfjs:wasm"}
+
+
+def bulk_applies(format: str | None) -> bool:
+    """Do the bulk bounds judge a candidate of ``format`` (``onnx:opset17`` is onnx)?"""
+    fmt = (format or "").lower() or None
+    return fmt in BULK_FORMATS or (fmt or "").startswith("onnx:")
 
 
 def reorder_applies(format: str | None) -> bool:
@@ -315,7 +335,7 @@ def default_tolerance(dtype: Any, *, device: str = "cpu", format: str | None = N
 def shadow_tolerance(dtype: Any, measured: float, *, device: str = "cpu", format: str | None = None,
                      float16_weights: float | None = None, compute: str | None = None,
                      twin: str = "twin", reordered: float | None = None,
-                     unproven: str | None = None) -> Tolerance:
+                     unproven: str | None = None, bulk_noise: Any = None) -> Tolerance:
     """The default for an output whose Keras reference ran beside its float64 twin.
 
     ``measured`` is max |ref32 - ref64| / max |ref64| of the output on the batch under test
@@ -338,6 +358,11 @@ def shadow_tolerance(dtype: Any, measured: float, *, device: str = "cpu", format
     ``unproven`` (why no second estimate agrees with the float64 figure, ``needs_proof``): where
     the float64 floor would judge with a bound looser than the fixed rule, the fixed rule judges
     instead and its source says why.
+
+    ``bulk_noise`` (``verdict.bulk.error_statistics`` of ref32 - ref64: median, q90, mean |.|)
+    adds the bulk bounds (``Tolerance.bulk``) where the float64 floor judges a float32 form on the
+    CPU (``bulk_applies``): its error's median, 90th percentile and mean signed value must each
+    stay within a multiple of the noise's.
     """
     dt = _dtype(dtype)
     eps = eps_of(dt) or eps_of(np.float32)
@@ -362,7 +387,9 @@ def shadow_tolerance(dtype: Any, measured: float, *, device: str = "cpu", format
             where = "a GPU run" if _on_gpu(device) else (fmt or "this form")
             source += (f"; not its reordered float32 run's {reordered:.1e}, which judges only CPU forms "
                        f"summing in float32, not {where}")
-    tol = Tolerance(0.0, 0.0, scale=SHADOW_MULTIPLE * floor, default=True, source=source,
+    bulk = bounds_from_noise(bulk_noise, eps) if bulk_noise and compute in (None, "float32") and \
+        bulk_applies(fmt) and not _on_gpu(device) else ()
+    tol = Tolerance(0.0, 0.0, scale=SHADOW_MULTIPLE * floor, default=True, source=source, bulk=bulk,
                     float64_scale=SHADOW_MULTIPLE * max(float(measured), SHADOW_MIN_FLOOR_EPS * eps) if judged_by else None)
     if unproven is not None and not judged_by:
         fixed = default_tolerance(dt, device=device, format=format)
@@ -373,18 +400,18 @@ def shadow_tolerance(dtype: Any, measured: float, *, device: str = "cpu", format
                                          f"({unproven})")
     if fmt == "tflite:float16" and float16_weights is not None:
         f16 = SHADOW_F16_MULTIPLE * max(float(float16_weights), floor)
-        tol = replace(tol, scale=max(tol.scale, f16),
+        tol = replace(tol, scale=max(tol.scale, f16), bulk=(),
                       source=f"{SHADOW_F16_MULTIPLE:g} x what float16 weights cost the model "
                              f"({float16_weights:.1e} of scale, from a float16-weights run of its {twin})")
     elif fmt is not None and fmt.startswith("tflite:") and fmt not in EXACT_FORMAT_ALIASES:
         fixed = default_tolerance(dt, device=device, format=fmt)
         if fixed.scale >= tol.scale:
             return fixed
-        tol = replace(fixed, scale=tol.scale, source=f"{tol.source}; {fmt}'s own rule is tighter")
+        tol = replace(fixed, scale=tol.scale, bulk=(), source=f"{tol.source}; {fmt}'s own rule is tighter")
     if _on_gpu(device):
         gpu = default_tolerance(dt, device=device)
         if gpu.scale > tol.scale:
-            tol = replace(tol, scale=gpu.scale, rtol=gpu.rtol,
+            tol = replace(tol, scale=gpu.scale, rtol=gpu.rtol, bulk=(),
                           source=f"{gpu.source}: larger than {tol.source}")
     return tol
 

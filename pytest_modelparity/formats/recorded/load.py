@@ -17,6 +17,7 @@ from ...errors import BatchMismatchError, ModelLoadError
 from ..base import LoadedModel, TensorSpec
 from .arrays import FORMAT, json_file, member, read_tensors, tensors_from_json
 from .manifest import is_recording, read_manifest
+from .session import check_whole
 
 __all__ = ["NAME", "RecordedModel", "detect", "load"]
 
@@ -153,6 +154,7 @@ def load(source: Any, *, device: str = "cpu", **options: Any) -> RecordedModel:
     if options:
         raise TypeError(f"a recorded run takes no load options (got {', '.join(sorted(options))})")
     folder, manifest = read_manifest(source)
+    check_whole(folder, manifest)  # a form a recording run wrote is whole only once its run's record lists it
     batches: list[tuple[dict, str, dict | None]] = []
     said: dict[str, Any] = {}
     for index, batch in enumerate(manifest["batches"]):

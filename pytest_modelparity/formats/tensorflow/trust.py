@@ -30,6 +30,7 @@ from typing import Any, Iterable, Iterator
 
 from ...errors import ModelLoadError
 from ..common import first_line
+from .trust_graph import RESTORE_OPS, SAVE_OPS, GraphView, data_inputs, node_of
 
 TRUST_ENV = "MODELPARITY_TRUST_MODELS"
 
@@ -37,30 +38,39 @@ TRUST_ENV = "MODELPARITY_TRUST_MODELS"
 _FILES = "files"
 _PYTHON = "Python code"
 _DEBUG = "a debug server or dump folder"
+_SERVICE = "a tf.data service (a network address)"
+_GRAPHS = "a graph decoded from bytes (it runs ops the scan never saw)"
+_VARIANT = 21  # types_pb2.DT_VARIANT
 REACHING_OPS: dict[str, str] = {
     **dict.fromkeys(("ReadFile", "WriteFile", "MatchingFiles", "ImmutableConst", "WholeFileReader",
                      "WholeFileReaderV2", "TextLineReader", "TextLineReaderV2", "FixedLengthRecordReader",
                      "FixedLengthRecordReaderV2", "TFRecordReader", "TFRecordReaderV2", "LMDBReader",
-                     "IdentityReader", "IdentityReaderV2", "ReaderReadV2", "ReaderRead", "ReaderReadUpToV2",
+                     "IdentityReader", "IdentityReaderV2", "ReaderReadV2", "ReaderRead", "ReaderReadUpTo",
+                     "ReaderReadUpToV2", "RecordInput",
                      "TFRecordDataset", "TFRecordDatasetV2", "TextLineDataset", "FixedLengthRecordDataset",
                      "FixedLengthRecordDatasetV2", "LMDBDataset", "ExperimentalLMDBDataset", "CSVDataset",
                      "CSVDatasetV2", "ExperimentalCSVDataset", "SqlDataset", "ExperimentalSqlDataset",
-                     "SnapshotDataset", "SnapshotDatasetV2", "SaveDataset", "SaveDatasetV2", "LoadDataset",
+                     "MatchingFilesDataset", "ExperimentalMatchingFilesDataset", "CacheDataset", "CacheDatasetV2",
+                     "SnapshotDataset", "SnapshotDatasetV2", "SnapshotDatasetReader", "SnapshotNestedDatasetReader",
+                     "SnapshotChunkDataset", "ListSnapshotChunksDataset", "SaveDataset", "SaveDatasetV2",
+                     "LoadDataset", "DistributedSave",
                      "DatasetToTFRecord", "ExperimentalDatasetToTFRecord", "LoadAndRemapMatrix",
                      "GenerateVocabRemapping", "CreateSummaryFileWriter", "CreateSummaryDbWriter",
                      "WriteSummary", "WriteScalarSummary", "WriteHistogramSummary", "WriteImageSummary",
                      "WriteAudioSummary", "WriteGraphSummary", "WriteRawProtoSummary", "ImportEvent",
-                     "FlushSummaryWriter", "Save", "SaveV2", "SaveSlices", "Restore", "RestoreV2",
+                     "FlushSummaryWriter", "CalibrationStatisticsSaver", "FileSystemSetConfiguration",
+                     "DecodeProtoV2", "EncodeProto",  # descriptor_source: a file of descriptors
+                     "Save", "SaveV2", "SaveSlices", "Restore", "RestoreV2",
                      "RestoreSlice", "MergeV2Checkpoints", "InitializeTableFromTextFile",
                      "InitializeTableFromTextFileV2"), _FILES),
     **dict.fromkeys(("PyFunc", "PyFuncStateless", "EagerPyFunc"), _PYTHON),
     **dict.fromkeys(("DebugIdentity", "DebugIdentityV2", "DebugIdentityV3", "DebugNanCount",
                      "DebugNumericSummary", "DebugNumericSummaryV2", "RpcClient", "RpcCall", "RpcServer",
                      "RpcServerStart", "RpcServerRegister", "Rpc", "TryRpc"), _DEBUG),
+    **dict.fromkeys(("DataServiceDataset", "DataServiceDatasetV2", "DataServiceDatasetV3", "DataServiceDatasetV4",
+                     "RegisterDataset", "RegisterDatasetV2"), _SERVICE),
+    **dict.fromkeys(("DatasetFromGraph", "DeserializeIterator"), _GRAPHS),
 }
-# The loader's own checkpoint ops: allowed only where the saver_def names them.
-_SAVER_OPS = frozenset({"Save", "SaveV2", "SaveSlices", "Restore", "RestoreV2", "RestoreSlice",
-                        "MergeV2Checkpoints"})
 _VOCAB_OPS = frozenset({"InitializeTableFromTextFile", "InitializeTableFromTextFileV2"})
 
 
@@ -70,12 +80,14 @@ class Finding:
     node: str
     function: str | None  # None: the graph itself
     reaches: str
-    init: str | None = None  # the init collection (main_op...) that runs it at load, if any
+    init: str | None = None  # the init collection (main_op...) or restore that runs it at load, if any
+    why: str | None = None  # why an op the model may own (a saver's, a vocabulary's) is not its own
 
     def words(self) -> str:
         where = f" in function {self.function}" if self.function else ""
+        why = f", {self.why}" if self.why else ""
         when = f", run by {self.init} at load" if self.init else ""
-        return f"{self.op} (node {self.node!r}{where}: {self.reaches}{when})"
+        return f"{self.op} (node {self.node!r}{where}: {self.reaches}{why}{when})"
 
 
 # The word given to export_model(..., trusted=...), for the loads its converter makes itself
@@ -136,121 +148,87 @@ def read_protobuf(path: Path, format: str, kind: str) -> Any:
     return proto
 
 
-def _called(node: Any) -> Iterable[str]:
-    """Names of the functions a node calls (its op, or function-valued attributes)."""
-    for value in node.attr.values():
-        if value.func.name:
-            yield value.func.name
-        for fn in value.list.func:
-            yield fn.name
+def _inside(value: str, root: Path) -> bool:
+    """Whether TensorFlow, opening ``value`` (relative: from the working directory), reads a
+    regular file inside ``root`` (symlinks resolved)."""
+    try:
+        real, top = Path(os.path.abspath(value)).resolve(), root.resolve()
+    except (OSError, RuntimeError):
+        return False
+    return real.is_file() and top in real.parents
 
 
-def _closure(roots: Iterable[str], functions: dict[str, Any]) -> set[str]:
-    seen: set[str] = set()
-    todo = [r for r in roots if r in functions]
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        for node in functions[name].node_def:
-            todo.extend(n for n in (node.op, *_called(node)) if n in functions and n not in seen)
-    return seen
+def _why_refused(view: GraphView, scope: str | None, node: Any, root: Path) -> str | None:
+    """Why a file-reaching op is refused, or None when it is the model's own: the saver's
+    save and restore by structure (trust_graph.roles), a vocabulary by its file name's value."""
+    roles = view.roles()
+    if node.op in SAVE_OPS:
+        if (node.name in roles["save"]) if scope is None else (scope in roles["save_fns"]):
+            return None
+        restore = node_of(view.saver.restore_op_name) if view.saver is not None else None
+        if scope is None and node.name in roles["restored"]:
+            return f"a checkpoint write that the saver's restore {restore!r} runs"
+        return "a checkpoint write outside the saver's own save subgraph"
+    if node.op in RESTORE_OPS:
+        mine = (node.name in roles["restore"]) if scope is None else (scope in roles["restore_fns"])
+        inputs = data_inputs(node)
+        if mine and inputs and roles["filename"] and view.origins(scope, inputs[0]) == {(None, roles["filename"])}:
+            return None
+        if not mine:
+            return "a checkpoint read outside the saver's own restore subgraph"
+        return "a checkpoint read whose file name is not the saver's own (the model's variables)"
+    if node.op in _VOCAB_OPS:
+        inputs = data_inputs(node)
+        values = view.values(scope, inputs[1]) if len(inputs) > 1 else None
+        if values is None:
+            return "its file name is not a constant of the model (fed, computed or restored when it runs)"
+        outside = sorted(v for v in values if not _inside(v, root))
+        if not outside:
+            return None
+        return f"its file name {outside[0]!r} is no file inside {root}"
+    return ""
 
 
-def _vocab_inside(node: Any, nodes: dict[str, Any], args: set[str], folder: Path) -> bool:
-    """Whether a text-file table reads its vocabulary from the model: a file name fed in (an
-    argument or placeholder, which the SavedModel's assets fill), or a constant inside ``folder``."""
-    name = node.input[1] if len(node.input) > 1 else ""
-    for _ in range(16):  # through a short chain of Identity nodes
-        name = name.split(":")[0].lstrip("^")
-        source = nodes.get(name)
-        if source is None:
-            return name in args
-        if source.op == "Identity" and source.input:
-            name = source.input[0]
-            continue
-        if source.op in ("Placeholder", "PlaceholderWithDefault", "ReadVariableOp"):
-            return True
-        if source.op != "Const" or not source.attr["value"].tensor.string_val:
-            return False
-        text = source.attr["value"].tensor.string_val[0].decode("utf-8", "replace")
-        target = Path(text) if os.path.isabs(text) else folder / text
-        try:
-            real, root = target.resolve(), folder.resolve()
-        except OSError:
-            return False
-        return real.is_file() and root in real.parents
-    return False
+def _reaches(node: Any) -> str | None:
+    reaches = REACHING_OPS.get(node.op)
+    if reaches is None and node.op in ("Print", "PrintV2"):
+        stream = node.attr["output_stream"].s.decode("utf-8", "replace") if "output_stream" in node.attr else ""
+        reaches = _FILES if stream.startswith("file://") else None
+    if reaches is None and _VARIANT in (node.attr["out_type"].type if node.op == "ParseTensor" else None,
+                                         node.attr["dtype"].type if node.op == "Const" else None):
+        reaches = _GRAPHS  # a variant decoded from bytes in the file: a dataset or iterator graph
+    return reaches
 
 
-def _scan_nodes(nodes: Iterable[Any], function: str | None, args: set[str], folder: Path,
-                saver_scope: str | None, saver_nodes: set[str]) -> list[Finding]:
-    nodes = list(nodes)
-    by_name = {n.name: n for n in nodes}
+def _scan_view(view: GraphView, root: Path) -> list[Finding]:
+    """Every op of the graph and of every library function that reaches out, and is not the
+    model's own (its saver's, its vocabulary's)."""
+    at_load = view.runs_at_load()
+    fn_at_load: dict[str, str] = {}
+    for label in dict.fromkeys(at_load.values()):
+        called = [fn for name, why in at_load.items() if why == label for fn in view.calls(view.nodes[name])]
+        for fn in view.closure(called):
+            fn_at_load.setdefault(fn, label)
     found = []
-    for node in nodes:
-        reaches = REACHING_OPS.get(node.op)
-        if reaches is None and node.op in ("Print", "PrintV2"):
-            stream = node.attr["output_stream"].s.decode("utf-8", "replace") if "output_stream" in node.attr else ""
-            reaches = _FILES if stream.startswith("file://") else None
-        if reaches is None:
-            continue
-        if node.op in _SAVER_OPS and function is None and (
-                node.name in saver_nodes or (saver_scope and node.name.startswith(saver_scope))):
-            continue
-        if node.op in _VOCAB_OPS and _vocab_inside(node, by_name, args, folder):
-            continue
-        found.append(Finding(node.op, node.name, function, reaches))
-    return found
-
-
-def scan_meta_graph(meta: Any, folder: Path) -> list[Finding]:
-    """Every op of a MetaGraphDef (graph and library) that reaches outside the model."""
-    saver = meta.saver_def if meta.HasField("saver_def") else None
-    saver_nodes = {t.split(":")[0].lstrip("^") for t in (saver.save_tensor_name, saver.restore_op_name,
-                                                         saver.filename_tensor_name)} - {""} if saver else set()
-    scope = None
-    if saver is not None and "/" in saver.restore_op_name:
-        scope = saver.restore_op_name.rsplit("/", 1)[0] + "/"
-    found = _scan_graph(meta.graph_def, folder, scope, saver_nodes)
-    inputs = {n.name: [i.split(":")[0].lstrip("^") for i in n.input] for n in meta.graph_def.node}
-    for key in _INIT_COLLECTIONS:  # name the TF1 init op that runs a node inside load_model
-        if key in meta.collection_def:
-            ran = _ancestors(list(meta.collection_def[key].node_list.value), inputs)
-            found = [Finding(f.op, f.node, f.function, f.reaches, f.init or key) if f.function is None
-                     and f.node in ran else f for f in found]
-    return found
-
-
-# Collections of ops a TF1 SavedModel loader runs inside load_model.
-_INIT_COLLECTIONS = ("saved_model_main_op", "legacy_init_op", "table_initializer")
-
-
-def _ancestors(roots: list[str], inputs: dict[str, list[str]]) -> set[str]:
-    seen: set[str] = set()
-    todo = [r.split(":")[0].lstrip("^") for r in roots]
-    while todo:
-        name = todo.pop()
-        if name not in seen:
-            seen.add(name)
-            todo.extend(inputs.get(name, ()))
-    return seen
-
-
-def _scan_graph(graph_def: Any, folder: Path, saver_scope: str | None, saver_nodes: set[str]) -> list[Finding]:
-    functions = {f.signature.name: f for f in graph_def.library.function}
-    by_name = {n.name: n for n in graph_def.node}
-    saver_roots = [fn for n in saver_nodes if n in by_name for fn in (by_name[n].op, *_called(by_name[n]))]
-    allowed = _closure(saver_roots, functions)  # by the saver_def's nodes, never by a function's name
-    found = _scan_nodes(graph_def.node, None, set(), folder, saver_scope, saver_nodes)
-    for name, fn in functions.items():
-        args = {a.name for a in fn.signature.input_arg}
-        for finding in _scan_nodes(fn.node_def, name, args, folder, None, set()):
-            if finding.op in _SAVER_OPS and name in allowed:
+    scopes: list[tuple[str | None, Iterable[Any]]] = [(None, view.nodes.values())]
+    scopes += [(name, fn.node_def) for name, fn in view.functions.items()]
+    for scope, nodes in scopes:
+        for node in nodes:
+            reaches = _reaches(node)
+            if reaches is None:
                 continue
-            found.append(finding)
+            why = _why_refused(view, scope, node, root)
+            if why is None:
+                continue
+            init = at_load.get(node.name) if scope is None else fn_at_load.get(scope)
+            found.append(Finding(node.op, node.name, scope, reaches, init, why or None))
     return found
+
+
+def scan_meta_graph(meta: Any, folder: Path, saved_model: bool = False) -> list[Finding]:
+    """Every op of a MetaGraphDef (graph and library) that reaches outside the model."""
+    view = GraphView(meta.graph_def, meta, folder, folder / "assets" if saved_model else None)
+    return _scan_view(view, folder / "assets" if saved_model else folder)
 
 
 def scan_file(path: Path, format: str, proto: Any = None) -> list[Finding]:
@@ -260,11 +238,11 @@ def scan_file(path: Path, format: str, proto: Any = None) -> list[Finding]:
     if format == "saved_model":
         proto_path = path / "saved_model.pb" if (path / "saved_model.pb").is_file() else path / "saved_model.pbtxt"
         saved = read_protobuf(proto_path, format, "saved_model")
-        return [f for meta in saved.meta_graphs for f in scan_meta_graph(meta, path)]
+        return [f for meta in saved.meta_graphs for f in scan_meta_graph(meta, path, saved_model=True)]
     if format == "checkpoint":
         return scan_meta_graph(read_protobuf(path, format, "meta_graph"), path.parent)
     graph_def = proto if proto is not None else read_protobuf(path, format, "graph_def")
-    return _scan_graph(graph_def, path.parent, None, set())
+    return _scan_view(GraphView(graph_def, folder=path.parent), path.parent)
 
 
 def refuse_untrusted(path: Path, format: str, trusted: bool | None, *, action: str = "load",

@@ -215,7 +215,7 @@ class TFLiteModel(LoadedModel):
             outputs = [TensorSpec(spec.name, (None, *spec.shape[1:]) if spec.shape and spec.shape[0] == self.fixed_batch
                                   else spec.shape, spec.dtype) for spec in outputs]
         super().__init__(device=device, inputs=inputs, outputs=outputs, source=path)
-        self.format_variant = f"{NAME}:{_variant(native)}"
+        self.format_variant = f"{NAME}:{_variant(native, content)}"
         self._pool: OrderedDict[tuple, Any] = OrderedDict()
         self._pool[self._shape_key_of(native)] = native
         self._debug: tuple[tuple, Any] | None = None   # (input shapes, interpreter keeping all tensors)
@@ -413,12 +413,17 @@ def _interpreter_error(path: Path | None, content: bytes, exc: BaseException) ->
         "the file is corrupt or truncated: re-export it (export_model(model, 'tflite', path)) or copy it again")
 
 
-def _variant(interp) -> str:
-    """Read the quantisation scheme from the file: int8 activations, int8 or float16 weights."""
+def _variant(interp, content: bytes | None = None) -> str:
+    """Read the quantisation scheme from the file: int8 activations, int8 or float16 weights.
+    Weights are read from every subgraph (``_constant_kinds``): a recurrent net keeps its
+    int8 weights inside its While-loop bodies, and a ConvLSTM dynamic-range file read from the
+    main subgraph alone was labelled float32 and judged by the float rule (issue 47)."""
     produced = {int(i) for op in interp._get_ops_details() for i in op["outputs"]}
     kinds_const = {np.dtype(det["dtype"]).name for det in interp.get_tensor_details()
                    if int(det["index"]) not in produced}
-    quantized = {"int8", "uint8", "int16"}
+    if content is not None and interp.num_subgraphs() > 1:
+        kinds_const |= _constant_kinds(content)
+    quantized = {"int8", "uint8", "int16", "int4"}
     # int8 means quantised activations: integer inputs, or a QUANTIZE op turning a float
     # tensor into an integer one. Dynamic-range files also produce integer tensors (a GATHER
     # over int8 embedding weights in a GPT decoder), which must not make them "int8".
@@ -435,6 +440,31 @@ def _variant(interp) -> str:
     if "float16" in kinds_const:
         return "float16"
     return "float32"
+
+
+def _constant_kinds(content: bytes) -> set[str]:
+    """The dtypes (``int8``, ``float16``...) of the constant tensors of every subgraph of the
+    file (While/If bodies, call_once's initialiser): tensors no op of their subgraph produces
+    that hold data, read from the flatbuffer without copying it."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    names = {v: k.lower() for k, v in vars(schema.TensorType).items() if not k.startswith("_")}
+    model = schema.Model.GetRootAs(content, 0)
+    kinds: set[str] = set()
+    for g in range(model.SubgraphsLength()):
+        graph = model.Subgraphs(g)
+        produced: set[int] = set()
+        for o in range(graph.OperatorsLength()):
+            op = graph.Operators(o)
+            produced.update(op.Outputs(j) for j in range(op.OutputsLength()))
+        for t in range(graph.TensorsLength()):
+            tensor = graph.Tensors(t)
+            if t in produced or tensor.Buffer() >= model.BuffersLength():
+                continue
+            buffer = model.Buffers(tensor.Buffer())
+            if buffer is not None and (buffer.DataLength() or buffer.Offset() > 1):
+                kinds.add(names.get(tensor.Type(), ""))
+    return kinds
 
 
 # -- export ----------------------------------------------------------------------------
