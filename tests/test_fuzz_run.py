@@ -28,6 +28,20 @@ def test_a_seeded_fuzz_run_on_tflite_and_onnx_ends_with_its_summary(pytester: py
     result.assert_outcomes(passed=1)
 
 
+def test_fuzz_minutes_alone_fuzzes_until_they_are_spent(pytester: pytest.Pytester) -> None:
+    """``--modelparity-fuzz-minutes=M`` without ``--modelparity-fuzz=N`` collected nothing (exit
+    5): it now draws models until the minutes are spent (at least one, whatever the budget)."""
+    result = pytester.runpytest_subprocess("--modelparity-fuzz-minutes=0.05", "--modelparity-formats=tflite",
+                                           "--hypothesis-seed=3", "-p", "no:cacheprovider")
+    text = result.stdout.str()
+    assert result.ret == pytest.ExitCode.OK, text
+    result.assert_outcomes(passed=1)
+    found = re.search(r"modelparity fuzz: (\d+) model\(s\) in \d+ s \(stopped by --modelparity-fuzz-minutes\)", text)
+    assert found and int(found.group(1)) >= 1, text
+    line = re.search(r"^  tflite: (.*)$", text, re.M)
+    assert line and sum(int(n) for n in re.findall(r"(\d+) \w+", line.group(1))) == int(found.group(1)), text
+
+
 def test_a_time_budget_stops_the_drawing_not_only_the_checking() -> None:
     """Past the deadline no model is drawn: returning early from each example had left
     Hypothesis drawing the rest of max_examples (8 minutes past a 12-minute bench budget)."""
@@ -43,6 +57,9 @@ def test_a_time_budget_stops_the_drawing_not_only_the_checking() -> None:
     assert stopped
     assert 1 <= len(seen) <= 12, len(seen)
     assert elapsed < 10, f"{elapsed:.1f} s after a 0.5 s budget"
+    spent: list = []  # a budget already spent still visits one model, then stops
+    assert for_each_drawn(spent.append, seed=0, max_examples=100, deadline=time.monotonic() - 1)
+    assert len(spent) == 1
 
     counted: list = []
     assert not for_each_drawn(counted.append, seed=0, max_examples=5)  # no deadline: every example

@@ -5,6 +5,7 @@ named as missing them, so a green run says what it could not have caught."""
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 
 import numpy as np
@@ -155,7 +156,11 @@ def test_the_summary_and_the_json_say_what_each_bound_would_have_caught(pytester
                                            f"--modelparity-report={report}", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=4)
     text = result.stdout.str()
-    lines = [ln for ln in text.splitlines() if "modelparity: power" in ln]
+    lines = [ln for ln in text.splitlines() if "modelparity: power" in ln and "power cost" not in ln]
+    # what the planted bugs cost: each comparison ran the reference at least once with a bug in it
+    cost = re.search(r"^modelparity: power cost: [\d.]+ s for 4 comparison\(s\), (\d+) forward pass\(es\) of a "
+                     r"reference with a bug planted$", text, re.M)
+    assert cost and int(cost.group(1)) >= 4, text
     # the two tight comparisons in one line, each loose one on its own line with what it missed
     assert lines[0] == ("modelparity: power: 2 of 4 comparison(s) caught every planted bug that reached them "
                         "(kernel x1.01 in 2, input x255/256 in 2, outputs swapped in 2)"), lines

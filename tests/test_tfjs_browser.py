@@ -212,6 +212,14 @@ def test_a_killed_browser_leaves_no_orphan_and_the_next_call_starts_a_new_one(ra
         assert js.restarts == 1 and js.process.host is not host
         assert not host.folder.exists(), "the dead driver's profile went when its host was replaced"
         np.testing.assert_array_equal(first, again)
+        # The driver killed as a call starts, its death reaching Python during the call before any
+        # byte of the answer (a kill in flight under load): the predict is made again in a new
+        # browser and passes.
+        driver = js.process.host.process
+        driver.before_request = lambda: os.kill(driver.pid, signal.SIGKILL)
+        np.testing.assert_array_equal(js.predict({"v": np.ones((2, 4), np.float32)})["y"], first)
+        assert js.restarts == 2 and js.process.host.process is not driver
+        assert f"(pid {driver.pid}) was killed by signal SIGKILL" in js.restart_reasons[-1]
     del model, x
     with pytest.raises(NodeProcessDied):
         js.predict({"v": np.ones((2, 4), np.float32)})  # a closed model is never restarted

@@ -39,33 +39,47 @@ KILL_SUITE = textwrap.dedent('''
         pid = parity_candidate.process.pid
         os.kill(pid, signal.SIGSTOP)  # the call below surely waits on it when the kill lands
         threading.Timer(0.5, os.kill, (pid, signal.SIGKILL)).start()
-        parity_candidate.predict(parity_batch)  # fails: NodeProcessDied
-
-    def test_3_the_next_test_passes(parity_candidate, parity_batch, parity_reference):
-        from pytest_modelparity import assert_outputs_close
-        assert_outputs_close(parity_candidate.predict(parity_batch), parity_reference, inputs=parity_batch)
+        parity_candidate.predict(parity_batch)  # no byte of the answer came: retried on a new process
         assert parity_candidate.restarts == 1
 
-    def test_4_node_killed_between_tests(parity_candidate):
+    def test_3_node_dies_on_every_predict(parity_candidate, parity_batch):
+        pid = parity_candidate.process.pid
+        parity_candidate.process.before_request = lambda: os.kill(pid, signal.SIGKILL)
+        import pytest_modelparity.runtime.tfjs_process as tp
+        real = tp.NodeProcess.__init__
+        def dying(self, *args, **kwargs):  # the replacement dies on its first request too
+            real(self, *args, **kwargs)
+            self.before_request = lambda: os.kill(self.pid, signal.SIGKILL)
+        tp.NodeProcess.__init__ = dying
+        try:
+            parity_candidate.predict(parity_batch)  # fails: NodeProcessDied, both deaths
+        finally:
+            tp.NodeProcess.__init__ = real
+
+    def test_4_node_killed_between_tests(parity_candidate, parity_batch):
+        parity_candidate.predict(parity_batch)  # a live process again (the last one died twice)
         os.kill(parity_candidate.process.pid, signal.SIGKILL)
         time.sleep(0.5)
 
     def test_5_passes_on_a_new_process(parity_candidate, parity_batch, parity_reference):
         from pytest_modelparity import assert_outputs_close
         assert_outputs_close(parity_candidate.predict(parity_batch), parity_reference, inputs=parity_batch)
-        assert parity_candidate.restarts == 2
+        assert parity_candidate.restarts == 4
         assert "while idle between calls" in parity_candidate.restart_reasons[-1]
 ''')
 
 
-def test_killing_node_mid_session_fails_only_the_call_it_died_in(pytester: pytest.Pytester) -> None:
-    """A death during a call fails that test; a death between tests fails none."""
+def test_killing_node_mid_session_fails_only_a_call_it_died_in_twice(pytester: pytest.Pytester) -> None:
+    """A death before any byte of the answer is retried on a new process, so it fails no test;
+    two deaths on one call fail that test naming both; a death between tests fails none."""
     pytester.makeconftest(TINY_SOURCE_CONFTEST)
     pytester.makepyfile(test_kill=KILL_SUITE)
     result = pytester.runpytest_subprocess("--modelparity-formats=tfjs", "--modelparity-cache-dir=cache",
                                            "-p", "no:cacheprovider", "-p", "no:randomly", timeout=600)
     result.assert_outcomes(passed=4, failed=1)
-    result.stdout.fnmatch_lines(["*test_2_node_dies_during_a_call*", "*NodeProcessDied*killed by signal SIGKILL*"])
+    result.stdout.fnmatch_lines(["*test_3_node_dies_on_every_predict*",
+                                 "*NodeProcessDied*its replacement died too on the same request*"])
+    assert "nothing to do for the next call" not in result.stdout.str()
 
 
 def test_a_node_that_never_answers_ends_the_run_fast_naming_node(pytester: pytest.Pytester,

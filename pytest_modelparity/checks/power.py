@@ -25,9 +25,9 @@ import numpy as np
 from ..verdict import tree
 from ..verdict.compare import compare
 
-__all__ = ["KERNEL", "INPUT_GAIN", "SWAP", "PlantedBug", "caught_by", "kernel_name", "measure_power",
-           "most_influential_kernel", "most_influential_kernels", "output_effect", "output_effects", "plantable_kernels",
-           "planting", "requested"]
+__all__ = ["COST", "KERNEL", "INPUT_GAIN", "SWAP", "PlantedBug", "PowerCost", "caught_by", "kernel_name",
+           "measure_power", "most_influential_kernel", "most_influential_kernels", "output_effect", "output_effects",
+           "plantable_kernels", "planting", "requested"]
 
 KERNEL = "kernel x1.01"
 INPUT_GAIN = "input x255/256"
@@ -54,6 +54,22 @@ def planting(on: bool = True) -> Iterator[None]:
 
 def requested() -> bool:
     return _REQUESTED.get()
+
+
+@dataclass
+class PowerCost:
+    """What ``--modelparity-power`` cost this process: comparisons measured, forward passes of the
+    reference with a bug planted, and the seconds spent (said at the end of the run)."""
+
+    comparisons: int = 0
+    passes: int = 0
+    seconds: float = 0.0
+
+    def reset(self) -> None:
+        self.comparisons, self.passes, self.seconds = 0, 0, 0.0
+
+
+COST = PowerCost()
 
 
 @dataclass
@@ -87,6 +103,23 @@ def measure_power(reference: Any, inputs: Any, actual: Any, expected: Any,
     is reached through ``.native``); ``run(model, inputs)`` runs it as the check did. A bug that
     cannot be planted in this model (no float input, no kernel, no two same-shape outputs) is
     left out, with a note."""
+    import time
+
+    start = time.perf_counter()
+
+    def counted(model: Any, batch: Any) -> Any:  # the cost said at the end of the run
+        COST.passes += 1
+        return run(model, batch)
+
+    try:
+        return _measure(reference, inputs, actual, expected, tolerance, equal_nan, counted)
+    finally:
+        COST.comparisons += 1
+        COST.seconds += time.perf_counter() - start
+
+
+def _measure(reference: Any, inputs: Any, actual: Any, expected: Any, tolerance: Callable[[Any, str], Any],
+             equal_nan: bool, run: Callable[[Any, Any], Any]) -> list[PlantedBug]:
     found: list[PlantedBug] = []
     paths = list(tree.flatten(expected))
     native = getattr(reference, "native", reference)

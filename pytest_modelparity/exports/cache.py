@@ -5,7 +5,9 @@ same model in many tests (or in many pytest-xdist workers) should pay it once.
 
 Key: SHA-256 of the model's architecture config, its weight bytes, the format, the export
 options and the versions of Python, TensorFlow, Keras and the converters. Anything that can
-change the artifact is in the key, so a hit is always safe to reuse.
+change the artifact is in the key, so a hit is always safe to reuse. A model given as files
+(a SavedModel folder, a frozen ``.pb``, a TF1 checkpoint) is keyed by the bytes of its files
+(not their path or times) and its load options, which reach the conversion as options.
 
 Atomicity: each export is written into a fresh temporary directory inside the cache root
 and renamed to ``<root>/<format>/<key>`` in one ``os.rename``. A directory rename onto an
@@ -161,6 +163,36 @@ def _weights(model: Any) -> list[np.ndarray]:
     return [np.asarray(v) for v in getattr(model, "weights", [])]
 
 
+def _source_files(path: Path) -> list[tuple[str, int, str]]:
+    """``(name, size, sha256)`` of every file a model on disk is made of, by name relative to
+    it: a file; a folder's files, recursively (a symlink by its target's text, never followed);
+    a TF1 checkpoint prefix's files (``model.ckpt.index``, ``.data-*``, ``.meta``) and the
+    folder's ``checkpoint`` file. Anything else there (a FIFO, a device) makes it uncacheable."""
+    def entry(p: Path, name: str) -> tuple[str, int, str]:
+        if p.is_symlink():
+            return (name, -1, "symlink:" + os.readlink(p))
+        if not p.is_file():
+            raise UncacheableOption(f"{p} is not a regular file: the export is not cached")
+        return (name, p.stat().st_size, _sha256(p))
+
+    if path.is_dir() and not path.is_symlink():
+        found = []
+        for folder, dirs, files in os.walk(path):  # followlinks=False: a linked folder by its target's text
+            dirs.sort()
+            here = Path(folder)
+            for name in sorted(files) + [d for d in dirs if (here / d).is_symlink()]:
+                found.append(entry(here / name, (here / name).relative_to(path).as_posix()))
+        return found
+    if path.exists() or path.is_symlink():
+        return [entry(path, path.name)]
+    parent = path.parent  # a checkpoint prefix: the files named after it
+    named = sorted(p for p in parent.glob(f"{path.name}.*")) if parent.is_dir() else []
+    extra = [parent / "checkpoint"] if (parent / "checkpoint").is_file() else []
+    if not named:
+        raise UncacheableOption(f"{path} names no file: the export is not cached")
+    return [entry(p, p.name) for p in named + extra]
+
+
 def _present(entry: Path) -> bool:
     """An entry folder with its meta.json (written last, so the export finished)."""
     return entry.is_dir() and (entry / _META).exists()
@@ -212,10 +244,14 @@ class ExportCache:
         _feed(h, format)
         if format.split(":")[0] == "tfjs":  # its model.json carries the output record (issue 36): older entries lack it
             _feed(h, ("tfjs output record", 1))
-        h.update(_architecture(model).encode())
-        _feed(h, input_tensor_names(model))  # unnamed inputs are numbered per process
-        _feed(h, _weights(model))
-        _feed(h, dict(options or {}))
+        if isinstance(model, (str, os.PathLike)):  # a SavedModel folder, a frozen .pb, a TF1 checkpoint
+            _feed(h, ("model files", 1))
+            _feed(h, _source_files(Path(model)))  # by content: not its path, not its times
+        else:
+            h.update(_architecture(model).encode())
+            _feed(h, input_tensor_names(model))  # unnamed inputs are numbered per process
+            _feed(h, _weights(model))
+        _feed(h, dict(options or {}))  # a file source's load options (inputs, outputs, feeds, trusted) too
         _feed(h, dict(converter_versions()))
         return h.hexdigest()
 

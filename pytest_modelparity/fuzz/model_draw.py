@@ -244,7 +244,9 @@ class _BudgetSpent(Exception):
 def for_each_drawn(visit: Any, *, seed: int, max_examples: int, deadline: float | None = None,
                    max_layers: int = 6) -> bool:
     """Call ``visit(drawn)`` on up to ``max_examples`` drawn models, in Hypothesis' seeded order,
-    until ``time.monotonic()`` passes ``deadline``. Returns True when the deadline ended it.
+    until ``time.monotonic()`` passes ``deadline`` (the first model is visited whatever the
+    deadline: a budget shorter than the fuzz child's start still checks one). Returns True when
+    the deadline ended it.
 
     A time budget must stop the drawing, not only the checking: returning early from each
     example left Hypothesis drawing (and discarding) the rest of ``max_examples``, 8 minutes
@@ -263,13 +265,16 @@ def for_each_drawn(visit: Any, *, seed: int, max_examples: int, deadline: float 
               suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet)
     @given(models(max_layers=max_layers))
     def draw(drawn: DrawnModel) -> None:
-        if deadline is not None and time.monotonic() > deadline:
+        if deadline is not None and visited and time.monotonic() > deadline:
             raise _BudgetSpent
         source = hashlib.sha256(drawn.source().encode()).hexdigest()
         if source in seen:  # an exact repeat of an earlier draw's model (59 of 332 were): draw again
             reject()
         seen.add(source)
+        visited.append(1)
         visit(drawn)
+
+    visited: list[int] = []
 
     try:
         draw()

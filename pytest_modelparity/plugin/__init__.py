@@ -80,7 +80,14 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[_TRUST_BEFORE] = os.environ.get(TRUST_ENV)
         os.environ[TRUST_ENV] = "1"
     state = config.stash[STATE_KEY] = ParitySession(options, logs=_log_sink(config, options))
+    if options.power:
+        from ..checks.power import COST
+
+        COST.reset()  # this session's cost (a pytester run inside another one counts its own)
     config.pluginmanager.register(OutcomeRecorder(state), "modelparity-outcomes")
+    from . import status
+
+    config.stash[_STATUS] = status.start(config)  # a line per long step (exports, Node.js), not under -q
     if options.record is not None or options.against is not None:
         from .record import watch_run
 
@@ -122,11 +129,16 @@ def _log_sink(config: pytest.Config, options: Any) -> Any:
 
 _FLOOR_BEFORE = pytest.StashKey[Any]()  # the floor cache of a session around this one (pytester)
 _TRUST_BEFORE = pytest.StashKey[Any]()  # MODELPARITY_TRUST_MODELS before --modelparity-trust-models set it
+_STATUS = pytest.StashKey[Any]()  # the session's status.TerminalStatus (None in an xdist worker)
 # formats/tensorflow/trust.TRUST_ENV, spelled here: importing that module at start-up would import numpy
 TRUST_ENV = "MODELPARITY_TRUST_MODELS"
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    if _STATUS in config.stash:
+        from . import status
+
+        status.stop(config.stash[_STATUS])
     if _TRUST_BEFORE in config.stash:
         before = config.stash[_TRUST_BEFORE]
         if before is None:
@@ -373,6 +385,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Any:
     mismatch = _dataset_mismatch(call.excinfo.value) if call.excinfo is not None and report.failed else None
     if mismatch is not None:  # the text is the whole story; the fixtures' traceback buries it
         report.longrepr = str(mismatch)
+    state = _state_or_none(item.config)
+    if report.when == "setup" and report.failed and state is not None and call.excinfo is not None:
+        again = state.said_before(call.excinfo.value, item.nodeid)
+        if again is not None:  # shown in full at the first test that needed it
+            report.longrepr = again
     if report.when == "setup" and report.failed:
         try:
             explained = scope_mismatch_message(report.longreprtext)
@@ -383,7 +400,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Any:
     fmt, device = item_matrix(item)
     if device:  # a plain attribute: pytest-xdist carries it to the controller's OutcomeRecorder
         report.modelparity_device = device
-    state = _state_or_none(item.config)
     if isinstance(fmt, str) and state is not None:  # what not_compared.py reads, on the controller too
         report.modelparity_format = fmt
         report.modelparity_named_by = named_by(item, state.options)
@@ -396,6 +412,23 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Any:
                 row["verdict"] = "expected"
                 row["expected_because"] = why
     return report
+
+
+# The fixtures a suite overrides: one that raises fails every test that needs it with the same
+# error (pytest keeps a session fixture's error), shown in full once and then in one line.
+_OVERRIDDEN = ("modelparity_source", "modelparity_dataset", "modelparity_load_options", "modelparity_export_options",
+               "modelparity_input_specs", "modelparity_elements", "modelparity_bind")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef: Any, request: Any) -> Any:
+    try:
+        return (yield)
+    except Exception as exc:
+        state = _state_or_none(request.config)
+        if state is not None and fixturedef.argname in _OVERRIDDEN:
+            state.remember_error(exc, f"the fixture {fixturedef.argname}")
+        raise
 
 
 def pytest_runtest_logfinish(nodeid: str, location: Any) -> None:
@@ -482,7 +515,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         from .zero_code import suite_items
 
         items.extend(suite_items(session, state))
-    if state.options.fuzz:
+    if state.options.fuzz or state.options.fuzz_minutes:  # minutes alone: fuzz until they are spent
         from .fuzz import fuzz_items
 
         items.extend(fuzz_items(session, state))
@@ -584,6 +617,11 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         doc = build_document(rows=state.rows, tests=state.tests, artifacts=state.artifacts,
                              options=_options_doc(state), workers=state.workers, browsers=state.browsers)
         doc["not_compared"] = as_json(unchecked)  # docs/report-schema.md
+        from .fuzz import report_section
+
+        fuzzed = report_section(config)
+        if fuzzed is not None:  # --modelparity-fuzz: models, outcomes, failures, reproducers
+            doc["fuzz"] = fuzzed
     except (MemoryError, SystemError) as exc:
         _RESERVE.release()
         state.write_errors.append(f"the reports ({', '.join(_report_options(state))}) were not written: the "
@@ -670,6 +708,14 @@ def _terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
         terminalreporter.write_line(without_floor, yellow=True)
     for line in power_lines(state.rows):  # --modelparity-power
         terminalreporter.write_line(line, yellow="MISSED" in line)
+    if state.options.power:
+        from ..checks.power import COST
+
+        if COST.comparisons:  # what the planted bugs cost, beside what they showed
+            terminalreporter.write_line(
+                f"modelparity: power cost: {COST.seconds:.1f} s for {COST.comparisons} comparison(s), "
+                f"{COST.passes} forward pass(es) of a reference with a bug planted"
+                + (" (this process; each xdist worker paid its own)" if state.workers else ""))
     by_values = values_line(state.rows)
     if by_values:
         terminalreporter.write_line(by_values, yellow=True)

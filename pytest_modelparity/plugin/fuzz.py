@@ -1,4 +1,5 @@
-"""``pytest --modelparity-fuzz=N``: drawn models through every selected converter.
+"""``pytest --modelparity-fuzz=N``: drawn models through every selected converter
+(``--modelparity-fuzz-minutes=M`` alone: as many as M minutes allow).
 
 One item, ``modelparity-fuzz``: Hypothesis draws N models (``strategies.models``, seeded by
 ``--hypothesis-seed``, default 0), each is exported to each format and judged by the default
@@ -24,6 +25,10 @@ from .session import ParitySession, get_state
 FUZZ_NODEID = "modelparity-fuzz"
 DEFAULT_FORMATS = ("tflite", "onnx", "tfjs")
 MAX_LAYERS = 6
+# --modelparity-fuzz-minutes without --modelparity-fuzz: as many models as the minutes allow
+UNTIL_THE_TIME_IS_SPENT = 10**9
+# A fuzz run says where it stands this often (models drawn, per-format tallies, failures, time).
+PROGRESS_EVERY_S = 30.0
 
 
 @dataclass
@@ -61,6 +66,9 @@ class FuzzRun(pytest.Item):
     def _run(self, worker: Any, options: Any, results: FuzzResults, start: float, budget: float | None,
              root: Path) -> None:
         from ..fuzz.model_draw import for_each_drawn
+        from ..runtime import progress
+
+        said = [start]
 
         def visit(drawn: Any) -> None:
             results.models += 1
@@ -72,9 +80,14 @@ class FuzzRun(pytest.Item):
                     results.refusals[key] = results.refusals.get(key, 0) + 1
                 elif outcome.status != "pass" and outcome.key not in results.failures:
                     results.failures[outcome.key] = (drawn, outcome)
+            now = time.monotonic()
+            if now - said[0] >= PROGRESS_EVERY_S:
+                said[0] = now
+                progress.say(tally_line(results, now - start))
 
         results.stopped_by_budget = for_each_drawn(
-            visit, seed=int(self.config.getoption("hypothesis_seed", None) or 0), max_examples=int(options.fuzz or 0),
+            visit, seed=int(self.config.getoption("hypothesis_seed", None) or 0),
+            max_examples=int(options.fuzz or UNTIL_THE_TIME_IS_SPENT),
             deadline=None if budget is None else start + budget, max_layers=MAX_LAYERS)
         results.seconds = time.monotonic() - start
         out_dir = fuzz_folder(options)
@@ -114,6 +127,43 @@ def fuzz_folder(options: Any) -> Path:
     return base / "modelparity-fuzz"
 
 
+def _tallies(results: FuzzResults, fmt: str) -> str:
+    return ", ".join(f"{results.counts[(fmt, s)]} {s}" for s in ("pass", "fail", "error", "refused")
+                     if results.counts.get((fmt, s)))
+
+
+def tally_line(results: FuzzResults, elapsed: float) -> str:
+    """Where a fuzz run stands, said every ``PROGRESS_EVERY_S``: models drawn, each format's
+    tallies, distinct failures (new ones: outside the catalogue) and the time spent."""
+    formats = "; ".join(f"{fmt} {_tallies(results, fmt)}" for fmt in sorted({f for f, _ in results.counts}))
+    new = sum(1 for _, o in results.failures.values() if not o.known)
+    return (f"modelparity fuzz, so far: {results.models} model(s) in {elapsed:.0f} s; {formats or 'nothing judged yet'}; "
+            f"{len(results.failures)} distinct failure(s), {new} new")
+
+
+def report_section(config: pytest.Config) -> dict | None:
+    """The fuzz run in the JSON report (``fuzz``, docs/report-schema.md), None without one."""
+    results = config.stash.get(RESULTS_KEY, None)
+    if results is None:
+        return None
+    formats = sorted({f for f, _ in results.counts})
+    failures = []
+    for key, (drawn, outcome) in results.failures.items():
+        before, after, checks = results.shrunk.get(key, (len(drawn.layers), len(drawn.layers), 0))
+        written = results.written.get(key)
+        failures.append({"format": outcome.format, "status": outcome.status, "cause": outcome.cause,
+                         "known": outcome.known, "new": not outcome.known, "layers_drawn": before,
+                         "layers_shrunk": after, "shrink_checks": checks,
+                         "reproducer": str(written) if written is not None else None})
+    return {"models": results.models, "seconds": round(results.seconds, 1),
+            "stopped_by_budget": results.stopped_by_budget,
+            "outcomes": {fmt: {s: results.counts.get((fmt, s), 0) for s in ("pass", "fail", "error", "refused")}
+                         for fmt in formats},
+            "refusals": [{"format": fmt, "cause": cause, "models": n}
+                         for (fmt, cause), n in sorted(results.refusals.items(), key=lambda kv: -kv[1])],
+            "failures": failures}
+
+
 def summary_lines(config: pytest.Config) -> list[str]:
     """The end-of-run fuzz summary (empty when no fuzz run happened)."""
     results = config.stash.get(RESULTS_KEY, None)
@@ -122,9 +172,7 @@ def summary_lines(config: pytest.Config) -> list[str]:
     lines = [f"modelparity fuzz: {results.models} model(s) in {results.seconds:.0f} s"
              + (" (stopped by --modelparity-fuzz-minutes)" if results.stopped_by_budget else "")]
     for fmt in sorted({f for f, _ in results.counts}):
-        parts = [f"{results.counts[(fmt, s)]} {s}" for s in ("pass", "fail", "error", "refused")
-                 if results.counts.get((fmt, s))]
-        lines.append(f"  {fmt}: {', '.join(parts)}")
+        lines.append(f"  {fmt}: {_tallies(results, fmt)}")
     for (fmt, cause), n in sorted(results.refusals.items(), key=lambda kv: -kv[1]):
         lines.append(f"  refused by {fmt} ({n}x): {cause}")
     for key, (drawn, outcome) in results.failures.items():

@@ -99,7 +99,8 @@ _OPTIONS: tuple[tuple[str, Literal["string", "bool"], str], ...] = (
      "N: draw N small Keras models, export each to every --modelparity-formats format (default tflite, onnx, "
      "tfjs) and judge each with the default verdict; failures are shrunk and written as reproducers, converter "
      "refusals counted by cause (docs/fuzzing.md)"),
-    ("fuzz-minutes", "string", "stop drawing models for --modelparity-fuzz after this many minutes"),
+    ("fuzz-minutes", "string", "stop drawing models for --modelparity-fuzz after this many minutes; alone (no "
+     "--modelparity-fuzz), fuzz until they are spent"),
     ("export-memory", "string",
      "the most memory one export may add, e.g. 4G or 500M (RLIMIT_AS in the export process; needs "
      "--modelparity-export-process=child): a larger conversion fails with ExportError instead of taking the "

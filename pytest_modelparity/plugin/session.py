@@ -15,9 +15,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import re
-import shutil
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +24,7 @@ from typing import Any, NoReturn
 import pytest
 
 from ..errors import DeviceUnavailable, ModelLoadError, NotSerializable, RuntimeMissing
-from ..runtime.scratch import owned_prefix
+from ..runtime import progress
 from .options import RUNTIME_VARIANTS, ParityOptions, split_format
 from .advice import without_failed_advice
 
@@ -38,12 +36,6 @@ BATCH_SEED = 0
 # [0, 1), would clip every negative input).
 INT8_CALIBRATION_ROWS = 100
 INT8_CALIBRATION_SEED = 1
-
-# File names used when exporting without the shared cache (and the suffix each format wants).
-_EXPORT_NAMES = {"keras": "model.keras", "h5": "model.h5", "saved_model": "saved_model",
-                 "checkpoint": "model.ckpt", "graphdef": "model.pb", "tflite": "model.tflite",
-                 "tfjs": "tfjs_model", "onnx": "model.onnx"}
-
 
 class NotExportable(ValueError):
     """The selected format has no exporter (e.g. TF1 checkpoints are load-only)."""
@@ -100,7 +92,6 @@ class ParitySession:
     calibration_ranges: dict[str, dict] = field(default_factory=dict)
     # format -> {"rows", "source", "default"}: how those rows were chosen (said in the report)
     calibrations: dict[str, dict] = field(default_factory=dict)
-    _tmp: Path | None = None
     _cache: Any = None
     _exporter: Any = None  # export_process.ExportProcess, or None for export_model in this process
     left_out: list[list[str]] = field(default_factory=list)  # [format, device] pairs a format cannot run on
@@ -122,6 +113,34 @@ class ParitySession:
     against: Any = None
     _precision_set: bool = False
     _tf32_before: bool | None = None  # TF's TF32 setting before --modelparity-tf32=off changed it
+    # id(error) -> [what failed, the test that showed it in full (None until one has), the error]:
+    # a failing source factory or overridden fixture is one error, shown in full once (said_before)
+    shown_errors: dict[int, list] = field(default_factory=dict)
+    # source key -> what its factory raised (not a ModelLoadError): raised again, never called again
+    source_failures: dict[tuple[int, str | None], BaseException] = field(default_factory=dict)
+
+    # -- an error shown once --------------------------------------------------------
+    def remember_error(self, exc: BaseException, what: str) -> None:
+        """``exc`` failed ``what`` (the source's factory, an overridden fixture): raised again in
+        every test that needs it, it is shown in full at the first and in one line at the others."""
+        self.shown_errors.setdefault(id(exc), [what, None, exc])
+
+    def said_before(self, exc: BaseException | None, nodeid: str) -> str | None:
+        """The one line a test's setup failure becomes when it is a remembered error that an
+        earlier test showed in full; None the first time (that test keeps the full traceback).
+        Why: a factory that raises failed 21 tests with 2,563 lines of the same traceback."""
+        entry = self.shown_errors.get(id(exc)) if exc is not None else None
+        if entry is None or entry[2] is not exc:
+            return None
+        what, first = entry[0], entry[1]
+        if first is None or first == nodeid:
+            entry[1] = nodeid
+            return None
+        lines = str(exc).strip().splitlines()
+        head = lines[0] if lines else ""
+        head = head if len(head) <= 160 else head[:157] + "..."
+        return (f"modelparity: {what} failed: {type(exc).__name__}{': ' + head if head else ''} (the same error as "
+                f"at the setup of {first}, where its full traceback is shown; {what} is not run again)")
 
     # -- devices and precision ------------------------------------------------------
     def reference_device(self, device: str) -> str:
@@ -160,8 +179,12 @@ class ParitySession:
     def source(self, obj: Any, format: str | None = None) -> Source:
         """What ``obj`` resolves to, once per session. A path's format is detected unless
         ``format`` (``modelparity_load_options``' ``"format"``) names it. A source that cannot
-        be resolved is said in full once; every later test that needs it gets one line."""
+        be resolved is said in full once; every later test that needs it gets one line (a
+        factory that raised is not called again: its error is raised again and reported in one
+        line, ``said_before``)."""
         key = (id(obj), format)
+        if key in self.source_failures:  # the same object: the report shows it once (said_before)
+            raise self.source_failures[key]
         if key in self.source_errors:
             first = self.source_errors[key]
             raise ModelLoadError(first.path, first.format, "the source could not be resolved (the full "
@@ -171,6 +194,10 @@ class ParitySession:
                 self.sources[key] = self._quietly("resolving the source", lambda: resolve_source(obj, format=format))()
             except ModelLoadError as exc:
                 self.source_errors[key] = exc
+                raise
+            except Exception as exc:  # a factory that raised: not called again in this session
+                self.source_failures[key] = exc
+                self.remember_error(exc, "the source (modelparity_source's factory)")
                 raise
             self.sources[key].keep = obj
         return self.sources[key]
@@ -366,18 +393,16 @@ class ParitySession:
         if isinstance(model, (str, Path)) and given.get("trusted") is not None:
             options["trusted"] = given["trusted"]  # the user's word reaches the conversions of the file too
         start = time.perf_counter()
-        # The cache keys Keras models by architecture and weights; a file source is converted
-        # afresh into this session's temporary directory (user files are never written to).
-        cache = self._export_cache() if not isinstance(model, (str, Path)) else None
-        hits_before = getattr(cache, "hits", 0)
+        # The cache keys Keras models by architecture and weights, a file source (a SavedModel
+        # folder, a .pb, a checkpoint) by its files' bytes and load options (user files are
+        # never written to); uncached only with --modelparity-no-cache.
+        cache = self._export_cache()
+        hits_before = cache.hits
         try:
-            if cache is not None:
+            with progress.step(f"exporting {format}") as step:
                 path = Path(cache.export(model, base, **options))
-            else:
-                if self._tmp is None:
-                    self._tmp = Path(tempfile.mkdtemp(prefix=owned_prefix("modelparity-")))
-                target = self._tmp / f"{len(self.artifacts)}-{format.replace(':', '-')}" / _EXPORT_NAMES[base]
-                path = Path(self.exporter()(model, base, target, **options))
+                if cache.hits > hits_before:
+                    step.note = "from the export cache, nothing exported"
         except (RuntimeMissing, DeviceUnavailable):
             raise
         except ModelLoadError as exc:  # advice this session has already seen fail is not given again
@@ -389,18 +414,18 @@ class ParitySession:
             if self.logs is not None and self.logs.written:
                 failed.args = (f"{failed}\n    converter output: {self.logs.path}",)
             raise failed from exc
-        if cache is not None and cache.hits == hits_before:  # a cold cache: the next test's export starts now
+        if cache.hits == hits_before:  # a cold cache: the next test's export starts now
             self._export_next_ahead(obj, src, model, format, cache)
         artifact = {"source": src.label, "format": format, "path": str(path),
                     "seconds": round(time.perf_counter() - start, 3),
                     # a cache hit is a reused artifact, not an export made by this run
-                    "cache_hit": cache is not None and getattr(cache, "hits", 0) > hits_before}
+                    "cache_hit": cache.hits > hits_before}
         from ..formats import export_route
 
         route = export_route(path)
         if route:  # how the converter got there (e.g. a mixed_float16 model traced in float32)
             artifact["route"] = route
-        notes = cache.take_notes() if cache is not None else []
+        notes = cache.take_notes()
         if notes:  # a damaged cache entry was dropped and re-exported: said once, in the summary
             artifact["cache_note"] = "; ".join(notes)
         self.artifacts.append(artifact)
@@ -570,8 +595,6 @@ class ParitySession:
         browser = sys.modules.get("pytest_modelparity.runtime.browser_process")
         if browser is not None:  # the session's one Chromium, when a browser format started it
             browser.close_shared_browser()
-        if self._tmp is not None:
-            shutil.rmtree(self._tmp, ignore_errors=True)
         if self._tf32_before is not None:  # TF's switch is process-wide: give it back
             from ..runtime.devices import set_tf32
 

@@ -241,6 +241,11 @@ class BrowserPage:
     def alive(self) -> bool:
         return self.host.alive and not self._closed
 
+    @property
+    def death(self) -> str | None:
+        """What ended the browser's driver (``NodeProcess.death``), or None."""
+        return self.host.process.death
+
     def reap_if_died_idle(self) -> str | None:
         """The browser's driver died while nothing was asked of it (the Node runner's rule,
         ``NodeProcess.reap_if_died_idle``): the model opens a new page before the next call."""

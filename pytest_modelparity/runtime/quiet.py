@@ -61,6 +61,10 @@ class LogSink:
         self.lost: str | None = None  # why the log could not be written (a full disk), said once at the end
         self._lock = threading.RLock()
         self._depth = 0
+        # while a block is captured: the log's fd, and fds 1, 2 and sys.stdout/stderr as they were
+        # before it (``let_through``)
+        self._log_fd: int | None = None
+        self._before: tuple[int, int, Any, Any] | None = None
 
     @contextlib.contextmanager
     def capture(self, what: str) -> Iterator[None]:
@@ -103,6 +107,7 @@ class LogSink:
             text = io.TextIOWrapper(log, encoding="utf-8", errors="replace", write_through=True)
             tolerant = TolerantStream(text, self._lose)
             self._depth = 1
+            self._log_fd, self._before = log.fileno(), (saved[0], saved[1], sys.stdout, sys.stderr)
             try:
                 os.dup2(log.fileno(), 1)
                 os.dup2(log.fileno(), 2)
@@ -110,6 +115,7 @@ class LogSink:
                     yield
             finally:
                 self._depth = 0
+                self._log_fd, self._before = None, None
                 for stream in (sys.stdout, sys.stderr):
                     with contextlib.suppress(Exception):
                         stream.flush()
@@ -120,6 +126,32 @@ class LogSink:
                 with contextlib.suppress(Exception):
                     text.detach()
                 log.close()
+
+    @contextlib.contextmanager
+    def let_through(self) -> Iterator[None]:
+        """Inside a captured block, fds 1 and 2 and ``sys.stdout``/``sys.stderr`` as they were
+        before it, for a line meant for the terminal (a status line, plugin/status.py); then back
+        to the log. Outside a captured block, nothing changes."""
+        before, log_fd = self._before, self._log_fd
+        if before is None or log_fd is None:
+            yield
+            return
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        out, err = sys.stdout, sys.stderr
+        os.dup2(before[0], 1)
+        os.dup2(before[1], 2)
+        sys.stdout, sys.stderr = before[2], before[3]
+        try:
+            yield
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+            os.dup2(log_fd, 1)
+            os.dup2(log_fd, 2)
+            sys.stdout, sys.stderr = out, err
 
     def _lose(self, exc: OSError) -> None:
         if self.lost is None:

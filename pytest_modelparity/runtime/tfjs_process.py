@@ -17,7 +17,10 @@ Lifetime: the process must never outlive Python. Three independent guards:
 A process that died during a call makes that call raise ``NodeProcessDied`` with the exit
 status and the tail of its stderr; the tfjs model (``formats/tfjs/load.py``) starts a new one on its
 next call. One that died while idle (nothing asked of it: killed between tests) fails nothing:
-``reap_if_died_idle`` tells the model, which starts a new process before the call.
+``reap_if_died_idle`` tells the model, which starts a new process before the call. A death that
+reached Python before any byte of the answer (``NodeProcessDied.unanswered``: killed between
+calls while the kill was still in flight on a loaded machine, out of memory) is not the call's:
+the model retries a load or predict once on a new process, and fails only when that dies too.
 
 Start-up is a handshake with its own short limit (``handshake_timeout_s``, 30 s): runner.js
 sends an ``S`` frame before it requires tfjs, so a ``node`` on PATH that never answers (a hung
@@ -49,14 +52,16 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 __all__ = ["HANDSHAKE_TIMEOUT_S", "NodeHandshakeFailed", "NodeProcess", "NodeProcessDied", "RunnerError",
-           "encode_tensors", "decode_tensors"]
+           "encode_tensors", "decode_tensors", "retry_unanswered"]
+
+T = TypeVar("T")
 
 _DTYPE_CODES = {np.dtype("float32"): 0, np.dtype("int32"): 1, np.dtype("bool"): 2}
 _CODE_DTYPES = {code: dtype for dtype, code in _DTYPE_CODES.items()}
@@ -75,9 +80,15 @@ class RunnerError(RuntimeError):
 
 class NodeProcessDied(RuntimeError):
     """The Node.js process serving a tfjs model is gone (``timed_out``: Python killed it after
-    its time limit); the tfjs model starts a new one on its next call."""
+    its time limit); the tfjs model starts a new one on its next call.
+
+    ``unanswered``: it died (not killed by Python) before sending any byte of the answer to the
+    request in flight, or before the request: nothing of the call reached Python, so a request
+    that changes nothing (a load, a predict) may be sent again to a new process. A death after
+    part of the answer, a timeout or a process that was already dead is never ``unanswered``."""
 
     timed_out = False
+    unanswered = False
 
 
 class NodeHandshakeFailed(NodeProcessDied):
@@ -213,6 +224,12 @@ class NodeProcess:
         self._lock = threading.Lock()
         self._dead: str | None = None
         self._reported = False
+        self._answer_bytes = 0  # bytes of the current answer read so far (a death before any may be retried)
+        self._closing = False  # close() was called: a death after it is Python's doing, never retried
+        # Called in a call once the process was found alive, before the request's first byte is
+        # written (tests: a kill still in flight as a call starts, which a fast model's answer
+        # cannot outrun); None in use.
+        self.before_request: Any = None
         full_env = dict(os.environ, MODELPARITY_TFJS_MODULES=str(node_modules), **(env or {}))
         on_linux_main = sys.platform.startswith("linux") and threading.current_thread() is threading.main_thread()
         # own_group: the process leads a new process group (and session), so that everything it
@@ -234,7 +251,12 @@ class NodeProcess:
         self._stderr_thread.start()
         try:
             self._handshake(min(handshake_timeout_s, timeout_s) if timeout_s else handshake_timeout_s)
-            kind, payload = self._read_frame(self._deadline())
+            self._answer_bytes = 0  # the load's answer starts here
+            try:
+                kind, payload = self._read_frame(self._deadline())
+            except NodeProcessDied as exc:
+                exc.unanswered = not exc.timed_out and self._answer_bytes == 0
+                raise
         except BaseException:  # KeyboardInterrupt, a signal handler's exception: nothing may stay behind
             if self.proc.poll() is None:
                 self._kill()
@@ -253,6 +275,9 @@ class NodeProcess:
         try:
             kind, body = self._read_frame(time.monotonic() + limit, timeout_what=f"{limit:g} s")
         except NodeProcessDied as exc:
+            if not exc.timed_out and (self.proc.returncode or 0) < 0:
+                exc.unanswered = True  # killed by a signal (the OOM killer) as it started: no broken node
+                raise
             what = str(exc).split("\n  fix:")[0]
             raise NodeHandshakeFailed(
                 f"{what}\n  Node.js ({self.node!r}) did not complete runner.js's start-up handshake within "
@@ -337,6 +362,7 @@ class NodeProcess:
             chunk = stream.read(min(n - len(buf), _READ_CHUNK))
             if not chunk:
                 raise EOFError
+            self._answer_bytes += len(chunk)
             buf += chunk
         return buf
 
@@ -376,6 +402,11 @@ class NodeProcess:
     def alive(self) -> bool:
         return self._dead is None and self.proc.poll() is None
 
+    @property
+    def death(self) -> str | None:
+        """What ended the process (its exit status, what Python was doing, its stderr tail), or None."""
+        return self._dead
+
     def reap_if_died_idle(self) -> str | None:
         """What happened, when the process exited while nothing was asked of it (killed between
         tests, out of memory while idle), else None. Such a death fails no call: the model
@@ -398,10 +429,13 @@ class NodeProcess:
             return self._exchange(message)
 
     def _exchange(self, message: bytes) -> tuple[str, memoryview]:
+        already_dead = self._dead is not None
+        self._answer_bytes = 0
         try:
             return self._exchange_once(message)
-        except NodeProcessDied:
+        except NodeProcessDied as exc:
             self._reported = True  # a caller has been told: the model may start a new process now
+            exc.unanswered = not (already_dead or exc.timed_out or self._closing) and self._answer_bytes == 0
             raise
 
     def _exchange_once(self, message: bytes) -> tuple[str, memoryview]:
@@ -413,6 +447,8 @@ class NodeProcess:
         if self.proc.poll() is not None:
             raise self._died("before this call")
         deadline = self._deadline()  # one deadline for the whole exchange, writing included
+        if self.before_request is not None:
+            self.before_request()
         try:
             try:
                 self._write_all(_U32.pack(len(message)) + message, deadline)
@@ -474,6 +510,7 @@ class NodeProcess:
         closed descriptor number can be reused by another file before it writes again): node is
         killed instead, that call fails with ``NodeProcessDied`` and cleans up.
         """
+        self._closing = True
         if self._dead is None:
             self._dead = f"{self.description}: the model was closed; load it again to predict"
         if self._lock.acquire(blocking=False):
@@ -483,6 +520,39 @@ class NodeProcess:
                 self._lock.release()
         elif self.proc.poll() is None:
             self._kill()
+
+
+def _cause(exc: BaseException) -> str:
+    """A death's text without the model's name and its fix line, indented under a heading."""
+    text = str(exc).split("\n  fix: ")[0]
+    start = text.find("the Node.js process (pid ")
+    return (text[start:] if start > 0 else text).replace("\n", "\n  ")
+
+
+def retry_unanswered(call: Callable[[], T], description: str) -> T:
+    """``call()``, made once more when it failed with a death that reached Python before any byte
+    of the answer (``NodeProcessDied.unanswered``): such a death is not the call's (a kill still
+    in flight from between calls, the OOM killer picking Node), and the request changes nothing,
+    so a new process may answer it. ``call`` must get a fresh process when the last one was
+    reported dead. A second such death fails, naming both; any other failure is raised as it is."""
+    try:
+        return call()
+    except NodeProcessDied as exc:
+        if not exc.unanswered:
+            raise
+        first = exc
+    try:
+        return call()
+    except NodeProcessDied as exc:
+        if not exc.unanswered:
+            raise
+        raise NodeProcessDied(
+            f"{description}: the Node.js process died before answering, then its replacement died too on the same "
+            f"request (a death before any byte of the answer is retried once on a new process)\n"
+            f"  first death: {_cause(first)}\n  second death: {_cause(exc)}\n"
+            f"  fix: a death on every try is not chance: the stderr tails above say why (out of memory: give "
+            f"Node.js more memory or send smaller batches; a crash in tfjs: try the other backend); the next call "
+            f"starts a new Node.js process again") from None  # both are in its text
 
 
 def _exiting(pid: int) -> bool:

@@ -45,7 +45,7 @@ class BrowserTFJSModel(TFJSModel):
         from ...runtime.tfjs_process import RunnerError
 
         try:
-            result = self._serving().predict(feeds)
+            result = self._served(lambda page: page.predict(feeds))
         except RunnerError as exc:
             raise browser_error(Path(str(self.source)), self.backend, str(exc), self._spec) from exc
         return {s.name: result[s.name] for s in self.outputs}
@@ -97,7 +97,7 @@ def load(source: Any, *, device: str = "cpu", backend: str = "webgl", timeout_s:
                      "Use device='cpu'.")
     from ...runtime import tfjs_runner
     from ...runtime.browser_process import CHROMIUM_HINT, chromium_executable, shared_browser
-    from ...runtime.tfjs_process import NodeProcessDied, RunnerError
+    from ...runtime.tfjs_process import NodeProcessDied, RunnerError, retry_unanswered
 
     path = model_json_path(source)
     spec = read_model_json(path)
@@ -109,10 +109,13 @@ def load(source: Any, *, device: str = "cpu", backend: str = "webgl", timeout_s:
 
     def start(which: str) -> Any:
         description = f"tfjs model {str(path)!r} ({which} backend, Chromium)"
-        try:
+        def open_page() -> Any:  # a browser found dead (the shared one) is started again
             host = shared_browser(node=node, node_modules=node_modules, timeout_s=timeout_s)
             return host.open_page(path, files, "webgpu" if which == "webgpu" else "webgl", which == "webgl-f16",
                                   description)
+
+        try:  # a death before the page's answer (a kill, the OOM killer) is retried once, as for Node
+            return retry_unanswered(open_page, description)
         except RunnerError as exc:
             text = str(exc)
             if "no WebGPU adapter" in text:

@@ -425,16 +425,26 @@ class TFJSModel(LoadedModel):
             return self.process
         idle_death = None if self.process.reported_dead else self.process.reap_if_died_idle()
         if self.process.reported_dead:
+            death = getattr(self.process, "death", None)
             self.process = self._start(self.backend)
             self.restarts += 1
-            self.restart_reasons.append(idle_death or "the previous call failed with NodeProcessDied")
+            self.restart_reasons.append(idle_death or death or "the previous call failed with NodeProcessDied")
         return self.process
+
+    def _served(self, call: Any) -> Any:
+        """``call(process)`` on the live process; a death before any byte of the answer (not the
+        call's: ``tfjs_process.retry_unanswered``) is retried once on a new process."""
+        from ...runtime.tfjs_process import retry_unanswered
+
+        if self._closed or self._start is None:
+            return call(self._serving())
+        return retry_unanswered(lambda: call(self._serving()), f"tfjs model {str(self.source)!r} ({self.backend} backend)")
 
     def _predict(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         from ...runtime.tfjs_process import RunnerError
 
         try:
-            result = self._serving().predict(feeds)
+            result = self._served(lambda process: process.predict(feeds))
         except RunnerError as exc:
             if not self._can_fall_back():
                 raise self._run_failure(feeds, str(exc)) from exc
@@ -532,7 +542,8 @@ class TFJSModel(LoadedModel):
         nodes = self.layer_nodes()
         if not nodes:
             return []
-        values = self._serving().fetch(self.prepare_batch(batch), [n for n, _ in nodes], max_bytes=max_bytes)
+        feeds = self.prepare_batch(batch)
+        values = self._served(lambda process: process.fetch(feeds, [n for n, _ in nodes], max_bytes=max_bytes))
         return [(name, op, values[name]) for name, op in nodes if name in values]
 
     def close(self) -> None:
@@ -606,8 +617,8 @@ def load(source: Any, *, device: str = "cpu", backend: str = "auto", timeout_s: 
     device = _check_device(device)
     if backend not in BACKENDS:
         raise ValueError(f"unknown tfjs backend {backend!r}; use one of {', '.join(BACKENDS)}")
-    from ...runtime import tfjs_runner
-    from ...runtime.tfjs_process import NodeHandshakeFailed, NodeProcess, NodeProcessDied, RunnerError
+    from ...runtime import progress, tfjs_runner
+    from ...runtime.tfjs_process import NodeHandshakeFailed, NodeProcess, NodeProcessDied, RunnerError, retry_unanswered
 
     path = model_json_path(source)
     spec = read_model_json(path)
@@ -621,9 +632,11 @@ def load(source: Any, *, device: str = "cpu", backend: str = "auto", timeout_s: 
         if broken is not None:  # a hung node costs its handshake limit once per process, not per model
             raise NodeRuntimeFailed(path, NAME, f"{broken} (remembered from an earlier load in this process)",
                                     "put a working Node.js >= 18 first on PATH")
-        try:
-            return NodeProcess(path, backend=which, node=node, runner_js=tfjs_runner.RUNNER_JS,
-                               node_modules=node_modules, description=description, timeout_s=timeout_s)
+        try:  # a death before the load's answer (not the load's: a kill, the OOM killer) is retried once
+            with progress.step(f"starting Node.js for tfjs ({which} backend)"):
+                return retry_unanswered(lambda: NodeProcess(
+                    path, backend=which, node=node, runner_js=tfjs_runner.RUNNER_JS, node_modules=node_modules,
+                    description=description, timeout_s=timeout_s), description)
         except RunnerError as exc:
             if "cannot load @tensorflow/tfjs" in str(exc):
                 raise RuntimeMissing(f"@tensorflow/tfjs in {node_modules} ({exc})",
