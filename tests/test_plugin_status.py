@@ -41,6 +41,11 @@ def test_an_export_is_said_as_it_happens_and_quiet_under_q(pytester: pytest.Pyte
     line = next(ln for ln in fresh.stdout.lines if ln.startswith("modelparity: exporting tflite"))
     assert re.fullmatch(r"modelparity: exporting tflite \.\.\. \d+\.\d s", line), line
     fresh.stdout.fnmatch_lines(["modelparity: exporting tflite ...*", "test_close.py::test_close[[]tflite-cpu[]] PASSED*"])
+    # the twin is built once per model, and said (the -q and cached runs read the floor cache)
+    twin = [ln for ln in fresh.stdout.lines if ln.startswith("modelparity: measuring the model's own")]
+    assert len(twin) == 1 and re.fullmatch(r"modelparity: measuring the model's own float64 noise \(building its "
+                                           r"twin\) \.\.\. \d+\.\d s, by the Keras twin", twin[0]), fresh.stdout.lines
+    assert not [ln for ln in plain.stdout.lines if "measuring the model's own" in ln]
 
 
 def test_a_fuzz_run_says_where_it_stands_and_writes_its_results_in_the_report(

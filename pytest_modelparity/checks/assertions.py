@@ -18,6 +18,7 @@ import numpy as np
 from .. import diagnose
 from . import float16_textures, observers, power, quant_rows, quantized
 from ..floor import measure as floor
+from ..runtime import progress
 from .batches import (batch_length as _batch_length, check_rows as _check_rows, concat as _concat, leaves as _leaves,
                       max_abs_tree as _max_abs_tree, reverse as _reverse, reverse_tree as _reverse_tree,
                       slice_rows as _slice, slice_tree as _slice_tree, to_numpy as _to_numpy,
@@ -597,7 +598,7 @@ def _shadow_floors(model: Any, inputs: Any, reference: Any, paths: list[str], fm
             continue
         measured = floor_cache.measured(  # a warm session reads the floor an earlier one measured
             model, lambda: (kind, floor.batch_digest(inputs), floor.batch_digest(ref_leaves)),  # noqa: B023
-            lambda: floor.measure_floor(model, kind, inputs, ref_leaves, _leaves), floor.Floor)  # noqa: B023
+            lambda: _measuring(model, kind, inputs, ref_leaves), floor.Floor)  # noqa: B023
         seconds += measured.seconds
         if measured.errors is None:
             info[kind] = f"unavailable: {measured.reason}"
@@ -625,6 +626,17 @@ def _shadow_floors(model: Any, inputs: Any, reference: Any, paths: list[str], fm
         found = {new: found[old] for old, new in zip(raw_paths, paths) if old in found}
     meta["noise_floor"] = found
     return found
+
+
+def _measuring(model: Any, kind: str, inputs: Any, ref_leaves: dict) -> Any:
+    """``floor.measure_floor``, said as a status line the first time a twin is built for a model
+    (a first run's silent seconds: issue 49); a twin already built measures without a word."""
+    if floor.twins_built(model, kind):
+        return floor.measure_floor(model, kind, inputs, ref_leaves, _leaves)
+    with progress.step(f"measuring the model's own {kind} noise (building its twin)") as step:
+        found = floor.measure_floor(model, kind, inputs, ref_leaves, _leaves)
+        step.note = f"by the {floor.method_name(found.method)}" if found.errors is not None else "no twin"
+        return found
 
 
 class _Calibration:

@@ -122,6 +122,14 @@ def twin_of(model: Any, kind: str = FLOAT64, method: str = "keras") -> Twin:
     return per_model[key]
 
 
+def twins_built(model: Any, kind: str) -> bool:
+    """Has a ``kind`` twin of ``model`` been built (or found impossible) already?"""
+    try:
+        return any(k == kind for k, _ in _TWINS.get(model, {}))
+    except TypeError:  # not weak-referenceable
+        return False
+
+
 def _build(model: Any, kind: str, method: str) -> Twin:
     import time
 
