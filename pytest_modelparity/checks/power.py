@@ -203,6 +203,16 @@ def most_influential_kernels(reference: Any, native: Any, inputs: Any, expected:
     are left out. Every kernel is restored before returning. A multi-head net gets a plant for
     each head, not one for the head the strongest kernel feeds."""
     best: dict[str, tuple[float, Any, Any]] = {}
+    for w, out in _planted_runs(reference, native, inputs, run):
+        for path, effect in output_effects(out, expected).items():
+            if effect > 0.0 and (path not in best or effect > best[path][0]):
+                best[path] = (effect, w, out)
+    return {path: (w, out) for path, (_, w, out) in best.items()}
+
+
+def _planted_runs(reference: Any, native: Any, inputs: Any, run: Callable[[Any, Any], Any]) -> Iterator[tuple[Any, Any]]:
+    """(kernel, the reference's outputs with that kernel x1.01) for each kernel tried; each kernel
+    is restored before the next is planted, whatever happens."""
     for w in plantable_kernels(native):
         original = np.asarray(w.numpy())
         try:
@@ -210,10 +220,7 @@ def most_influential_kernels(reference: Any, native: Any, inputs: Any, expected:
             out = run(reference, inputs)
         finally:
             w.assign(original)
-        for path, effect in output_effects(out, expected).items():
-            if effect > 0.0 and (path not in best or effect > best[path][0]):
-                best[path] = (effect, w, out)
-    return {path: (w, out) for path, (_, w, out) in best.items()}
+        yield w, out
 
 
 def output_effects(planted: Any, expected: Any) -> dict[str, float]:
@@ -236,13 +243,7 @@ def most_influential_kernel(reference: Any, native: Any, inputs: Any, expected: 
     """(the kernel variable, the reference's outputs with it x1.01) for the kernel that moves the
     outputs most, relative to each output's scale; every kernel is restored before returning."""
     best: tuple[float, Any, Any] | None = None
-    for w in plantable_kernels(native):
-        original = np.asarray(w.numpy())
-        try:
-            w.assign(original * np.asarray(KERNEL_FACTOR, original.dtype))
-            out = run(reference, inputs)
-        finally:
-            w.assign(original)
+    for w, out in _planted_runs(reference, native, inputs, run):
         effect = output_effect(out, expected)
         if best is None or effect > best[0]:
             best = (effect, w, out)
