@@ -132,9 +132,11 @@ def run_form(model, form: str, x, tmp: Path):
     import contextlib
     from unittest import mock
 
-    from pytest_modelparity import export_model, load_model
-    from pytest_modelparity.formats.tflite import load as tflite_load
+    import importlib
 
+    from pytest_modelparity import export_model, load_model
+
+    tflite_load = importlib.import_module("pytest_modelparity.formats.tflite.load")  # the module, not its load()
     plain = tflite_load.new_interpreter
     no_xnnpack = form == "tflite-noxnn"
     form = "tflite" if no_xnnpack else form
@@ -231,7 +233,13 @@ def main() -> None:
     args = parser.parse_args()
     if args.onednn == "both":
         env = {**os.environ, "TF_ENABLE_ONEDNN_OPTS": "0"}
-        argv = [a for a in sys.argv[1:] if not a.startswith("--onednn")]
+        argv, skip = [], False
+        for a in sys.argv[1:]:  # drop "--onednn both" / "--onednn=both"
+            if skip or a.startswith("--onednn"):
+                skip = a == "--onednn"
+                continue
+            argv.append(a)
+        argv = [a.replace(".json", "-onednn-off.json") if a.endswith(".json") else a for a in argv]
         child = [sys.executable, __file__, *argv, "--onednn", "off"]
         print("== oneDNN on", flush=True)
         rows = measure(args.nets.split(","), args.forms.split(","))
