@@ -215,7 +215,8 @@ def test_on_mobilenetv2_and_an_lstm_every_float_format_catches_every_planted_bug
     lines = [ln for ln in result.stdout.str().splitlines() if "modelparity: power" in ln]
     assert lines[0] == ("modelparity: power: 6 of 6 comparison(s) caught every planted bug that reached them "
                         "(kernel x1.01 in 6, input x255/256 in 3)"), lines
-    assert len(lines) == 2 and lines[1].startswith("modelparity: power: what caught the plants"), lines
+    assert lines[1].startswith("modelparity: power: what caught the plants"), lines
+    assert len(lines) == 3 and lines[2].startswith("modelparity: power cost: "), lines
     rows = json.loads(report.read_text())["rows"]
     for r in rows:
         assert "missed" not in r["power"].values(), r

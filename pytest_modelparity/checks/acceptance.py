@@ -82,15 +82,17 @@ def binom_cdf(k: int, n: int, p: float) -> float:
 
 
 def _bisect(f, lo: float, hi: float) -> float:
-    """The p in [lo, hi] where the decreasing ``f(p) - target`` crosses zero (to 1e-12)."""
-    for _ in range(80):
+    """The p in [lo, hi] where the decreasing ``f(p) - target`` crosses zero, to the last bit of
+    p: a bracket of 1e-12 left a bound near p = 1 (or 0) off by 1.4e-6 of alpha, where the CDF
+    moves by n per unit of p."""
+    for _ in range(1100):
         mid = 0.5 * (lo + hi)
+        if mid <= lo or mid >= hi:
+            break
         if f(mid) > 0:
             lo = mid
         else:
             hi = mid
-        if hi - lo < 1e-12:
-            break
     return hi
 
 
@@ -113,14 +115,14 @@ def lower_bound(k: int, n: int, alpha: float) -> float:
         return wilson(k, n, alpha)[0]
     # P(X >= k) = 1 - P(X <= k - 1) grows with p; find where it reaches alpha, from below
     lo, hi = 0.0, 1.0
-    for _ in range(80):
+    for _ in range(1100):
         mid = 0.5 * (lo + hi)
+        if mid <= lo or mid >= hi:
+            break
         if 1.0 - binom_cdf(k - 1, n, mid) < alpha:
             lo = mid
         else:
             hi = mid
-        if hi - lo < 1e-12:
-            break
     return lo
 
 
