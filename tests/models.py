@@ -182,3 +182,32 @@ def skip_unless_exportable(formats) -> None:
     missing = [f for f in formats if missing_runtime(f, export=True) is not None]
     if missing:
         pytest.skip(f"runtimes missing for {missing}: bash scripts/install.sh installs them all")
+
+
+# The recording suites' source (tests/test_recorded_plugin.py, test_recorded_whole.py): a tiny Dense
+# net whose last kernel's seed WEIGHT_SEED can change (a new release of the model), and the
+# parity test they run through the fixtures.
+RECORDED_CONFTEST = textwrap.dedent('''
+    import os
+    import pytest
+
+    def build():
+        import keras
+        x = keras.Input((6,), name="x")
+        h = keras.layers.Dense(12, activation="tanh", name="h",
+                               kernel_initializer=keras.initializers.GlorotUniform(seed=1))(x)
+        y = keras.layers.Dense(3, name="out", kernel_initializer=keras.initializers.GlorotUniform(
+            seed=int(os.environ.get("WEIGHT_SEED", "2"))))(h)
+        return keras.Model(x, y, name="tiny")
+
+    @pytest.fixture(scope="session")
+    def modelparity_source():
+        return build
+''')
+
+PARITY_SUITE = textwrap.dedent('''
+    from pytest_modelparity import assert_outputs_close
+
+    def test_parity(parity_candidate, parity_reference, parity_batch):
+        assert_outputs_close(parity_candidate, parity_reference, inputs=parity_batch)
+''')

@@ -10,34 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from models import PARITY_SUITE as PARITY
+from models import RECORDED_CONFTEST as CONFTEST
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
               pytest.mark.usefixtures("_heavy_modules_stay_loaded", "installed_node_modules")]
-
-CONFTEST = textwrap.dedent('''
-    import os
-    import pytest
-
-    def build():
-        import keras
-        x = keras.Input((6,), name="x")
-        h = keras.layers.Dense(12, activation="tanh", name="h",
-                               kernel_initializer=keras.initializers.GlorotUniform(seed=1))(x)
-        y = keras.layers.Dense(3, name="out", kernel_initializer=keras.initializers.GlorotUniform(
-            seed=int(os.environ.get("WEIGHT_SEED", "2"))))(h)
-        return keras.Model(x, y, name="tiny")
-
-    @pytest.fixture(scope="session")
-    def modelparity_source():
-        return build
-''')
-
-PARITY = textwrap.dedent('''
-    from pytest_modelparity import assert_outputs_close
-
-    def test_parity(parity_candidate, parity_reference, parity_batch):
-        assert_outputs_close(parity_candidate, parity_reference, inputs=parity_batch)
-''')
 
 COMPARE = textwrap.dedent('''
     import os, pathlib

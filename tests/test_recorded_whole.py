@@ -10,39 +10,17 @@ tests/test_recorded_plugin.py, with the tiny model and the tflite form only.
 from __future__ import annotations
 
 import json
-import textwrap
 
 import numpy as np
 import pytest
 
+from models import PARITY_SUITE as PARITY
+from models import RECORDED_CONFTEST as CONFTEST
 from pytest_modelparity import ModelLoadError, load_model
 from pytest_modelparity.formats import missing_runtime
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
               pytest.mark.usefixtures("_heavy_modules_stay_loaded")]
-
-CONFTEST = textwrap.dedent('''
-    import pytest
-
-    def build():
-        import keras
-        x = keras.Input((6,), name="x")
-        h = keras.layers.Dense(12, activation="tanh", name="h",
-                               kernel_initializer=keras.initializers.GlorotUniform(seed=1))(x)
-        y = keras.layers.Dense(3, name="out", kernel_initializer=keras.initializers.GlorotUniform(seed=2))(h)
-        return keras.Model(x, y, name="tiny")
-
-    @pytest.fixture(scope="session")
-    def modelparity_source():
-        return build
-''')
-
-PARITY = textwrap.dedent('''
-    from pytest_modelparity import assert_outputs_close
-
-    def test_parity(parity_candidate, parity_reference, parity_batch):
-        assert_outputs_close(parity_candidate, parity_reference, inputs=parity_batch)
-''')
 
 RUN = ("-p", "no:cacheprovider", "--modelparity-export-process=inline")
 

@@ -294,14 +294,18 @@ def _figures(errors: Mapping[str, float], paths: list[str]) -> str:
     return f"{high:.1e}" if low == high else f"{low:.1e} to {high:.1e}"
 
 
-def _errors(reference: Mapping[str, np.ndarray], twin: Mapping[str, np.ndarray]) -> dict[str, float | None]:
+def _paired(reference: Mapping[str, np.ndarray], twin: Mapping[str, np.ndarray]) -> list[tuple[str, Any]]:
+    """(reference path, the twin's array) by path, or by position where a raw model's list/tensor
+    output meets the runner's names; [] when they cannot be paired."""
     if set(twin) >= set(reference):
-        pairs = [(p, twin[p]) for p in reference]
-    elif len(twin) == len(reference):  # a raw model's list/tensor output vs the runner's names
-        pairs = list(zip(reference, twin.values()))
-    else:
-        return {}
-    return {p: relative_error(reference[p], arr) for p, arr in pairs}
+        return [(p, twin[p]) for p in reference]
+    if len(twin) == len(reference):
+        return list(zip(reference, twin.values()))
+    return []
+
+
+def _errors(reference: Mapping[str, np.ndarray], twin: Mapping[str, np.ndarray]) -> dict[str, float | None]:
+    return {p: relative_error(reference[p], arr) for p, arr in _paired(reference, twin)}
 
 
 def _noise_statistics(reference: Mapping[str, np.ndarray], twin: Mapping[str, np.ndarray]) -> dict[str, dict[str, float]]:
@@ -309,14 +313,8 @@ def _noise_statistics(reference: Mapping[str, np.ndarray], twin: Mapping[str, np
     of max |twin|), paired as ``_errors`` pairs them."""
     from ..verdict.bulk import error_statistics
 
-    if set(twin) >= set(reference):
-        pairs = [(p, twin[p]) for p in reference]
-    elif len(twin) == len(reference):
-        pairs = list(zip(reference, twin.values()))
-    else:
-        return {}
     found = {}
-    for path, shadow in pairs:
+    for path, shadow in _paired(reference, twin):
         ref, sh = np.asarray(reference[path]), np.asarray(shadow)
         if ref.shape != sh.shape or ref.dtype.kind != "f" or sh.dtype.kind not in "fc":
             continue
