@@ -276,6 +276,34 @@ def _aligned(shape: tuple, target: tuple) -> bool:
     return tuple(shape) == tuple(target) or bool(_layouts(shape, target))
 
 
+def _pairable(shape: tuple, target: tuple) -> bool:
+    """Can a candidate tensor of ``shape`` hold a reference tensor of ``target``'s values: the
+    same shape, a layout move, or one is the other with adjacent axes merged (a flatten to
+    rank 2, a TFLite FullyConnected's (B*T, D) that keeps the last axis), axes of 1 aside. Two
+    tensors of one size but other grids (a stride-8 heatmap (4, 4, 1) and a stride-16 box
+    (2, 2, 4)) never pair."""
+    if _aligned(shape, target):
+        return True
+    if not shape or not target or (min(len(shape), len(target)) > 2 and shape[-1] != target[-1]):
+        return False
+    a = [int(d) for d in shape if d != 1]
+    b = [int(d) for d in target if d != 1]
+    return _merged(a, b) or _merged(b, a)
+
+
+def _merged(fine: list[int], coarse: list[int]) -> bool:
+    """Is ``coarse`` ``fine`` with runs of adjacent axes multiplied together?"""
+    i = 0
+    for dim in coarse:
+        prod = 1
+        while i < len(fine) and prod < dim:
+            prod *= fine[i]
+            i += 1
+        if prod != dim:
+            return False
+    return i == len(fine)
+
+
 def _layouts(shape: tuple, target: tuple) -> list[tuple[tuple[int, ...], str]]:
     """Axis permutations that turn a candidate tensor of ``shape`` into ``target``'s layout:
     channels-first to channels-last and back (ONNX converters run convolutions in NCHW)."""
@@ -347,8 +375,14 @@ def _may_transpose(op: str) -> bool:
     return op.lower() not in ("permute", "transpose")
 
 
-def compare_intermediates(ref: list[Entry], cand: list[Entry], *, rel: float = DIVERGE_REL) -> list[LayerDiff]:
-    """Rows for each reference entry; marks the first divergent layer (see module doc)."""
+def compare_intermediates(ref: list[Entry], cand: list[Entry], *, rel: float = DIVERGE_REL,
+                          feeding: Mapping[str, Any] | None = None) -> list[LayerDiff]:
+    """Rows for each reference entry; marks the first divergent layer (see module doc).
+
+    ``feeding`` ({layer: the layers it takes}, from the reference's graph): a row that differs
+    before a later agreeing row is "fused or not exposed" only when that row depends on it; a
+    head on another branch (a detector's stride-16 head after its stride-8 one) diverges on its
+    own. Without it, every earlier differing row is."""
     ref = [e for e in ref if np.asarray(e[2]).dtype.kind == "f" and np.ndim(e[2]) >= 1]
     cand = [e for e in cand if np.asarray(e[2]).dtype.kind == "f" and np.ndim(e[2]) >= 1]
     rows_out: list[LayerDiff] = []
@@ -359,7 +393,7 @@ def compare_intermediates(ref: list[Entry], cand: list[Entry], *, rel: float = D
         # A graph reference's scope carries Keras' call suffix (`conv_1`): a Keras candidate's
         # layer is `conv`, so the suffix is dropped for the name match.
         token = name if "/" not in name else re.sub(r"_\d+$", "", _layer_token(name))
-        pool = [j for j in range(pos, len(cand)) if cand[j][2].size == r.size]
+        pool = [j for j in range(pos, len(cand)) if cand[j][2].size == r.size and _pairable(cand[j][2].shape, r.shape)]
         diffs = _LazyDiffs(r, cand)
         close = [j for j in pool if diffs.at_least(j) <= rel and diffs[j][1] <= rel]
         named = [j for j in pool if _name_matches(token, cand[j][0])]
@@ -408,9 +442,10 @@ def compare_intermediates(ref: list[Entry], cand: list[Entry], *, rel: float = D
         status.append(st)
         where.append(j)
     last_match = max((i for i, s in enumerate(status) if s == "match"), default=-1)
+    hidden = _feeding_later_matches(rows_out, status, feeding) if feeding else None
     first_marked = False
     for i, (row, st) in enumerate(zip(rows_out, status)):
-        if st == "differs" and i < last_match:
+        if st == "differs" and (i < last_match if hidden is None else row.layer in hidden):
             row.note = "fused or not exposed in the candidate"
             row.max_abs = row.max_rel = None
             row.candidate = row.candidate_op = None
@@ -419,19 +454,76 @@ def compare_intermediates(ref: list[Entry], cand: list[Entry], *, rel: float = D
             row.diverged = True
             if not first_marked:
                 row.first = first_marked = True
-                row.permuted = _permutation_before(cand, where, status, i)
+                row.permuted = _slip_before(ref[i][2], cand, where, status, i, rel)
     return rows_out
 
 
-def _permutation_before(cand: list[Entry], where: list[int], status: list[str], i: int) -> str:
-    """A transpose the candidate runs between the last agreeing row's tensor and row ``i``'s
-    that no reference row was paired with: a permutation the reference does not have."""
+def _feeding_later_matches(rows_out: list[LayerDiff], status: list[str], feeding: Mapping[str, Any]) -> set[str]:
+    """The layers some later agreeing row depends on (its ancestors in the reference's graph):
+    had one of them truly differed, that row would differ too."""
+    def ancestors(layer: str) -> set[str]:
+        seen: set[str] = set()
+        todo = list(feeding.get(layer, ()))
+        while todo:
+            name = todo.pop()
+            if name not in seen:
+                seen.add(name)
+                todo.extend(feeding.get(name, ()))
+        return seen
+
+    out: set[str] = set()
+    for row, st in zip(rows_out, status):
+        if st == "match":
+            out |= ancestors(row.layer)
+    return out
+
+
+def _slip_before(r: np.ndarray, cand: list[Entry], where: list[int], status: list[str], i: int, rel: float) -> str:
+    """The candidate's extra transpose before row ``i`` when it is the whole difference there:
+    undoing an axis permutation of row ``i``'s candidate tensor (in its own shape or in the
+    transpose's) makes it agree with the reference. A transpose both forms run (Keras' Dense on
+    a rank-3 tensor is a Tensordot with its own transposes) or a converter's layout change
+    around a conv is never a slip: there the values differ, not only their order."""
+    k = _permutation_before(cand, where, status, i)
+    if k < 0:
+        return ""
+    value = cand[where[i]][2]
+    for shape in (value.shape, cand[k][2].shape):
+        if _agrees_permuted(r, value, tuple(shape), rel):
+            return cand[k][0]
+    return ""
+
+
+def _agrees_permuted(r: np.ndarray, c: np.ndarray, shape: tuple, rel: float) -> bool:
+    """Does ``c``, viewed in ``shape`` and with its non-batch axes permuted (never the
+    identity), hold ``r``'s values to ``rel`` of ``r``'s scale?"""
+    import itertools
+
+    if len(shape) < 3 or int(np.prod(shape)) != c.size or c.size != r.size or len(shape) > 6:
+        return False
+    scale = max(scale_of(r), 1e-30)
+    ref = np.asarray(r, np.float64).reshape(-1)
+    view = np.asarray(c, np.float64).reshape(shape)
+    for perm in itertools.permutations(range(1, len(shape))):
+        if perm == tuple(range(1, len(shape))):
+            continue
+        moved = np.transpose(view, (0, *perm)).reshape(-1)
+        d = np.abs(moved - ref)
+        if np.all(np.isfinite(d)) and float(d.max()) <= rel * scale:
+            return True
+    return False
+
+
+def _permutation_before(cand: list[Entry], where: list[int], status: list[str], i: int) -> int:
+    """The index of a transpose the candidate runs between the last agreeing row's tensor and
+    row ``i``'s that no reference row was paired with (a permutation the reference's rows do
+    not show), else -1."""
     start = max((where[k] for k in range(i) if status[k] == "match" and where[k] >= 0), default=-1)
     used = set(where)
     for k in range(start + 1, where[i]):
         if k not in used and cand[k][1].lower() in ("transpose", "permute"):
-            return cand[k][0]
-    return ""
+            return k
+    return -1
 
 
 # A candidate tensor holds a later reference entry's value (after the bias, after the
@@ -501,11 +593,17 @@ def localize_divergence(reference: Any, candidate: Any, inputs: Any, *, rel: flo
     if not cand:
         raise ValueError(f"cannot expose the intermediate tensors of the candidate ({_describe(candidate)})"
                          f"{_because(errors)}; " + _how_to_expose(candidate))
-    rows_out = compare_intermediates(ref, cand, rel=rel)
     feeding = _keras_inputs(native_of(reference))
+    rows_out = compare_intermediates(ref, cand, rel=rel, feeding=feeding if _whole(feeding, ref) else None)
     for row in rows_out:
         row.inputs = tuple(feeding.get(row.layer, ()))
     return rows_out
+
+
+def _whole(feeding: dict[str, list[str]], ref: list[Entry]) -> bool:
+    """Does the graph read from the reference name the inputs of every layer it has rows for
+    (a shared or nested layer has none: then the order of the rows is all there is)?"""
+    return bool(feeding) and all(name in feeding for name, _op, _v in ref)
 
 
 def _keras_inputs(model: Any) -> dict[str, list[str]]:

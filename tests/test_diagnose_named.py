@@ -1,0 +1,126 @@
+"""Causes named with their exact factor or their wrap-around (issue 50): an input /255 is not
+"divided by 256" (the factor is fitted to the rows), a pixel-range mismatch either way, a
+generator's latent scaled x0.5, a weekday id shifted with wrap-around."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from models import trained_like
+from pytest_modelparity import ParityError, assert_outputs_close
+
+MISLEADING = {"weights_differ", "weights_reinitialised", "first_divergent_layer", "output_scaled"}
+
+
+def _first(info, cause: str):
+    hints = info.value.report.hints
+    assert hints and hints[0].cause == cause, [str(h) for h in hints]
+    assert not [h for h in hints[1:] if h.cause in MISLEADING], [str(h) for h in hints]
+    return hints[0]
+
+
+def _body(seed: int = 4):
+    """A small CNN on 16x16 RGB with trained-like statistics."""
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    x = keras.Input((16, 16, 3), name="image")
+    h = keras.layers.Conv2D(8, 3, padding="same", name="conv")(x)
+    h = keras.layers.BatchNormalization(name="bn")(h)
+    h = keras.layers.ReLU(name="relu")(h)
+    h = keras.layers.GlobalAveragePooling2D(name="pool")(h)
+    return keras.Model(x, keras.layers.Dense(5, name="logits")(h), name="body")
+
+
+def _before(body, layer):
+    """``body`` with ``layer`` applied to its input first (the candidate's own preprocessing)."""
+    import keras
+
+    x = keras.Input(body.input_shape[1:], name="image")
+    return keras.Model(x, body(layer(x)), name=f"{layer.name}_then_body")
+
+
+@pytest.fixture(scope="module")
+def body():
+    rng = np.random.default_rng(2)
+    model = _body()
+    trained_like(model, rng.uniform(-1, 1, (16, 16, 16, 3)).astype("float32"))
+    return model
+
+
+@pytest.mark.parametrize("divisor", [255.0, 256.0])
+def test_an_input_division_is_named_by_its_exact_divisor(body, divisor):
+    import keras
+
+    raw = np.random.default_rng(3).uniform(0, 255, (8, 16, 16, 3)).astype("float32")
+    reference = _before(body, keras.layers.Rescaling(1 / 255.0, name="ref_scale"))  # takes raw pixels
+    candidate = _before(reference, keras.layers.Rescaling(1 / divisor, name="extra_scale"))
+    with pytest.raises(ParityError) as info:
+        assert_outputs_close(candidate, reference, inputs=raw)
+    hint = _first(info, "input_scaling")
+    assert f"divided by {divisor:g}" in hint.message, str(hint)
+    other = 511 - divisor
+    assert f"divided by {other:g}" not in hint.message, str(hint)
+    assert f"the factor fitted to the rows is 1/{divisor:.0f}" in hint.evidence \
+        or f"the factor fitted to the rows is 1/{divisor - 1:.0f}.9" in hint.evidence, str(hint)
+
+
+@pytest.mark.parametrize("which", ["reference rescales", "candidate rescales"])
+def test_a_pixel_range_mismatch_is_named_either_way(body, which):
+    import keras
+
+    rescale = keras.layers.Rescaling(1 / 127.5, offset=-1.0, name="to_unit")
+    if which == "reference rescales":  # the reference takes 0..255, the candidate lost its rescaling
+        reference, candidate = _before(body, rescale), body
+        x = np.random.default_rng(4).uniform(-1, 1, (8, 16, 16, 3)).astype("float32")
+        words = "multiplied by 127.5 and shifted by 127.5"
+    else:  # the reference takes [-1, 1], the candidate rescales raw pixels it is not given
+        reference, candidate = body, _before(body, rescale)
+        x = np.random.default_rng(4).uniform(-1, 1, (8, 16, 16, 3)).astype("float32")
+        words = "divided by 127.5 and shifted by -1"
+    with pytest.raises(ParityError) as info:
+        assert_outputs_close(candidate, reference, inputs=x)
+    assert words in _first(info, "input_scaling").message
+
+
+def _generator():
+    import keras
+
+    keras.utils.set_random_seed(6)
+    z = keras.Input((16,), name="latent")
+    h = keras.layers.Dense(32, activation="relu", name="project")(z)
+    h = keras.layers.Dense(48, activation="tanh", name="pixels")(h)
+    return keras.Model(z, keras.layers.Reshape((4, 4, 3), name="image")(h), name="generator")
+
+
+def test_a_latent_scaled_by_half_is_named():
+    import keras
+
+    reference = _generator()
+    rng = np.random.default_rng(5)
+    for layer in reference.layers:  # biases as training leaves them
+        w = layer.get_weights()
+        if len(w) == 2:
+            layer.set_weights([w[0], rng.normal(0, 0.2, w[1].shape).astype("float32")])
+    z = keras.Input((16,), name="latent")
+    candidate = keras.Model(z, reference(keras.layers.Rescaling(0.5, name="half")(z)))
+    latent = rng.normal(size=(8, 16)).astype("float32")  # a normal latent reaches 2-3
+    with pytest.raises(ParityError) as info:
+        assert_outputs_close(candidate, reference, inputs=latent)
+    assert "divided by 2" in _first(info, "input_scaling").message
+
+
+def test_a_weekday_shifted_with_wrap_around_is_named():
+    import keras
+
+    keras.utils.set_random_seed(7)
+    day = keras.Input((1,), dtype="int32", name="weekday")
+    h = keras.layers.Flatten()(keras.layers.Embedding(7, 4, name="day_embedding")(day))
+    reference = keras.Model(day, keras.layers.Dense(3, name="out")(h), name="by_weekday")
+    shifted = keras.Input((1,), dtype="int32", name="weekday")
+    candidate = keras.Model(shifted, reference(keras.ops.mod(shifted + 1, 7)))
+    days = np.array([[0], [1], [2], [3], [4], [5], [6], [6]], "int32")
+    with pytest.raises(ParityError) as info:
+        assert_outputs_close(candidate, reference, inputs=days)
+    assert "+ 1 modulo 7" in _first(info, "token_id_shift").message
