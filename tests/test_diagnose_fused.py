@@ -105,3 +105,32 @@ def test_the_per_layer_quantisation_cost_runs_on_fewer_rows_where_a_row_keeps_ma
         cause, message, evidence = found
         assert cause == "quantization_cost" and "`" in message
         assert f"over the batch's first {rows} row{'s' if rows > 1 else ''}:" in evidence, evidence
+
+
+def test_an_int8_file_calibrated_on_data_x100_is_named_by_its_input_range(tmp_path, digits):
+    """Issue 50: calibrated on the data x100, every judged input lies inside the file's range
+    (nothing is clipped), but on a few of its 256 levels: the cause names the factor."""
+    import warnings
+
+    from pytest_modelparity import ParityError, assert_outputs_close
+
+    model, x_train, x_test = digits
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        q = load_model(export_model(model, "tflite", tmp_path / "x100.tflite", quantization="int8",
+                                    representative_data=[x_train[:100] * 100.0]))
+    with pytest.raises(ParityError) as info:
+        assert_outputs_close(q, model, inputs=x_test[:32])
+    hints = info.value.report.hints
+    first = hints[0]
+    assert first.cause == "calibration_range_mismatch", [str(h) for h in hints]
+    assert "times wider" in first.evidence and "of its 256 levels" in first.evidence, first.evidence
+    assert "inputs_outside_calibration" not in [h.cause for h in hints]
+    # a file calibrated on the data itself is never told so
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        good = load_model(export_model(model, "tflite", tmp_path / "ok.tflite", quantization="int8",
+                                       representative_data=[x_train[:100]]))
+    from pytest_modelparity.diagnose.calibration import calibration_range_factor
+
+    assert calibration_range_factor(good, x_test[:32]) is None

@@ -29,7 +29,7 @@ import numpy as np
 from ..verdict import tree
 from ._util import (batch_size, fit_inputs, fits, measuring, flatten, is_keras_model, max_abs_diff, native_of, pick,
                     rows, run_model)
-from .calibration import default_rows_hint, outside_calibration
+from .calibration import calibration_range_factor, default_rows_hint, outside_calibration
 from .converter import converter_defect
 from .localize import DIVERGE_REL, LayerDiff, first_divergence, format_rows, localize_divergence
 from .quantization import cost_hint, float16_weights_hint
@@ -132,9 +132,10 @@ def _diagnose_comparison(report: Any, actual: Any, expected: Any, cand_model: An
 
     # 0. A quantised candidate fed inputs outside its calibration range (clipped there).
     if cand_model is not None and inputs is not None:
-        c = _safe(hints, lambda: outside_calibration(cand_model, inputs))
-        if c is not None:
-            hints.append(_hint(c))
+        for check in (outside_calibration, calibration_range_factor):
+            c = _safe(hints, lambda: check(cand_model, inputs))
+            if c is not None:
+                hints.append(_hint(c))
     # 0b. A candidate whose graph holds an op its converter is known to run wrong.
     if cand_model is not None:
         d = _safe(hints, lambda: converter_defect(cand_model))
@@ -438,7 +439,8 @@ def diagnose_quantization(report: Any, *, candidate: Any, sibling: Any, inputs: 
     if not any(part != "conversion" for part in failed):
         return []
     hints: list[Hint] = []
-    checks = [lambda: outside_calibration(candidate, inputs), lambda: default_rows_hint(candidate)]
+    checks = [lambda: outside_calibration(candidate, inputs), lambda: calibration_range_factor(candidate, inputs),
+              lambda: default_rows_hint(candidate)]
     if twin is not None and "float16 weights" in failed:
         checks.append(lambda: float16_weights_hint(candidate, twin, inputs))
     if "quantisation" in failed:

@@ -79,6 +79,43 @@ def outside_calibration(candidate: Any, inputs: Any) -> tuple[str, str, str] | N
             "; ".join(found))
 
 
+# The inputs span less than this share of the range the file's input quantisation holds: they
+# fall on a few of its 256 levels (a file calibrated on data x100 keeps 2-3 of them).
+NARROW_SHARE = 0.1
+
+
+def calibration_range_factor(candidate: Any, inputs: Any) -> tuple[str, str, str] | None:
+    """(cause, message, evidence) when an int8 file's input range is many times wider than the
+    inputs it is judged on: calibrated on rows scaled differently (x100, raw pixels for a [0, 1]
+    model), so these inputs are rounded onto a few levels. Read from the file alone."""
+    if inputs is None:
+        return None
+    try:
+        ranges = _file_ranges(candidate)
+    except Exception:  # noqa: BLE001 - not a file this reads
+        return None
+    named = inputs if isinstance(inputs, Mapping) else ({next(iter(ranges)): inputs} if len(ranges) == 1 else {})
+    found = []
+    for name, (low, high) in ranges.items():
+        arr = np.asarray(named.get(name)) if named.get(name) is not None else None
+        if arr is None or arr.dtype.kind != "f" or arr.size < 2 or high <= low:
+            continue
+        span = float(np.max(arr) - np.min(arr))
+        if span <= 0 or span >= NARROW_SHARE * (high - low):
+            continue
+        factor = (high - low) / span
+        levels = max(1, int(round(255 * span / (high - low))))
+        found.append(f"input {name!r} spans [{float(np.min(arr)):.4g}, {float(np.max(arr)):.4g}]; the int8 file's "
+                     f"input quantisation holds [{low:.4g}, {high:.4g}], {factor:.3g} times wider: these inputs "
+                     f"fall on about {levels} of its 256 levels")
+    if not found:
+        return None
+    return ("calibration_range_mismatch",
+            "the int8 file was calibrated on inputs scaled unlike these (its input range is many times theirs, so "
+            "they are rounded onto a few levels): calibrate on rows scaled as the model is fed (the same "
+            "preprocessing as these inputs)", "; ".join(found))
+
+
 def default_rows_hint(candidate: Any) -> tuple[str, str, str] | None:
     """(cause, message, evidence) when the candidate was calibrated on default rows, not data."""
     info = getattr(candidate, "calibration", None)
