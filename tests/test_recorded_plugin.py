@@ -100,10 +100,29 @@ def test_against_says_identical_and_a_changed_model(pytester: pytest.Pytester,
     changed = pytester.runpytest("-p", "no:cacheprovider", forms, cache, f"--modelparity-against={rec}")
     assert changed.ret == pytest.ExitCode.TESTS_FAILED
     changed.stdout.fnmatch_lines(["*1 change(s) beyond float noise*",
-                                  "*tiny tflite@cpu output 'out': CHANGED beyond float noise*of scale; bound: 8 x the model's own float32 error*"])
+                                  "*tiny tflite@cpu output 'out': CHANGED beyond float noise*of scale; bound: 8 x the model's "
+                                  "own float32 error*; likely (actual: this run, expected: the recording): actual ≈ 0.99*"
+                                  "× expected: the output is scaled by a constant*"])
     # a model with other weights is said, not compared
     monkeypatch.setenv("WEIGHT_SEED", "3")
     other = pytester.runpytest("-p", "no:cacheprovider", forms, cache, f"--modelparity-against={rec}")
     other.assert_outcomes(passed=1)
     other.stdout.fnmatch_lines(["*tiny tflite@cpu: the model changed (content hash sha256:*): not compared*"])
     assert "CHANGED" not in other.stdout.str()
+
+
+def test_against_names_outputs_exchanged_as_the_library_does() -> None:
+    """Issue 50: two same-shape outputs exchanged between the recording and this run read as a
+    swap, not two unexplained CHANGED lines; a lone change with no transform is left unnamed."""
+    from pytest_modelparity.plugin.record import named_changes
+    from pytest_modelparity.verdict.compare import compare
+
+    rng = np.random.default_rng(0)
+    mean, log_var = rng.normal(size=(6, 4)).astype("float32"), rng.normal(size=(6, 4)).astype("float32")
+    then = {"mean": mean, "log_var": log_var}
+    now = {"mean": log_var, "log_var": mean}
+    changed = {k: compare(now[k], then[k]).outputs[0] for k in now}
+    causes = named_changes(now, then, changed)
+    assert set(causes) == {"mean", "log_var"} and all("another order" in c for c in causes.values()), causes
+    noise = {"mean": rng.normal(size=(6, 4)).astype("float32"), "log_var": log_var}
+    assert named_changes(noise, then, {"mean": compare(noise["mean"], mean).outputs[0]}) == {}

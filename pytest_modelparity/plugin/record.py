@@ -238,6 +238,7 @@ class Against:
         from ..verdict.compare import compare
 
         device, form = recorded.device, recorded.format_variant
+        changed: dict[str, Any] = {}
         for name in sorted(set(now) | set(then)):
             if name not in now or name not in then:
                 self.lines[(where, name)] = f"{where} output {name!r}: {'gone' if name in then else 'new'} (not compared)"
@@ -259,8 +260,13 @@ class Against:
             else:
                 verdict = f"CHANGED beyond float noise ({_share(out)}; bound: {bound})"
                 self.changed += 1
-                self.pending.append(f"{where} output {name!r}: {verdict}")
+                changed[name] = out
             self.lines[(where, name)] = f"{where} output {name!r}: {verdict}"
+        causes = named_changes(now, then, changed)
+        for name in changed:
+            if name in causes:
+                self.lines[(where, name)] += f"; likely (actual: this run, expected: the recording): {causes[name]}"
+            self.pending.append(self.lines[(where, name)])
 
     def take_pending(self) -> list[str]:
         """What the test that just ran changed beyond noise, once (the plugin fails that test)."""
@@ -276,6 +282,27 @@ class Against:
         if self.missing:
             head += f", {self.missing} form(s) or output(s) on one side only or unreadable"
         return [head] + [self.lines[k] for k in sorted(self.lines)]
+
+
+def named_changes(now: dict[str, np.ndarray], then: dict[str, np.ndarray], changed: dict[str, Any]) -> dict[str, str]:
+    """{output: the cause} for the outputs that changed beyond noise, as the library names them
+    from arrays alone: outputs exchanged (this run's `a` is the recording's `b`), then a
+    transform of the recorded output (a scale, a shift, a softmax applied twice)."""
+    from ..diagnose.outputs import output_swap
+    from ..diagnose.transforms import output_transform
+
+    if not changed:
+        return {}
+    tolerances = {name: out.tolerance for name, out in changed.items()}
+    swap = output_swap(now, then, list(changed), tolerances)
+    if swap is not None:
+        return {name: swap[1] for name in changed}
+    found = {}
+    for name, out in changed.items():
+        got = output_transform(now[name], then[name], out.tolerance)
+        if got is not None:
+            found[name] = got[1]
+    return found
 
 
 def _share(out: Any) -> str:
