@@ -124,3 +124,30 @@ def test_a_weekday_shifted_with_wrap_around_is_named():
     with pytest.raises(ParityError) as info:
         assert_outputs_close(candidate, reference, inputs=days)
     assert "+ 1 modulo 7" in _first(info, "token_id_shift").message
+
+
+def _tabular(mean):
+    import keras
+
+    keras.utils.set_random_seed(7)
+    x = keras.Input((4,), name="features")
+    h = keras.layers.Normalization(mean=mean, variance=[4.0, 1.0, 9.0, 0.25], name="norm")(x)
+    h = keras.layers.Dense(8, activation="relu", name="hidden")(h)
+    return keras.Model(x, keras.layers.Dense(2, name="out")(h), name="tabular")
+
+
+@pytest.mark.parametrize("fmt", ["saved_model", "tflite"])
+def test_a_normalization_mean_shift_is_read_back_from_an_exported_form(fmt, tmp_path):
+    """The statistics are constants in the file (no weight differs): what the candidate computes
+    at the Normalization gives them back, so the shift is named, not "look at its configuration"."""
+    from pytest_modelparity import export_model, load_model
+
+    reference = _tabular([1.0, -2.0, 0.5, 3.0])
+    shifted = _tabular([2.0, -2.0, 0.5, 3.0])  # half a standard deviation (2) on feature 0
+    shifted.set_weights(reference.get_weights())
+    x = np.random.default_rng(3).normal(size=(8, 4)).astype("float32") * 2
+    with pytest.raises(ParityError) as info:
+        assert_outputs_close(load_model(export_model(shifted, fmt, tmp_path / "port")), reference, inputs=x)
+    hint = _first(info, "preprocessing_state")
+    assert "Normalization `norm` runs in the candidate with mean 2 where the reference has 1" in hint.message, hint
+    assert "0.5 of a standard deviation" in hint.message and "look at its configuration" not in hint.message

@@ -31,11 +31,11 @@ from ._util import (batch_size, fit_inputs, fits, measuring, flatten, is_keras_m
                     rows, run_model)
 from .calibration import calibration_range_factor, default_rows_hint, outside_calibration
 from .converter import converter_defect
-from .localize import DIVERGE_REL, LayerDiff, first_divergence, format_rows, localize_divergence
+from .localize import DIVERGE_REL, MAX_ROWS as LOCALIZE_ROWS, LayerDiff, first_divergence, format_rows, localize_divergence
 from .quantization import cost_hint, float16_weights_hint
 from .outputs import output_swap
 from .config import configuration_hint
-from .preprocessing import preprocessing_hint, preprocessing_layers
+from .preprocessing import normalization_read_back, preprocessing_hint, preprocessing_layers
 from .noise import accumulation_noise, noise_hint, reduction_length
 from .random_ops import RandomOp, describe_ops, find_random_ops
 from .inputs import input_transform
@@ -241,7 +241,8 @@ def _diagnose_comparison(report: Any, actual: Any, expected: Any, cand_model: An
         rel = max([DIVERGE_REL] + [(getattr(o.tolerance, "float64_scale", None) if plain else None) or o.tolerance.scale
                                    for o, _, _ in pairs if getattr(o.tolerance, "default", False)])
         h = _safe(hints, lambda: _localize_hint(ref_model, cand_model, inputs, rel))
-        if h is not None and weights_agree:  # then the cause is what the layer does, not what it holds
+        if h is not None and weights_agree and h.cause == "first_divergent_layer":
+            # then the cause is what the layer does, not what it holds
             h = Hint(h.cause, h.message + "; the weights agree, so look at its configuration (an epsilon, a layout, "
                      "a layer missing or added)", h.evidence)
         if h is not None:
@@ -400,6 +401,12 @@ def _localize_hint(ref: Any, cand: Any, inputs: Any, rel: float = DIVERGE_REL) -
     if got is None:
         return None
     row, before = got
+    if row.op == "Normalization" and row.value is not None:  # its statistics, read back from the candidate
+        read = _safe([], lambda: normalization_read_back(ref, row.layer, rows(inputs, slice(0, LOCALIZE_ROWS)),
+                                                        row.value))
+        if read is not None:
+            cause, message, evidence = read
+            return Hint(cause, message, evidence + "\n" + format_rows(diffs))
     fused: list[str] = []
     if row.inputs:  # each input the reference's graph names, as the table found it
         by_layer = {d.layer: d for d in diffs}

@@ -9,7 +9,7 @@ else by size and order), and report the first layer whose output diverges while 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import numpy as np
@@ -36,6 +36,9 @@ class LayerDiff:
     layout: str = ""               # how the candidate tensor was aligned, e.g. "NCHW, transposed"
     inputs: tuple[str, ...] = ()   # the layers feeding this one, read from the reference's graph
     permuted: str = ""             # a transpose only the candidate runs just before this row
+    # the first divergent row's candidate tensor, aligned to the reference's shape and layout:
+    # what a layer-specific check reads back (a Normalization's statistics)
+    value: Any = field(default=None, repr=False, compare=False)
 
     def __str__(self) -> str:
         return format_rows([self])
@@ -455,7 +458,16 @@ def compare_intermediates(ref: list[Entry], cand: list[Entry], *, rel: float = D
             if not first_marked:
                 row.first = first_marked = True
                 row.permuted = _slip_before(ref[i][2], cand, where, status, i, rel)
+                row.value = _aligned_value(ref[i][2], cand[where[i]][2], row.layout)
     return rows_out
+
+
+def _aligned_value(r: np.ndarray, c: np.ndarray, layout: str) -> np.ndarray:
+    """``c`` in ``r``'s shape, through the layout move ``_diff`` chose (or a plain reshape)."""
+    for perm, label in _layouts(c.shape, r.shape):
+        if label == layout:
+            return np.transpose(c, perm)
+    return np.asarray(c).reshape(r.shape)
 
 
 def _feeding_later_matches(rows_out: list[LayerDiff], status: list[str], feeding: Mapping[str, Any]) -> set[str]:

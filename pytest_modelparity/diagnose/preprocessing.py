@@ -133,3 +133,59 @@ def preprocessing_hint(reference: Any, candidate: Any) -> tuple[str, str, str] |
 
 def preprocessing_layers(model: Any) -> set[str]:
     return set(preprocessing_state(model))
+
+
+def normalization_read_back(reference: Any, layer_name: str, batch: Any, candidate_out: np.ndarray
+                            ) -> tuple[str, str, str] | None:
+    """(cause, message, evidence) for a Normalization the candidate runs with other statistics,
+    read back from what it computes: its output is (x - mean) / std per feature, so a line fitted
+    to each feature's (input, candidate output) gives the candidate's mean and standard
+    deviation, whatever its form holds them as (constants folded into a RealDiv, a TFLite MUL,
+    an ONNX initializer). Said only when the fit is exact and its statistics differ."""
+    native = native_of(reference)
+    if not is_keras_model(native):
+        return None
+    layer = next((lay for lay in all_layers(native) if lay.name == layer_name), None)
+    if layer is None or type(layer).__name__ != "Normalization":
+        return None
+    mean, var = _array(getattr(layer, "mean", None)), _array(getattr(layer, "variance", None))
+    if mean is None or var is None:
+        return None
+    import keras
+
+    from ._util import fit_inputs
+
+    struct = getattr(native, "_inputs_struct", None)  # fed in the model's own structure: no Keras warning
+    probe = keras.Model(native.inputs if struct is None else struct, layer.input)
+    x = np.asarray(probe(fit_inputs(native, batch), training=False), np.float64)
+    y = np.asarray(candidate_out, np.float64)
+    if x.shape != y.shape or x.ndim < 2:
+        return None
+    feats = x.shape[-1]
+    xs, ys = x.reshape(-1, feats), y.reshape(-1, feats)
+    r_mean = np.broadcast_to(mean.reshape(-1)[-feats:] if mean.size >= feats else mean.reshape(-1), (feats,))
+    r_std = np.sqrt(np.maximum(np.broadcast_to(var.reshape(-1)[-feats:] if var.size >= feats else var.reshape(-1),
+                                               (feats,)), 1e-12))
+    c_mean, c_std = np.empty(feats), np.empty(feats)
+    for f in range(feats):
+        a, b = xs[:, f], ys[:, f]
+        if np.ptp(a) <= 0:
+            return None
+        slope, intercept = np.polyfit(a, b, 1)
+        if not slope or np.max(np.abs(slope * a + intercept - b)) > 1e-4 * max(np.max(np.abs(b)), 1e-12):
+            return None  # not an affine map of this input: not (only) the statistics
+        c_std[f], c_mean[f] = 1.0 / slope, -intercept / slope
+    shift = np.abs(c_mean - r_mean) / r_std
+    ratio = c_std / r_std
+    off = [f for f in range(feats) if shift[f] > 1e-3 or abs(ratio[f] - 1) > 1e-3]
+    if not off:
+        return None
+    f = max(off, key=lambda i: shift[i] + abs(ratio[i] - 1))
+    what = (f"mean {c_mean[f]:.4g} where the reference has {r_mean[f]:.4g} ({shift[f]:.2g} of a standard deviation)"
+            if shift[f] > 1e-3 else f"standard deviation {c_std[f]:.4g} where the reference has {r_std[f]:.4g}")
+    return ("preprocessing_state",
+            f"the preprocessing state differs: Normalization `{layer_name}` runs in the candidate with {what} on "
+            f"feature {f}, read back from what the candidate computes",
+            f"a line fitted per feature to (input, candidate output) gives mean {np.round(c_mean, 4).tolist()[:8]}, "
+            f"std {np.round(c_std, 4).tolist()[:8]}; the reference's mean {np.round(r_mean, 4).tolist()[:8]}, std "
+            f"{np.round(r_std, 4).tolist()[:8]}; {len(off)} of {feats} features differ")
