@@ -10,7 +10,14 @@ port's BatchNormalization epsilon and a channels-first flatten (keras; the flatt
 tflite and saved_model, where the layer table must name the candidate's transpose); a fused first convolution
 x1.01 (tflite, onnx, saved_model: named = the layer table at ~1%, or the kernel itself).
 
-Run:  .venv/bin/python bench/diagnosis.py [--no-zoo]
+Issue 50's plants: a Dense on patches (Tensordot) kernel x1.01 on saved_model, onnx, tflite; a
+detector's stride-16 conv on onnx (heads of one size on other grids); a Normalization mean
+folded into an exported form's constants; a pixel range either way; an input /255 and /256;
+a generator's latent x0.5; a weekday id shifted with wrap-around; an int8 file calibrated on the
+data x100. Named = the first hint is the planted cause and holds the words that say which
+(the layer, the factor).
+
+Run:  .venv/bin/python bench/diagnosis.py [--no-zoo | --only-50]
       (2 cores: 39 s with the earlier zoo; a case that cannot run here, e.g. tfjs without Node.js, reads n/a)
 """
 
@@ -105,6 +112,86 @@ def _issue38_cases(tmp: Path) -> list[tuple[str, str, str, object]]:
     return out
 
 
+def _issue50_cases(tmp: Path) -> list[tuple]:
+    """(bug, format, expected cause, run, words the first hint must hold to count as named)."""
+    import keras
+    import test_diagnose_named as n
+    import test_diagnose_slip as sl
+    from digits import digits_cnn
+    from models import trained_like
+
+    out: list[tuple] = []
+    ref, bug = sl._planted(sl._encoder, "ffn0a")
+    px = np.random.default_rng(0).normal(size=(8, 6, 8)).astype("float32")
+    for fmt in ("saved_model", "onnx", "tflite"):
+        cause = "weights_differ" if fmt == "saved_model" else "first_divergent_layer"
+        out.append(("Dense on patches, kernel x1.01", fmt, cause, lambda fmt=fmt: assert_outputs_close(
+            load_model(export_model(bug, fmt, tmp / f"patches_{fmt}")), ref, inputs=px), "ffn0a"))
+
+    dx = np.random.default_rng(0).uniform(-1, 1, size=(8, 32, 32, 3)).astype("float32")
+    dref, dbug = sl._planted(lambda: sl._biased(trained_like(sl._detector(), dx)), "c16")
+    out.append(("detector, stride-16 conv x1.01 (heads cross strides)", "onnx", "first_divergent_layer",
+                lambda: assert_outputs_close(load_model(export_model(dbug, "onnx", tmp / "det16.onnx")), dref,
+                                             inputs=dx), "layer `c16`"))
+
+    nref = n._tabular([1.0, -2.0, 0.5, 3.0])
+    nbug = n._tabular([2.0, -2.0, 0.5, 3.0])
+    nbug.set_weights(nref.get_weights())
+    nx = np.random.default_rng(3).normal(size=(8, 4)).astype("float32") * 2
+    for fmt in ("saved_model", "tflite", "onnx"):
+        out.append(("Normalization mean +0.5 std, folded into constants", fmt, "preprocessing_state",
+                    lambda fmt=fmt: assert_outputs_close(load_model(export_model(nbug, fmt, tmp / f"norm_{fmt}")),
+                                                         nref, inputs=nx), "mean 2 where the reference has 1"))
+
+    body = n._body()
+    trained_like(body, np.random.default_rng(2).uniform(-1, 1, (16, 16, 16, 3)).astype("float32"))
+    unit = np.random.default_rng(4).uniform(-1, 1, (8, 16, 16, 3)).astype("float32")
+    raw = np.random.default_rng(3).uniform(0, 255, (8, 16, 16, 3)).astype("float32")
+    rescale = keras.layers.Rescaling(1 / 127.5, offset=-1.0)
+    takes_raw = n._before(body, rescale)
+    out.append(("pixel range: reference takes 0..255, candidate [-1, 1]", "keras", "input_scaling",
+                lambda: assert_outputs_close(body, takes_raw, inputs=unit), "multiplied by 127.5 and shifted by 127.5"))
+    out.append(("pixel range: candidate rescales 0..255 it is not given", "keras", "input_scaling",
+                lambda: assert_outputs_close(n._before(body, rescale), body, inputs=unit),
+                "divided by 127.5 and shifted by -1"))
+    by255 = n._before(body, keras.layers.Rescaling(1 / 255.0))
+    for divisor in (255.0, 256.0):
+        cand = n._before(by255, keras.layers.Rescaling(1 / divisor))
+        out.append((f"input /{divisor:g} where the reference takes raw pixels", "keras", "input_scaling",
+                    lambda cand=cand: assert_outputs_close(cand, by255, inputs=raw), f"divided by {divisor:g}"))
+
+    gen = n._generator()
+    grng = np.random.default_rng(5)
+    for layer in gen.layers:
+        w = layer.get_weights()
+        if len(w) == 2:
+            layer.set_weights([w[0], grng.normal(0, 0.2, w[1].shape).astype("float32")])
+    z = keras.Input((16,))
+    half = keras.Model(z, gen(keras.layers.Rescaling(0.5)(z)))
+    latent = grng.normal(size=(8, 16)).astype("float32")
+    out.append(("generator latent x0.5", "keras", "input_scaling",
+                lambda: assert_outputs_close(half, gen, inputs=latent), "divided by 2"))
+
+    keras.utils.set_random_seed(7)
+    day = keras.Input((1,), dtype="int32")
+    wref = keras.Model(day, keras.layers.Dense(3)(keras.layers.Flatten()(keras.layers.Embedding(7, 4)(day))))
+    shifted = keras.Input((1,), dtype="int32")
+    wbug = keras.Model(shifted, wref(keras.ops.mod(shifted + 1, 7)))
+    days = np.array([[0], [1], [2], [3], [4], [5], [6], [6]], "int32")
+    out.append(("weekday id +1 with wrap-around", "keras", "token_id_shift",
+                lambda: assert_outputs_close(wbug, wref, inputs=days), "+ 1 modulo 7"))
+
+    model, x_train, x_test = digits_cnn()
+
+    def x100() -> None:
+        q = load_model(export_model(model, "tflite", tmp / "x100.tflite", quantization="int8",
+                                    representative_data=[x_train[:100] * 100.0]))
+        assert_outputs_close(q, model, inputs=x_test[:32])
+    out.append(("int8 calibrated on data x100 (digits CNN)", "tflite:int8", "calibration_range_mismatch", x100,
+                "times wider"))
+    return out
+
+
 def _zoo_cases(tmp: Path) -> list[tuple[str, str, str, object]]:
     import zoo
 
@@ -150,13 +237,16 @@ def _corroborates(hint: object, first: object) -> bool:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--no-zoo", action="store_true", help="only issue 38's planted bugs")
+    ap.add_argument("--no-zoo", action="store_true", help="only issue 38's and issue 50's planted bugs")
+    ap.add_argument("--only-50", action="store_true", help="only issue 50's planted bugs")
     args = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        cases = _issue38_cases(tmp) + ([] if args.no_zoo else _zoo_cases(tmp))
-        for bug, fmt, cause, run in cases:
+        cases = [] if args.only_50 else [c + ("",) for c in _issue38_cases(tmp)]
+        cases += _issue50_cases(tmp)
+        cases += [] if args.no_zoo or args.only_50 else [c + ("",) for c in _zoo_cases(tmp)]
+        for bug, fmt, cause, run, words in cases:
             t0 = time.perf_counter()
             try:
                 run()  # type: ignore[operator]
@@ -167,7 +257,7 @@ def main() -> None:
             except Exception as exc:  # noqa: BLE001 - a case that cannot run here (no Node.js)
                 rows.append((bug, fmt, cause, "n/a", "-", "-", f"{type(exc).__name__}", time.perf_counter() - t0))
                 continue
-            named = bool(got) and got[0] == cause
+            named = bool(got) and got[0] == cause and (not words or words in hints[0].message + hints[0].evidence)
             misleading = [h.cause for h in hints[1:] if h.cause in MISLEADING and h.cause != cause
                           and not _corroborates(h, hints[0])]
             rows.append((bug, fmt, cause, "yes" if caught else "NO", "yes" if named else "NO",

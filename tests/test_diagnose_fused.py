@@ -126,6 +126,7 @@ def test_an_int8_file_calibrated_on_data_x100_is_named_by_its_input_range(tmp_pa
     assert first.cause == "calibration_range_mismatch", [str(h) for h in hints]
     assert "times wider" in first.evidence and "of its 256 levels" in first.evidence, first.evidence
     assert "inputs_outside_calibration" not in [h.cause for h in hints]
+    assert not {"first_divergent_layer", "output_scaled"} & {h.cause for h in hints}, [str(h) for h in hints]
     # a file calibrated on the data itself is never told so
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

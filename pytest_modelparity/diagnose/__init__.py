@@ -130,12 +130,15 @@ def _diagnose_comparison(report: Any, actual: Any, expected: Any, cand_model: An
     replay = both and bool(getattr(cand_model, "replays_recording", False))
     both, ref_runs = both and not replay, both
 
-    # 0. A quantised candidate fed inputs outside its calibration range (clipped there).
+    # 0. A quantised candidate fed inputs outside its calibration range (clipped there), or
+    # calibrated on inputs scaled unlike these: that explains the drift, so no layer is blamed.
+    calibration = False
     if cand_model is not None and inputs is not None:
         for check in (outside_calibration, calibration_range_factor):
             c = _safe(hints, lambda: check(cand_model, inputs))
             if c is not None:
                 hints.append(_hint(c))
+                calibration = True
     # 0b. A candidate whose graph holds an op its converter is known to run wrong.
     if cand_model is not None:
         d = _safe(hints, lambda: converter_defect(cand_model))
@@ -193,7 +196,7 @@ def _diagnose_comparison(report: Any, actual: Any, expected: Any, cand_model: An
             hints.append(_hint(w))
     weights_agree = w is None and all(_safe(hints, lambda: weights_of(m)) for m in (ref_model, cand_model)) \
         if cand_model is not None and ref_model is not None else False
-    explained = nondeterministic or preprocessing  # the checks below would only blur the cause
+    explained = nondeterministic or preprocessing or calibration  # the checks below would only blur the cause
 
     # 4. Input transforms (both models), then output transforms (arrays only).
     input_found = False
@@ -204,7 +207,7 @@ def _diagnose_comparison(report: Any, actual: Any, expected: Any, cand_model: An
             hints.append(_hint(h))
             input_found = True
     output_found = False
-    if not input_found and not preprocessing:
+    if not input_found and not preprocessing and not calibration:
         for o, a, e in pairs:
             h = _safe(hints, lambda: output_transform(a, e, o.tolerance))
             if h is not None:
