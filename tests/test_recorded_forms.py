@@ -215,3 +215,28 @@ def test_a_pickle_and_a_wrong_version_are_refused(tmp_path, model, batch):
     _rewrite(folder, lambda d: d.update(modelparity_recording=99))
     with pytest.raises(ModelLoadError, match="this plugin reads version 1"):
         load_model(folder)
+
+
+@pytest.mark.parametrize("odd", [np.array(["a", "b"]), np.array([b"a", b"b"]),
+                                 np.array(["2026-12-03"], dtype="datetime64[D]"),
+                                 np.zeros(2, dtype=[("x", "f4"), ("y", "i4")])],
+                         ids=["str", "bytes", "datetime", "structured"])
+def test_non_numeric_arrays_in_a_recording_are_refused_as_docs_say(tmp_path, model, batch, odd):
+    folder = record_outputs(model, batch, tmp_path / "r")
+    np.savez(folder / "batch-0.outputs.npz", logits=odd)
+    with pytest.raises(ModelLoadError, match=r"array 'logits' has dtype .*numeric arrays only"):
+        load_model(folder)
+
+
+def test_json_nested_past_the_parser_is_a_true_error(tmp_path):
+    """Issue 48: 200,000 levels deep raised a bare RecursionError."""
+    from pytest_modelparity.formats.recorded.arrays import read_tensors
+    from pytest_modelparity.formats.tfjs.load import read_model_json
+
+    deep = "[" * 200_000 + "]" * 200_000
+    (tmp_path / "outputs.json").write_text('{"outputs": ' + deep + "}")
+    with pytest.raises(ModelLoadError, match="nested deeper than Python's parser"):
+        read_tensors(tmp_path / "outputs.json")
+    (tmp_path / "model.json").write_text('{"modelTopology": ' + deep + "}")
+    with pytest.raises(ModelLoadError, match="nested deeper than Python's JSON parser"):
+        read_model_json(tmp_path / "model.json")

@@ -109,6 +109,10 @@ def read_tensors(path: Path) -> dict[str, np.ndarray]:
                     if dtype.hasobject:
                         raise _refuse(path, f"array {name!r} holds Python objects (a pickle); refused",
                                       "save numeric arrays only")
+                    if dtype.name not in _DTYPES or dtype.names is not None:  # strings, dates, records
+                        raise _refuse(path, f"array {name!r} has dtype {dtype.str!r} ({dtype.name}); a recording "
+                                      f"holds numeric arrays only ({', '.join(_DTYPES)})",
+                                      "save it as one of those dtypes")
                     check_shape(path, name, list(shape))
                     want = math.prod(shape) * dtype.itemsize
                     _check_memory(path, name, want)  # a few compressed bytes may claim gigabytes
@@ -159,6 +163,9 @@ def _json_file(path: Path) -> Any:
         return json.loads(read_regular(path, FORMAT).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise _refuse(path, f"not valid JSON ({exc})", "write it with JSON.stringify / json.dump") from exc
+    except RecursionError:
+        raise _refuse(path, "its JSON is nested deeper than Python's parser goes (no recording nests more than "
+                      "a few levels)", "write it with JSON.stringify / json.dump") from None
 
 
 def tensors_from_json(path: Path, tensors: Mapping[str, Any]) -> dict[str, np.ndarray]:

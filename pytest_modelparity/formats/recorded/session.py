@@ -40,7 +40,7 @@ def read_session(root: Path) -> dict[str, dict[str, Any]] | None:
         if path.is_symlink() or not path.is_file() or path.stat().st_size > 16 << 20:
             return None
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # nested past Python's stack: not our record
         return None
     if not isinstance(data, dict) or data.get("modelparity_session") != VERSION or not isinstance(data.get("forms"), dict):
         return None

@@ -81,6 +81,9 @@ def read_model_json(path: Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ModelLoadError(path, NAME, f"model.json cannot be read as JSON ({type(exc).__name__}: {exc})",
                              "re-export or re-copy the model") from exc
+    except RecursionError:
+        raise ModelLoadError(path, NAME, "model.json is nested deeper than Python's JSON parser goes (a converter "
+                             "writes a few levels)", "re-export or re-copy the model") from None
     if not isinstance(spec, dict) or "modelTopology" not in spec:
         raise ModelLoadError(path, NAME, "this JSON has no 'modelTopology': not a TensorFlow.js model",
                              "pass the model.json written by the tensorflowjs converter")
