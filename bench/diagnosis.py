@@ -38,6 +38,7 @@ import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(1, str(ROOT))  # the zoo imports `tests.tf1_graphs`, `tests.models`
 
 from pytest_modelparity import (ParityError, assert_batch_invariant, assert_deterministic,  # noqa: E402
                                 assert_outputs_close, export_model, load_model)
@@ -255,7 +256,7 @@ def main() -> None:
                 hints = exc.report.hints
                 got, caught = [h.cause for h in hints], True
             except Exception as exc:  # noqa: BLE001 - a case that cannot run here (no Node.js)
-                rows.append((bug, fmt, cause, "n/a", "-", "-", f"{type(exc).__name__}", time.perf_counter() - t0))
+                rows.append((bug, fmt, cause, "n/a", "-", "-", f"{type(exc).__name__}: {str(exc)[:90]}", time.perf_counter() - t0))
                 continue
             named = bool(got) and got[0] == cause and (not words or words in hints[0].message + hints[0].evidence)
             misleading = [h.cause for h in hints[1:] if h.cause in MISLEADING and h.cause != cause

@@ -146,6 +146,24 @@ def _build(model: Any, kind: str, method: str) -> Twin:
                 seconds_to_build=time.perf_counter() - start)
 
 
+def warm_twins(model: Any, inputs: Any) -> None:
+    """Build the twins ``model``'s first comparison would build and run each once on ``inputs``
+    (a row), so that comparison costs what the later ones do (a ``@given`` test's first example
+    paid the build against Hypothesis' deadline: issue 49). A twin that cannot build is
+    remembered with its reason, as on first use."""
+    for kind in (FLOAT64, SHARPENS[FLOAT64]):
+        if kind != FLOAT64 and sharper_floor_pointless(model):
+            continue
+        for method in METHODS:
+            twin = twin_of(model, kind, method)
+            if twin.model is not None:
+                try:
+                    outputs_of(twin, inputs)
+                except Exception:  # noqa: BLE001 - said where the comparison measures it
+                    pass
+                break
+
+
 def sharper_floor_pointless(model: Any) -> str | None:
     """Why the sharper floor (``SHARPENS``) is not measured for ``model``, where that can be
     told before building it (``floor.twins.rounding_not_amplified``); None: measure it."""

@@ -230,6 +230,33 @@ def modelparity_dataset(request: pytest.FixtureRequest) -> Any:
     return get_state(request.config).options.data
 
 
+@pytest.fixture(autouse=True)
+def _modelparity_warm_before_examples(request: pytest.FixtureRequest) -> None:
+    """A ``@given`` test with the plugin's models: their one-time work (first runs, the twin) is
+    done here, at set-up, so every example costs the same under Hypothesis' default deadline.
+    Other tests pay nothing."""
+    function = getattr(request, "function", None)
+    names = request.fixturenames
+    if not getattr(function, "is_hypothesis_test", False) or not {"parity_reference", "parity_candidate"} & set(names):
+        return
+    from ..checks.warm import warm
+
+    reference = request.getfixturevalue("parity_reference") if "parity_reference" in names else None
+    candidate = request.getfixturevalue("parity_candidate") if "parity_candidate" in names else None
+    if reference is None and candidate is None:
+        return
+    import numpy as np
+
+    from ..checks.strategies import seeded_batch
+
+    drawn = seeded_batch(reference if reference is not None else candidate, batch_size=1, seed=BATCH_SEED,
+                         elements=request.getfixturevalue("modelparity_elements"))
+    try:
+        warm(reference, [candidate] if candidate is not None else [], {k: np.array(v) for k, v in drawn.items()})
+    except Exception:  # noqa: BLE001 - a model that cannot run fails in the test itself, with its cause
+        pass
+
+
 @pytest.fixture(scope="module")
 def parity_batch(parity_reference: Any, modelparity_elements: Any, modelparity_dataset: Any) -> Any:
     """A seeded batch (size 4) fitting the reference's inputs, or up to 64 rows of

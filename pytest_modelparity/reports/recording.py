@@ -7,10 +7,22 @@ keeps ``checks/assertions.py`` free of any pytest knowledge.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import contextlib
+from typing import Any, Callable, Iterator
 
 Listener = Callable[[str, Any], None]
 _listeners: list[Listener] = []
+_muted = [0]
+
+
+@contextlib.contextmanager
+def muted() -> Iterator[None]:
+    """No report reaches a listener inside: a warm-up comparison is no test's verdict."""
+    _muted[0] += 1
+    try:
+        yield
+    finally:
+        _muted[0] -= 1
 
 
 def subscribe(listener: Listener) -> None:
@@ -30,6 +42,8 @@ def emit(kind: str, report: Any) -> None:
     ``kind`` is the name of the assertion: ``outputs_close``, ``deterministic`` or
     ``batch_invariant``. A listener's exception is not allowed to mask the check.
     """
+    if _muted[0]:
+        return
     for listener in list(_listeners):
         try:
             listener(kind, report)
