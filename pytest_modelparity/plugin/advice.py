@@ -86,9 +86,13 @@ _PAREN = r"(?: \((?:[^()]|\([^()]*\))*\))?"
 # "test the string model in formats keras and saved_model (...)", "test this model in the other
 # formats", and this module's own wording (so a fix rewritten early is rewritten again at the end).
 _ADVICE = re.compile(
-    rf"(?:compare (?:this model|it) through|test (?:this|the string) model (?:as|in formats|in)) {_LIST}{_PAREN}"
+    rf"(?:compare (?:this model|it) through|test (?:this|the string) model (?:as|in formats|in)) (?P<list>{_LIST})"
+    rf"(?P<paren>{_PAREN})"
     r"|test this model in the other formats"
-    r"|no format has been exported and compared for this model in this session(?: so far)?(?: \([^()]*\))?")
+    r"|no format has been exported and compared for this model in this session(?: so far)?"
+    r"(?: \((?P<said>(?:[^()]|\([^()]*\))*)\))?")
+# What without_failed_advice wrote in a clause's parentheses: kept, it says what failed here.
+_FAILED_NOTE = re.compile(r"failed the same way in this session|failed in this session too|no tflite variant has")
 WORKED_NOTE = "exported and compared for this model in this session"
 
 
@@ -107,13 +111,22 @@ def name_working_formats(text: str, format: str, worked: list[str], tried: list[
         if done:  # one such clause says it; a second would repeat it
             return ""
         done = True
+        paren = (match.group("paren") or "").strip()[1:-1]
+        if match.group("said") is not None:  # this function's own words: the failures they kept
+            paren = re.sub(r"^[\w:, ]*? not tried here(?:; |$)", "", match.group("said"))
+        paren = paren.removeprefix(WORKED_NOTE).removeprefix("; ")
+        notes = [paren] if _FAILED_NOTE.search(paren) else []  # what failed here, said by without_failed_advice
         if others:
-            return f"compare this model through {' or '.join(others)} ({WORKED_NOTE})"
+            return f"compare this model through {' or '.join(others)} ({'; '.join([WORKED_NOTE, *notes])})"
         # none worked: the formats the clause named that this session never tried, said as such
         # (a format tried here that failed is never advised)
-        untried = [f for f in dict.fromkeys(re.findall(_FORMAT, match.group(0))) if f not in seen]
+        said = match.group("said")
+        if said is not None:  # this function's own words, from an earlier rewrite: kept as they were
+            return match.group(0)
+        untried = [f for f in dict.fromkeys(re.findall(_FORMAT, match.group("list") or "")) if f not in seen]
+        notes = ([f"{' and '.join(untried)} not tried here"] if untried else []) + notes
         return ("no format has been exported and compared for this model in this session so far"
-                + (f" ({' and '.join(untried)} not tried here)" if untried else ""))
+                + (f" ({'; '.join(notes)})" if notes else ""))
 
     new = _ADVICE.sub(one, text)
     return re.sub(r"(?:; |, or |, | or )(?=$|[;,.)])", "", new) if new != text else text

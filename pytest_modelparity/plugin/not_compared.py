@@ -19,6 +19,7 @@ from typing import Any, Iterable
 
 import pytest
 
+from .causes import CHECKED
 from .matrix import SELF_COMPARED, UNREACHABLE, exportable, item_matrix, marker_names, matrix_entries
 
 __all__ = ["NotCompared", "self_comparison_reason", "named_by", "not_compared", "not_compared_lines",
@@ -137,9 +138,6 @@ def not_compared(matrix_outcomes: dict[str, dict], options: Any) -> list[NotComp
 _WORKED_CLAUSE = re.compile(r"compare this model through [^()]* \(exported and compared for this model in this session\)"
                             r"|no format has been exported and compared for this model in this session so far"
                             r"(?: \([^()]*\))?")
-
-# The outcomes of a test whose check ran on its candidate: the format was exported and compared.
-CHECKED = ("passed", "failed", "xfailed", "xpassed")
 
 # What session.unavailable appends to the skip it turns into a failure under --modelparity-strict.
 STRICT_SKIP = "[--modelparity-strict turns this skip into a failure]"

@@ -27,6 +27,7 @@ from ..errors import DeviceUnavailable, ModelLoadError, NotSerializable, Runtime
 from ..runtime import progress
 from .options import RUNTIME_VARIANTS, ParityOptions, split_format
 from .advice import without_failed_advice
+from .causes import cause_head, cause_key, model_reason
 
 STATE_KEY = pytest.StashKey["ParitySession"]()
 BATCH_SIZE = 4
@@ -141,7 +142,7 @@ class ParitySession:
     def worked_formats(self, model: str | None) -> list[str]:
         """The formats exported and compared for ``model`` so far in this session: a test of the
         format ran (passed or failed its check) on a candidate that is not the source's own file."""
-        from .not_compared import CHECKED
+        from .causes import CHECKED
 
         return list(dict.fromkeys(
             e["format"] for e in self.matrix_outcomes.values()
@@ -613,7 +614,7 @@ class ParitySession:
         times, 183 lines, for an unbuilt model."""
         failure = pytest.fail.Exception(text, pytrace=False)
         failure.modelparity_cause = cause_key(exc)  # type: ignore[attr-defined]
-        failure.modelparity_head = _cause_head(exc, text)  # type: ignore[attr-defined]
+        failure.modelparity_head = cause_head(exc, text)  # type: ignore[attr-defined]
         return failure
 
     def cause_said_before(self, failure: BaseException | None, nodeid: str) -> str | None:
@@ -810,26 +811,6 @@ def _same_file(a: Path | None, b: Path | None) -> bool:
         return False
 
 
-# Paths of one export attempt (a temp folder per try) that differ between two tests failing alike.
-_TEMP_PART = re.compile(r"/\.[0-9a-f]{8,}\.tmp-[^/'\s]*|/tmp[^'\s]*/(?=[^/'\s]+['\s])|converter log: \S+")
-
-
-def cause_key(exc: BaseException) -> str:
-    """What makes two failures one cause: the error's type, format and problem (and fix), without
-    the temp paths of each attempt."""
-    if isinstance(exc, ModelLoadError):
-        text = f"{exc.format}|{exc.action}|{exc.problem}|{exc.fix}"
-    else:
-        text = str(exc)
-    return f"{type(exc).__name__}|{_TEMP_PART.sub('', text)}"
-
-
-def _cause_head(exc: BaseException, text: str) -> str:
-    """The first line of a failure's text, cut short: what the one-line repeats say."""
-    head = next((ln for ln in text.splitlines() if ln.strip()), type(exc).__name__)
-    return head if len(head) <= 200 else head[:197] + "..."
-
-
 def _fail(text: str) -> NoReturn:
     # ``from None``: the message already carries the error; a chained traceback repeats it.
     raise pytest.fail.Exception(text, pytrace=False) from None
@@ -896,21 +877,3 @@ def skip_if_unreachable(exc: BaseException, format: str, *, named: bool) -> None
                     f"({str(exc).splitlines()[0]}); name the formats to test with "
                     "--modelparity-formats to make this a failure")
 
-
-def model_reason(exc: BaseException) -> str | None:
-    """Why the model itself cannot become the format, when that is why its export failed: ops the
-    converter or runtime has no mapping or kernel for (``unsupported_ops``), or a layer the file
-    format cannot carry (Keras' legacy HDF5 loader refusing the file it wrote: an
-    ``Embedding(mask_zero=True)``'s ``NotEqual`` layer). None for every other failure (a write
-    that failed, a crash, a timeout, a file that does not validate for no named cause): those
-    stay errors. Why: a newcomer's text classifier was red on the default matrix for formats it
-    cannot have (issue 50); such a format is NOT COMPARED, with this reason."""
-    from ..errors import ExportError
-
-    if not isinstance(exc, ExportError) or exc.not_applicable:
-        return None
-    if exc.unsupported_ops and not isinstance(exc, NotSerializable):
-        return exc.problem
-    if "cannot carry it" in (exc.fix or "") or "cannot hold" in exc.problem:
-        return exc.problem
-    return None
