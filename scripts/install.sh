@@ -22,22 +22,28 @@ else
   echo "install.sh: Node.js/npm not found; the tfjs format will be skipped (apt-get install nodejs npm)" >&2
 fi
 # The browser formats (tfjs:webgl, tfjs:webgl-f16, tfjs:webgpu) run the system Chromium headless
-# (no browser is downloaded by npm): installed with apt where this runs as root (CI's fresh
-# machine), else said how; without one those formats skip (docs/tfjs.md "In a browser").
+# (no browser is downloaded by npm), and the HTML report's layout tests lay pages out in it at
+# 1280 px (tests/test_html_report.py): installed with apt where this runs as root (CI's fresh
+# machine) or with password-less sudo, else said how; without one those formats and tests skip
+# (docs/tfjs.md "In a browser").
 if [ -n "${MODELPARITY_CHROMIUM:-}" ] || command -v chromium >/dev/null || command -v chromium-browser >/dev/null \
     || command -v google-chrome >/dev/null; then
   :
-elif [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  echo "install.sh: installing Chromium for the tfjs browser formats (apt-get install chromium, ~300 MB)"
+elif command -v apt-get >/dev/null && { [ "$(id -u)" = 0 ] || { command -v sudo >/dev/null && sudo -n true 2>/dev/null; }; }; then
+  as_root=""
+  [ "$(id -u)" = 0 ] || as_root="sudo -n"
+  echo "install.sh: installing Chromium for the tfjs browser formats and the HTML layout tests" \
+       "(apt-get install chromium, ~300 MB)"
   export DEBIAN_FRONTEND=noninteractive
-  if ! apt-get install -y -q chromium >/dev/null 2>&1; then
-    apt-get update -q >/dev/null 2>&1 || true
-    apt-get install -y -q chromium >/dev/null 2>&1 \
-      || echo "install.sh: apt-get install chromium failed; the tfjs:webgl formats will be skipped" >&2
+  if ! $as_root apt-get install -y -q chromium >/dev/null 2>&1; then
+    $as_root apt-get update -q >/dev/null 2>&1 || true
+    $as_root apt-get install -y -q chromium >/dev/null 2>&1 \
+      || echo "install.sh: apt-get install chromium failed; the tfjs:webgl formats and the HTML layout tests" \
+              "will be skipped" >&2
   fi
 else
-  echo "install.sh: no Chromium found; the tfjs:webgl formats will be skipped (as root: apt-get install chromium;" \
-       "or set MODELPARITY_CHROMIUM=/path/to/chrome)" >&2
+  echo "install.sh: no Chromium found; the tfjs:webgl formats and the HTML layout tests will be skipped (as root:" \
+       "apt-get install chromium; or set MODELPARITY_CHROMIUM=/path/to/chrome)" >&2
 fi
 # pip check: tensorflowjs and tensorflow_hub were installed with --no-deps on purpose, so
 # their unmet pins (jax, flax, tf-keras, tensorflow-decision-forests, packaging~=23.1, ...)

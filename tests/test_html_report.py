@@ -140,21 +140,94 @@ def test_the_bound_bar_clamps_and_skips_rows_without_a_bound() -> None:
     assert 'width="120.0" height="8" fill="#cf222e"' in far  # clamped at 100 x the bound, red
 
 
+def laid_out(page: str, path, *, shot=None) -> tuple[int, int]:
+    """``(scrollWidth, scrollHeight)`` of ``page`` laid out by headless Chromium in a 1280 x 800
+    window (the Chromium the tfjs browser formats run: ``runtime/browser_process.chromium_executable``),
+    written to ``path`` with a script that measures it; a PNG of the page to ``shot`` when given.
+    Skips, saying how to install it, where there is no Chromium."""
+    import subprocess
+
+    from pytest_modelparity.errors import RuntimeMissing
+    from pytest_modelparity.runtime.browser_process import CHROMIUM_HINT, chromium_executable
+
+    try:
+        chromium = chromium_executable()
+    except RuntimeMissing:
+        pytest.skip(f"no Chromium to lay the page out at 1280 px: {CHROMIUM_HINT}")
+    measure = ('<script>window.onload=()=>{document.body.dataset.h=document.documentElement.scrollHeight;'
+               'document.body.dataset.w=document.documentElement.scrollWidth}</script></body>')
+    path.write_text(page.replace("</body>", measure), encoding="utf-8")
+    flags = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1280,800",
+             "--virtual-time-budget=2000"]
+    dom = subprocess.run([*flags, "--dump-dom", path.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    if shot is not None:  # what a reader sees, kept beside the test's files
+        subprocess.run([*flags, f"--screenshot={shot}", path.as_uri()], capture_output=True, timeout=120)
+    width, height = (int(re.search(rf'data-{k}="(\d+)"', dom).group(1)) for k in ("w", "h"))
+    return width, height
+
+
+def laid_out_width(page: str, path) -> int:
+    return laid_out(page, path)[0]
+
+
 def test_in_chromium_a_green_59_row_report_fits_1280_px_wide_and_a_few_screens_tall(tmp_path) -> None:
     """Laid out by a real browser: no horizontal scroll at 1280 px, and about 27 px a row (it
     was ~21,700 px for these rows, each wrapping its tolerance text to 6-10 lines)."""
-    import shutil
-    import subprocess
-
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-    if chromium is None:
-        pytest.skip("no chromium on PATH to lay the page out (apt-get install chromium)")
-    page = render_html({"rows": _green_run(), "tests": [], "environment": {}})
-    measure = ('<script>window.onload=()=>{document.body.dataset.h=document.documentElement.scrollHeight;'
-               'document.body.dataset.w=document.documentElement.scrollWidth}</script></body>')
-    (tmp_path / "r.html").write_text(page.replace("</body>", measure), encoding="utf-8")
-    dom = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1280,800",
-                          "--virtual-time-budget=2000", "--dump-dom", (tmp_path / "r.html").as_uri()],
-                         capture_output=True, text=True, timeout=120).stdout
-    height, width = (int(re.search(rf'data-{k}="(\d+)"', dom).group(1)) for k in ("h", "w"))
+    width, height = laid_out(render_html({"rows": _green_run(), "tests": [], "environment": {}}), tmp_path / "r.html")
     assert width <= 1280 and height <= 59 * 32 + 400, (width, height)
+
+
+# What the issue's reports held (issue 50): a converter's error of 1,500 characters without a space
+# to break at, skip reasons of 600, a failure's lines; and two models in one run.
+_LONG_PATH = "/tmp/cache/tflite/.5f07d31e023d3446.tmp-hvm-p26231-pzvf1c3p/" + "a" * 1400 + "/model.tflite"
+
+
+def _run_with_every_outcome() -> dict:
+    text_model, tiny = "text_clf (text_classifier)", "tiny"
+    tests = [
+        {"nodeid": "text/test_text.py::test_export[tflite-cpu]", "outcome": "skipped", "model": text_model,
+         "reason": "Skipped: modelparity: format 'tflite' does not apply to this model (the model has a lookup table "
+                   "(text_clf_1/vec_1/None_Lookup/LookupTableFindV2/table_handle: TextVectorization) and a loop "
+                   "(While: a Keras RNN) " + "x" * 400 + "); compare this model through keras or saved_model"},
+        {"nodeid": "tiny/test_tiny.py::test_scaled[saved_model-cpu]", "outcome": "failed", "model": tiny,
+         "reason": "ParityError: actual vs expected: 1 of 1 output differs\n['out']: FAILED  shape (4, 3), float32\n"
+                   "  Mismatched elements: 6 / 12 (50.0%)\n" + "  Worst (index actual vs expected): " + "(0, 1) -1.2 vs -1.2; " * 40},
+        {"nodeid": "text/test_text.py::test_export[keras-cpu]", "outcome": "passed", "model": text_model},
+        {"nodeid": "text/test_named.py::test_named_h5[h5-cpu]", "outcome": "error", "when": "setup", "model": text_model,
+         "reason": f"Failed: modelparity: cannot export the model to '{_LONG_PATH}' as format 'h5': Keras' legacy HDF5 "
+                   "loader cannot load the file it wrote"},
+        {"nodeid": "text/test_text.py::test_export[onnx-cpu]", "outcome": "skipped", "model": text_model,
+         "reason": "Skipped: modelparity: format 'onnx' does not apply to this model"},
+    ]
+    rows = [_row(nodeid="tiny/test_tiny.py::test_scaled[saved_model-cpu]", model=tiny, title="actual vs expected " + "y" * 300,
+                 hints=["actual ≈ 1.001 × expected: the output is scaled by a constant " + "z" * 300],
+                 hint_evidence=["best factor 1.001; " + "w" * 600], problem=None, output_scale=1.0, scale=4e-4,
+                 rtol=1.3e-6, atol=0.0),
+            _row(nodeid="text/test_text.py::test_export[keras-cpu]", model=text_model, verdict="pass",
+                 output="['sub-batches of 3']['probabilities_of_every_class']", max_abs=0.0)]
+    not_compared = [{"format": "tflite", "model": text_model, "named_by": "the default matrix", "kind": "skipped",
+                     "reason": "does not apply to this model (" + "v" * 600 + ")"},
+                    {"format": "tfjs", "model": None, "named_by": "the default matrix", "kind": "not_in_matrix",
+                     "reason": "not in the matrix: Node.js is not available"}]
+    return {"rows": rows, "tests": tests, "not_compared": not_compared, "environment": {"packages": {"tensorflow": "2.21.0"}}}
+
+
+def test_a_report_with_an_error_a_failure_and_skips_fits_1280_px_grouped_and_naming_each_model(tmp_path) -> None:
+    """Issue 50: a report with any test that did not pass was 2,524-4,640 px wide (messages did not
+    wrap), its errors and skips interleaved, and no row named its model. Laid out in Chromium at
+    1280 px: no horizontal overflow; errors, failures, skips each a group, in that order; every row,
+    test and NOT COMPARED line names its model. (tests/test_not_compared.py checks a real run's page.)"""
+    page = render_html(_run_with_every_outcome())
+    width, height = laid_out(page, tmp_path / "r.html", shot=tmp_path / "r.png")
+    assert width <= 1280, width
+    groups = [page.index(f'<h3 id="{o}">') for o in ("error", "failed", "skipped")]
+    assert groups == sorted(groups), groups
+    assert re.search(r'<h3 id="error">Errors \(1\)', page) and re.search(r'<h3 id="skipped">Skipped \(2\)', page)
+    skipped = page[groups[2]:page.index("</ul>", groups[2])]
+    assert "test_named_h5" not in skipped and skipped.count("<li>") == 2  # not interleaved
+    # each test that did not pass, each row and the NOT COMPARED line of a model name it
+    assert page.count('<span class="model">text_clf (text_classifier)</span>') == 3 + 1 + 1
+    assert page.count('<span class="model">tiny</span>') == 1 + 1
+    assert re.search(r"<b>NOT COMPARED</b>: <code>tflite</code> for <span class=\"model\">text_clf", page)
+    assert re.search(r"<b>NOT COMPARED</b>: <code>tfjs</code> <span", page)  # a runtime missing: every model
+    assert "white-space:pre-wrap;overflow-wrap:anywhere" in page  # the messages wrap

@@ -5,13 +5,16 @@ passing (a comparison that cannot fail) or erroring (a format that cannot carry 
   time: ``assert_batch_invariant`` on it compares that computation with itself;
 - a string-input model with a lookup table cannot be carried by graphdef (no tables), onnx
   (no tables) or tfjs (no strings): in the default matrix those formats skip, and the tfjs
-  advice names formats that do carry it.
+  advice names formats that do carry it;
+- a recorded run answers only the batches it recorded, with the same arrays: batch invariance
+  and determinism on it skip, saying so.
 
 Tiny models, real TensorFlow, LiteRT, tf2onnx, tensorflowjs and Node.js.
 """
 
 from __future__ import annotations
 
+import textwrap
 import unittest
 
 import numpy as np
@@ -79,6 +82,48 @@ def test_the_plugin_skips_it_with_the_reason(pytester: pytest.Pytester) -> None:
                                  "fixed batch of 1*"])
 
 
+README_SUITE = """
+    from pytest_modelparity import assert_outputs_close, assert_deterministic, assert_batch_invariant
+
+    def test_export(parity_candidate, parity_reference, parity_batch):
+        assert_outputs_close(parity_candidate, parity_reference, inputs=parity_batch)
+
+    def test_deterministic(parity_candidate, parity_batch):
+        assert_deterministic(parity_candidate, parity_batch)
+
+    def test_batch_invariant(parity_candidate, parity_batch):
+        assert_batch_invariant(parity_candidate, parity_batch, batch_sizes=(1, 3))
+"""
+
+
+def test_checks_a_recording_cannot_take_skip_with_the_reason(pytester: pytest.Pytester) -> None:
+    """Issue 50: with a recording in the matrix, README's own test_batch_invariant always failed with a
+    50-line traceback (a recording answers only the batches it recorded). Batch invariance and
+    determinism (the same recorded arrays read again) skip, saying why; the comparison runs."""
+    from models import RECORDED_CONFTEST
+
+    from pytest_modelparity import load_model, record_outputs
+    from pytest_modelparity.checks.strategies import seeded_batch
+    from pytest_modelparity.plugin.session import BATCH_SEED, BATCH_SIZE
+
+    scope: dict = {}
+    exec(textwrap.dedent(RECORDED_CONFTEST), scope)  # the conftest's own model, to record it on parity_batch
+    model = scope["build"]()
+    record_outputs(model, seeded_batch(load_model(model), batch_size=BATCH_SIZE, seed=BATCH_SEED),
+                   pytester.path / "rec")
+    pytester.makeconftest(RECORDED_CONFTEST)
+    pytester.makepyfile(test_readme=README_SUITE)
+    result = pytester.runpytest("-p", "no:cacheprovider", "-rs", "--modelparity-formats=recorded:rec")
+    result.assert_outcomes(passed=1, skipped=2)
+    result.stdout.fnmatch_lines([
+        "SKIPPED*test_readme.py:*assert_deterministic does not apply to recorded*: it reruns the model on the same "
+        "inputs, and a recording answers them with the same recorded arrays every time, so it cannot fail*",
+        "SKIPPED*test_readme.py:*assert_batch_invariant does not apply to recorded*: it runs the batch cut into "
+        "sub-batches, and a recording answers only the whole batches it recorded*the live export of the recorded "
+        "format)"])
+    assert "BatchMismatchError" not in result.stdout.str()
+
+
 STRING_CONFTEST = """
     import pytest
     from families import string_input
@@ -114,7 +159,9 @@ def test_a_string_model_skips_the_formats_that_cannot_carry_it_in_the_default_ma
         if fmt in FORMATS:
             result.stdout.fnmatch_lines([f"SKIPPED*format {fmt!r} does not apply to this model*"])
     if "tfjs" in FORMATS:
-        result.stdout.fnmatch_lines(["SKIPPED*format 'tfjs'*string tensor*keras and saved_model*"])
+        # the advice names the formats this run exported and compared for the model (issue 50)
+        result.stdout.fnmatch_lines(["SKIPPED*format 'tfjs'*string tensor*compare this model through keras or h5 or "
+                                     "saved_model or tflite (exported and compared for this model in this session)*"])
     assert result.parseoutcomes()["passed"] >= 2  # keras and saved_model carry it and pass
     assert "format 'keras' does not apply" not in out and "format 'saved_model' does not apply" not in out
 
@@ -124,7 +171,9 @@ def test_named_it_is_a_failure_with_the_fix(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(STRING_TEST)
     result = pytester.runpytest("-p", "no:cacheprovider", "--modelparity-formats=graphdef")
     result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines(["*lookup tables*", "*fix: test this model as keras or saved_model*"])
+    # nothing else ran: the advice names no format as working, and the ones it would try as untried
+    result.stdout.fnmatch_lines(["*lookup tables*", "*fix: no format has been exported and compared for this model in "
+                                 "this session so far (keras and saved_model not tried here)*"])
 
 
 def test_the_tfjs_advice_names_only_formats_that_carry_the_model():

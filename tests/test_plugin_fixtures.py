@@ -207,7 +207,7 @@ def test_a_saved_file_is_a_source_and_is_never_rewritten(pytester: pytest.Pytest
     result = pytester.runpytest("-rs", "--modelparity-formats=keras,saved_model")
     # the .keras file as the keras candidate is the source compared with itself: skipped, said so
     result.assert_outcomes(passed=3, skipped=1)
-    result.stdout.fnmatch_lines(["modelparity: NOT COMPARED: keras (--modelparity-formats): compared with itself*"])
+    result.stdout.fnmatch_lines(["modelparity: NOT COMPARED: keras for model * (--modelparity-formats): compared with itself*"])
     result.stdout.fnmatch_lines(["SKIPPED*format 'keras' on cpu compared with itself*"])
 
 

@@ -257,6 +257,7 @@ def assert_deterministic(model: Callable, inputs: Any, *, runs: int = 3, rtol: f
     """
     __tracebackhide__ = True
     _require_model(model, "assert_deterministic")
+    _require_running(model, "assert_deterministic")
     if isinstance(runs, bool) or not isinstance(runs, int) or runs < 2:
         raise InvalidArgumentError(f"assert_deterministic: runs={runs!r}; pass an int >= 2 (the first run is the reference)")
     rtol = validators.check_tolerance_value("rtol", rtol) or 0.0
@@ -291,6 +292,23 @@ def assert_deterministic(model: Callable, inputs: Any, *, runs: int = 3, rtol: f
 
     return _finish("deterministic", report, None, why, lambda: _memo_key(
         diagnose.diagnose_nondeterminism, model, inputs, outputs))
+
+
+def _require_running(model: Any, check: str) -> None:
+    """Refuse, as not applicable, a recorded run (``replays_recording``): it answers only the
+    batches it recorded, with the arrays it recorded, so it cannot run the sub-batches batch
+    invariance cuts (a 50-line ``BatchMismatchError`` was every such test's end), and its runs
+    on the same inputs are the same arrays read again (determinism that cannot fail)."""
+    if not getattr(model, "replays_recording", False):
+        return
+    what = ("runs the batch cut into sub-batches, and a recording answers only the whole batches it recorded"
+            if check == "assert_batch_invariant" else
+            "reruns the model on the same inputs, and a recording answers them with the same recorded arrays "
+            "every time, so it cannot fail")
+    raise NotApplicable(
+        f"{check} does not apply to {_name(model)}: it {what}. A recorded run is judged by assert_outputs_close "
+        f"against the reference on its recorded inputs; check {check.removeprefix('assert_')} on a form that runs "
+        "(the reference, or the live export of the recorded format)")
 
 
 def _require_batching(model: Any, sizes: Sequence[int]) -> None:
@@ -328,6 +346,7 @@ def assert_batch_invariant(model: Callable, inputs: Any, *, batch_sizes: Sequenc
     __tracebackhide__ = True
     validators.check_tolerance_choice(tolerance, rtol, atol, rule_type=Tolerance)
     _require_model(model, "assert_batch_invariant")
+    _require_running(model, "assert_batch_invariant")
     n = validators.check_nonempty_batch(_batch_length(inputs), "assert_batch_invariant")
     sizes = validators.check_batch_sizes(batch_sizes)
     _require_batching(model, sizes)

@@ -126,13 +126,16 @@ class LoadedModel(abc.ABC):
         for spec in self.inputs:
             arr = np.asarray(given[spec.name])
             if arr.ndim != len(spec.shape):
-                self._mismatch(f"input {spec.name!r} has rank {arr.ndim}, the model expects rank {len(spec.shape)}", batch)
+                self._mismatch(f"input {spec.name!r} has rank {arr.ndim}, the model expects rank {len(spec.shape)}", batch,
+                               shape_fix(spec.name, tuple(arr.shape), tuple(spec.shape), len(names)))
             for axis, (got, want) in enumerate(zip(arr.shape, spec.shape)):
                 if want is not None and got != want:
+                    hint = layout_hint(arr.shape, spec.shape)
                     self._mismatch(f"input {spec.name!r} has a batch of {got} rows, but the model was built for a "
                                    f"fixed batch of {want} (axis 0); feed batches of {want}" if axis == 0 else
                                    f"input {spec.name!r} has size {got} on axis {axis}, the model expects {want}"
-                                   + layout_hint(arr.shape, spec.shape), batch)
+                                   + hint, batch,
+                                   None if hint else shape_fix(spec.name, tuple(arr.shape), tuple(spec.shape), len(names)))
             if arr.dtype.kind not in _ACCEPTED_KINDS.get(spec.dtype.kind, spec.dtype.kind):
                 self._mismatch(f"input {spec.name!r} is {arr.dtype.name}, which cannot be cast safely to {spec.dtype.name}", batch)
             changed = _cast_changes_values(arr, spec.dtype)
@@ -159,11 +162,11 @@ class LoadedModel(abc.ABC):
         except InvalidArgumentError as exc:
             self._mismatch(str(exc), batch)
 
-    def _mismatch(self, problem: str, batch: Any) -> None:
+    def _mismatch(self, problem: str, batch: Any, fix: str | None = None) -> None:
         raise BatchMismatchError(
             f"{self.format} model{' ' + repr(self.source) if self.source else ''}: {problem}.\n"
             f"  model inputs: {describe_specs(self.inputs)}\n"
-            f"  given: {_describe_batch(batch)}"
+            f"  given: {_describe_batch(batch)}" + (f"\n  fix: {fix}" if fix else "")
         )
 
     # -- optional hooks used by diagnosis (return None when the form cannot tell) -------
@@ -263,6 +266,47 @@ def _is_list_of_arrays(batch: Sequence[Any]) -> bool:
 # (name of the batch's layout, name of the model's, the transpose that turns one into the other)
 _LAYOUTS = ((("channels-first (N, C, H, W)", "channels-last (N, H, W, C)", (0, 2, 3, 1)),
              ("channels-last (N, H, W, C)", "channels-first (N, C, H, W)", (0, 3, 1, 2))))
+
+
+def _shape_text(shape: Sequence[int | None]) -> str:
+    return "(" + ", ".join("None" if d is None else str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def _fits(given: Sequence[int], wanted: Sequence[int | None]) -> bool:
+    return len(given) == len(wanted) and all(w is None or g == w for g, w in zip(given, wanted))
+
+
+def shape_fix(name: str, given: tuple[int, ...], wanted: tuple[int | None, ...], inputs: int = 1) -> str:
+    """The line that makes a batch of shape ``given`` the shape the model takes (``wanted``,
+    batch dim first), for the ``fix:`` of a ``BatchMismatchError``: a single example missing its
+    batch axis, a channel axis of 1 missing or extra, rows of the right size in another shape
+    (reshape), or, where no one line can know, the shape to build. Names ``x`` as the batch (or
+    ``batch[name]`` for a model of several inputs). Why: "rank 3, expects rank 4" said what was
+    wrong and left the reader to work out the line (issue 50)."""
+    x = "x" if inputs == 1 else f"batch[{name!r}]"
+    takes = f"the model takes {_shape_text(wanted)} (batch first)"
+    rows = given[0] if given else 1
+    fixed = wanted[0] if wanted else None
+    if fixed is not None and given and given[0] != fixed and _fits((fixed, *given[1:]), wanted):
+        return (f"feed it {fixed} row(s) at a time, e.g. [model.predict({x}[i:i + {fixed}]) for i in range(0, {rows}, "
+                f"{fixed})]; {takes}, a fixed batch of {fixed}")
+    if _fits((1, *given), wanted):
+        return f"{x} = {x}[np.newaxis]  # one example without its batch axis; {takes}"
+    if wanted and wanted[-1] == 1 and _fits((*given, 1), wanted):
+        return f"{x} = {x}[..., np.newaxis]  # the channel axis of 1 is missing; {takes}"
+    if given and given[-1] == 1 and _fits(given[:-1], wanted):
+        return f"{x} = {x}[..., 0]  # an extra axis of 1; {takes}"
+    row = [d for d in wanted[1:]]
+    if given and all(d is not None for d in row):
+        per_row = int(np.prod([d for d in row if d is not None], dtype=np.int64))
+        have = int(np.prod(given[1:], dtype=np.int64)) if len(given) > 1 else 1
+        if per_row == have and tuple(given[1:]) != tuple(row):
+            shape = ", ".join(str(d) for d in row)
+            return (f"{x} = {x}.reshape(({rows}, {shape}))  # each row holds {per_row} values, as the model's do, "
+                    f"in another shape; {takes} (reshape only if the values are laid out in that order)")
+    build = tuple(rows if i == 0 else (1 if d is None else d) for i, d in enumerate(wanted))
+    return (f"{takes}: give {x} that shape, e.g. {x}.shape == {_shape_text(build)} (resize or crop the data to "
+            "the model's size; a batch of one row is x[np.newaxis])")
 
 
 def layout_hint(given: tuple[int, ...], wanted: tuple[int | None, ...]) -> str:

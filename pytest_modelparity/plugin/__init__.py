@@ -25,7 +25,7 @@ from .fixtures import (modelparity_bind, modelparity_device,  # noqa: F401 - fix
 from .session import STATE_KEY, ParitySession, get_state
 from .matrix import (item_matrix, left_out_line, matrix_pairs, nothing_compared_line, nothing_on_gpu_line,
                      select_matrix)
-from .not_compared import (as_json, item_itself, named_by, not_compared, not_compared_lines,
+from .not_compared import (as_json, item_itself, item_model, named_by, not_compared, not_compared_lines,
                            self_comparison_skip)
 from .options import add_options, parse_options, strict_gpu_problem
 # Imported here, not when a failure is reported: a report made short of memory must not need
@@ -298,8 +298,10 @@ def collecting(item: pytest.Item) -> Iterator[None]:
             final = any(report is r for r in raised)
             rows.extend(rows_from_report(report, nodeid=item.nodeid, format=fmt, device=dev, kind=kind, seq=seq,
                                          diagnose=final))
+            model = item_model(item, state)
             for row in rows:  # the device the reference ran on (the plugin's fixtures put it there)
                 row.setdefault("reference_device", state.reference_device(dev) if dev else None)
+                row.setdefault("model", model)
             discard = getattr(getattr(report, "hints", None), "discard", None)
             if not final and discard is not None:
                 discard()  # nobody reads it now: let its arrays and models go
@@ -386,6 +388,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Any:
     if mismatch is not None:  # the text is the whole story; the fixtures' traceback buries it
         report.longrepr = str(mismatch)
     state = _state_or_none(item.config)
+    if report.failed and state is not None and call.excinfo is not None:  # one cause, said in full once
+        again = state.cause_said_before(call.excinfo.value, item.nodeid)
+        if again is not None:
+            report.longrepr = again
     if report.when == "setup" and report.failed and state is not None and call.excinfo is not None:
         again = state.said_before(call.excinfo.value, item.nodeid)
         if again is not None:  # shown in full at the first test that needed it
@@ -404,6 +410,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Any:
         report.modelparity_format = fmt
         report.modelparity_named_by = named_by(item, state.options)
         report.modelparity_itself = item_itself(item, state)
+    if state is not None and report.when in ("setup", "call"):
+        model = item_model(item, state)
+        if model is not None:  # which model: rows, NOT COMPARED lines and the HTML name it
+            report.modelparity_model = model
     if report.when == "call" and (report.passed or hasattr(report, "wasxfail")):
         why = (f"xfail: {report.wasxfail}".rstrip(": ") if hasattr(report, "wasxfail")
                else "the test expected this failure (it caught it, e.g. pytest.raises)")
@@ -459,10 +469,15 @@ class OutcomeRecorder:
 
     def __init__(self, state: ParitySession) -> None:
         self.state = state
+        self._models: dict[str, str] = {}
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         final = report.when == "call" or report.outcome != "passed"
         entry = self.state.tests.setdefault(report.nodeid, {"outcome": "passed"})
+        model = getattr(report, "modelparity_model", None)
+        if isinstance(model, str):
+            self._models[report.nodeid] = model  # the setup's, where a later report has none
+            entry["model"] = model
         if not final or entry["outcome"] in ("failed", "error"):
             return
         outcome: str = report.outcome
@@ -484,7 +499,8 @@ class OutcomeRecorder:
             self.state.matrix_outcomes[report.nodeid] = {
                 "format": fmt, "device": device, "outcome": outcome, "reason": entry.get("reason"),
                 "named_by": getattr(report, "modelparity_named_by", None),
-                "itself": getattr(report, "modelparity_itself", None)}
+                "itself": getattr(report, "modelparity_itself", None),
+                "model": self._models.get(report.nodeid)}
 
 
 REASON_CHARS = 500

@@ -200,8 +200,11 @@ def bind_for(bind: Any, format: str) -> dict | None:
 
 
 def _formats_named(request: pytest.FixtureRequest, state: ParitySession, fmt: str) -> bool:
-    """Whether the user chose this format (option, ini or the test's marker)."""
-    return state.options.format_named(fmt) or marker_names(request.node.get_closest_marker("modelparity"), fmt)
+    """Whether the user chose this format (option, ini or the test's marker). The test's own
+    marker: ``request.node`` of this module-scoped fixture is the module, whose markers never
+    hold a test's ``formats=`` (a format the marker named skipped as if nobody had)."""
+    node = getattr(request, "_pyfuncitem", None) or request.node
+    return state.options.format_named(fmt) or marker_names(node.get_closest_marker("modelparity"), fmt)
 
 
 @pytest.fixture(scope="session")

@@ -19,10 +19,11 @@ from typing import Any, Iterable
 
 import pytest
 
-from .matrix import SELF_COMPARED, exportable, item_matrix, marker_names, matrix_entries
+from .causes import CHECKED
+from .matrix import SELF_COMPARED, UNREACHABLE, exportable, item_matrix, marker_names, matrix_entries
 
 __all__ = ["NotCompared", "self_comparison_reason", "named_by", "not_compared", "not_compared_lines",
-           "as_json", "item_itself", "self_comparison_skip"]
+           "as_json", "item_itself", "item_model", "self_comparison_skip"]
 
 DEFAULT_MATRIX = "the default matrix"
 REASON_CHARS = 280
@@ -36,9 +37,11 @@ class NotCompared:
     named_by: str       # "--modelparity-formats", "the marker's formats=", or DEFAULT_MATRIX
     kind: str           # "compared_with_itself", "skipped", "failed_under_strict" or "not_in_matrix"
     reason: str         # short: the skip reason, the missing runtime and its install hint...
+    model: str | None = None  # the model it was not compared for (None: every model, a runtime missing)
 
     def line(self) -> str:
-        return f"modelparity: NOT COMPARED: {self.format} ({self.named_by}): {self.reason}"
+        model = f" for model {self.model!r}" if self.model else ""
+        return f"modelparity: NOT COMPARED: {self.format}{model} ({self.named_by}): {self.reason}"
 
 
 def self_comparison_reason(format: str, device: str, path: str) -> str:
@@ -77,7 +80,14 @@ def _short(reason: str | None, format: str) -> str:
     text = text.removesuffix("; name the formats to test with --modelparity-formats to make this a failure")
     text = text.removesuffix(f" {STRICT_SKIP}")
     text = " ".join(text.split())
-    return text[:REASON_CHARS] + ("..." if len(text) > REASON_CHARS else "")
+    if len(text) <= REASON_CHARS:
+        return text
+    # Cut the problem, never the advice: which formats did work for this model (advice.py).
+    advice = _WORKED_CLAUSE.search(text)
+    if advice is None or advice.start() < REASON_CHARS // 2:
+        return text[:REASON_CHARS] + "..."
+    clause = advice.group(0)
+    return text[:max(REASON_CHARS - len(clause) - 6, REASON_CHARS // 2)] + "...; " + clause
 
 
 def not_compared(matrix_outcomes: dict[str, dict], options: Any) -> list[NotCompared]:
@@ -87,11 +97,17 @@ def not_compared(matrix_outcomes: dict[str, dict], options: Any) -> list[NotComp
     ``matrix_outcomes``: node id -> {format, device, outcome, reason, named_by, itself}. A
     format counts as compared when one of its tests ran (passed, failed...) on a candidate
     that is not the source's own file."""
-    by_format: dict[str, list[dict]] = {}
+    from .advice import name_working_formats, with_working_clause
+
+    by_format: dict[tuple[str | None, str], list[dict]] = {}
     for entry in matrix_entries(matrix_outcomes):
-        by_format.setdefault(entry["format"], []).append(entry)
+        by_format.setdefault((entry.get("model"), entry["format"]), []).append(entry)
+    worked: dict[str | None, list[str]] = {}
+    for (model, fmt), entries in by_format.items():
+        if any(e["outcome"] in CHECKED and not e.get("itself") for e in entries):  # not an error at setup
+            worked.setdefault(model, []).append(fmt)
     found = []
-    for fmt, entries in by_format.items():
+    for (model, fmt), entries in by_format.items():
         if any(_ran(e) and not e.get("itself") for e in entries):
             continue
         named = next((e["named_by"] for e in entries if e.get("named_by")), None) or DEFAULT_MATRIX
@@ -101,15 +117,27 @@ def not_compared(matrix_outcomes: dict[str, dict], options: Any) -> list[NotComp
             ran = f"; {alone} test(s) of that file alone ran" if alone else ""
             found.append(NotCompared(fmt, named, "compared_with_itself",
                                      f"{SELF_COMPARED}: the candidate is the source's own file ({itself}) loaded "
-                                     f"again, so no comparison with the reference was made{ran}"))
+                                     f"again, so no comparison with the reference was made{ran}", model))
         else:
             skipped = [e for e in entries if e["outcome"] == "skipped"]
             kind = "skipped" if skipped else "failed_under_strict"
-            found.append(NotCompared(fmt, named, kind, _short((skipped or entries)[0].get("reason"), fmt)))
+            # the formats its advice names: those that worked for this model in the whole run
+            tried = [f for m, f in by_format if m == model]
+            # "(the default matrix)" says who chose it: the skip's "Naming the formats ... makes this a failure" goes
+            reason = str((skipped or entries)[0].get("reason") or "").split(". Naming the formats (")[0]
+            # a format this model cannot become says which formats it did become in this run
+            rewrite = with_working_clause if any(u in reason for u in UNREACHABLE) else name_working_formats
+            reason = rewrite(reason, fmt, worked.get(model, []), tried)
+            found.append(NotCompared(fmt, named, kind, _short(reason or None, fmt), model))
     if any(not e.get("named_by") for e in matrix_entries(matrix_outcomes)) and not options.formats_explicit:
-        found.extend(_missing_from_default(options, set(by_format)))
+        found.extend(_missing_from_default(options, {fmt for _, fmt in by_format}))
     return found
 
+
+# The clause advice.name_working_formats writes: kept whole when a reason is cut short.
+_WORKED_CLAUSE = re.compile(r"compare this model through [^()]* \(exported and compared for this model in this session\)"
+                            r"|no format has been exported and compared for this model in this session so far"
+                            r"(?: \([^()]*\))?")
 
 # What session.unavailable appends to the skip it turns into a failure under --modelparity-strict.
 STRICT_SKIP = "[--modelparity-strict turns this skip into a failure]"
@@ -154,7 +182,20 @@ def not_compared_lines(found: list[NotCompared], strict: bool) -> list[str]:
 
 def as_json(found: list[NotCompared]) -> list[dict]:
     """The report's ``not_compared`` list (docs/report-schema.md)."""
-    return [{"format": n.format, "named_by": n.named_by, "kind": n.kind, "reason": n.reason} for n in found]
+    return [{"format": n.format, "model": n.model, "named_by": n.named_by, "kind": n.kind, "reason": n.reason}
+            for n in found]
+
+
+def item_model(item: pytest.Item, state: Any) -> str | None:
+    """The name of the model a test ran on (``Source.model_name``): its ``modelparity_source``,
+    or the zero-code suite's ``--modelparity-model``; None for a test of no model, or one whose
+    source never resolved."""
+    funcargs = getattr(item, "funcargs", None) or {}
+    if "modelparity_source" in funcargs:
+        return state.model_of(funcargs["modelparity_source"])
+    if getattr(item, "modelparity_matrix", None) is not None and state.options.model:
+        return state.model_of(state.options.model)
+    return None
 
 
 def item_itself(item: pytest.Item, state: Any) -> str | None:

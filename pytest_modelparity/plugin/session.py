@@ -27,6 +27,7 @@ from ..errors import DeviceUnavailable, ModelLoadError, NotSerializable, Runtime
 from ..runtime import progress
 from .options import RUNTIME_VARIANTS, ParityOptions, split_format
 from .advice import without_failed_advice
+from .causes import cause_head, cause_key, model_reason
 
 STATE_KEY = pytest.StashKey["ParitySession"]()
 BATCH_SIZE = 4
@@ -62,6 +63,16 @@ class Source:
     path: Path | None = None         # a model file or directory, when given as a path
     path_format: str | None = None   # the detected format of ``path``
     keep: Any = None                 # the object the user returned (kept alive for id())
+
+    @property
+    def model_name(self) -> str:
+        """What reports call this model: the Keras model's name (with the factory or path it came
+        from when that differs), else the path. Why: two models in one run could not be told
+        apart in the HTML rows and NOT COMPARED lines (issue 50)."""
+        name = getattr(self.keras_model, "name", None) if self.keras_model is not None else None
+        if not isinstance(name, str) or not name:
+            return self.label
+        return name if self.label in (name, "") else f"{name} ({self.label})"
 
 
 @dataclass
@@ -118,6 +129,34 @@ class ParitySession:
     shown_errors: dict[int, list] = field(default_factory=dict)
     # source key -> what its factory raised (not a ModelLoadError): raised again, never called again
     source_failures: dict[tuple[int, str | None], BaseException] = field(default_factory=dict)
+
+    # -- which model, and which of its formats worked -------------------------------
+    def model_of(self, obj: Any) -> str | None:
+        """The name of the model ``obj`` (a ``modelparity_source`` value) resolved to, or None
+        while it is unresolved (this never resolves it)."""
+        for (key, _fmt), src in self.sources.items():
+            if key == id(obj):
+                return src.model_name
+        return None
+
+    def worked_formats(self, model: str | None) -> list[str]:
+        """The formats exported and compared for ``model`` so far in this session: a test of the
+        format ran (passed or failed its check) on a candidate that is not the source's own file."""
+        from .causes import CHECKED
+
+        return list(dict.fromkeys(
+            e["format"] for e in self.matrix_outcomes.values()
+            if e.get("model") == model and e.get("outcome") in CHECKED
+            and not e.get("itself") and isinstance(e.get("format"), str)))
+
+    def _name_working(self, exc: BaseException, obj: Any, format: str) -> None:
+        """Rewrite ``exc``'s fix so that the formats it advises are those that worked for this
+        model in this session (advice.py), never one that failed or was never tried."""
+        from .advice import with_working_formats
+
+        model = self.model_of(obj)
+        tried = [e["format"] for e in self.matrix_outcomes.values() if e.get("model") == model]
+        with_working_formats(exc, format, self.worked_formats(model), tried)
 
     # -- an error shown once --------------------------------------------------------
     def remember_error(self, exc: BaseException, what: str) -> None:
@@ -548,8 +587,9 @@ class ParitySession:
         except BindingError as exc:  # never paired by position: the user names the pairing
             _fail(f"modelparity: {format} on {device}: {exc}")
         except (NotExportable, ExportFailed, ModelLoadError) as exc:
+            self._name_working(exc, source, format)
             skip_if_unreachable(exc, format, named=named)
-            _fail(self._said_once(exc, f"modelparity: {explain(exc) if explain else _suite_text(exc)}"))
+            raise self._said_once(exc, f"modelparity: {explain(exc) if explain else _suite_text(exc)}") from None
 
     def reference_or_skip(self, source: Any, device: str, load_options: dict | None = None, *,
                           explain: Any = None) -> Any:
@@ -562,23 +602,34 @@ class ParitySession:
             self.unavailable(exc, f"reference on {device} (parity_reference, and parity_batch, which is drawn "
                                   "from the reference's inputs)")
         except ModelLoadError as exc:  # the message names the file, the format and the fix
-            _fail(self._said_once(exc, f"modelparity: reference: {explain(exc) if explain else _suite_text(exc)}"))
+            raise self._said_once(exc, f"modelparity: reference: {explain(exc) if explain else _suite_text(exc)}") \
+                from None
 
-    def _said_once(self, exc: BaseException, text: str) -> str:
-        """``text`` the first time a TF1 graph source fails this way in the session; then one
-        line pointing back to it. Why: the reference and every conversion of a ``.pb`` or
-        checkpoint load the same graph with the same options, so one cause failed every test
-        with the same full message (20 times in the issue's run)."""
-        if not (isinstance(exc, ModelLoadError) and exc.format in ("graphdef", "checkpoint")):
-            return text
-        said: dict[str, int] = self.__dict__.setdefault("_said_errors", {})
-        key = f"{exc.path}|{exc.problem}"
-        said[key] = said.get(key, 0) + 1
-        if said[key] == 1:
-            return text
-        head = exc.problem if len(exc.problem) <= 160 else exc.problem[:157] + "..."
-        return (f"modelparity: cannot {exc.action} {exc.path!r} as format {exc.format!r}: {head} (the same error as "
-                "the first test that needed it, where its full text and fix are shown)")
+    def _said_once(self, exc: BaseException, text: str) -> BaseException:
+        """The failure of a test that needed what ``exc`` stopped, carrying its cause: the
+        report hook (``cause_said_before``) shows ``text`` in full at the first test of the
+        session that failed with this cause and one line pointing back to it at the others.
+        Why: one cause (a subclassed model never built, a converter refusing the model, a TF1
+        graph's switch) failed every test of every format with the same full message: 21
+        times, 183 lines, for an unbuilt model."""
+        failure = pytest.fail.Exception(text, pytrace=False)
+        failure.modelparity_cause = cause_key(exc)  # type: ignore[attr-defined]
+        failure.modelparity_head = cause_head(exc, text)  # type: ignore[attr-defined]
+        return failure
+
+    def cause_said_before(self, failure: BaseException | None, nodeid: str) -> str | None:
+        """The one line a failure with a cause already shown in full becomes; None for the first
+        test with that cause (it keeps the full text)."""
+        cause = getattr(failure, "modelparity_cause", None)
+        if not isinstance(cause, str):
+            return None
+        said: dict[str, str] = self.__dict__.setdefault("_said_causes", {})
+        first = said.setdefault(cause, nodeid)
+        if first == nodeid:
+            return None
+        head = str(getattr(failure, "modelparity_head", "") or "")
+        return (f"{head} (the same error as the first test that needed it, where its full text and fix are shown) "
+                f"-- shown at {first}")
 
     def close(self) -> None:
         for table in (self.candidates, self.references):
@@ -783,13 +834,25 @@ SUITE_DETECTION_FIX = ("point modelparity_source at the model file or directory 
 
 
 def _load_options_hint(exc: BaseException) -> str:
-    """A fix that says "pass X to load_model" reads, in a suite, "return X from the fixture"."""
-    if not re.search(r"\bpass \S+.* to load_model\b", str(exc)):  # not "loaded with load_model"
+    """A fix that says "pass X to load_model" reads, in a suite, "return X from the fixture",
+    with X's own example: an unbuilt subclassed model's "pass input_specs=[...] to
+    load_model/export_model" (a fixture of its own, which its fix names) got a graph tensor's
+    ``{'inputs': ['x:0']}`` example it has nothing to do with (issue 50)."""
+    match = re.search(r"\bpass (\w+)=\S*.* to load_model\b", str(exc))  # not "loaded with load_model"
+    if match is None or match.group(1) not in _LOAD_OPTION_EXAMPLES:
         return ""
     return ("\n(in a pytest suite, load_model's options come from a session-scoped fixture in conftest.py:\n"
             "    @pytest.fixture(scope='session')\n"
             "    def modelparity_load_options():\n"
-            "        return {'inputs': ['x:0'], 'outputs': ['predictions:0']})")
+            f"        return {_LOAD_OPTION_EXAMPLES[match.group(1)]})")
+
+
+# The fixture's return value that passes each load option a fix may name (modelparity_load_options).
+_LOAD_OPTION_EXAMPLES = {"inputs": "{'inputs': ['x:0'], 'outputs': ['predictions:0']}",
+                         "outputs": "{'inputs': ['x:0'], 'outputs': ['predictions:0']}",
+                         "feeds": "{'feeds': {'is_training': False}}",
+                         "signature": "{'signature': 'name'}",
+                         "custom_objects": "{'custom_objects': {'Name': cls}}"}
 
 
 def skip_if_unreachable(exc: BaseException, format: str, *, named: bool) -> None:
@@ -799,6 +862,11 @@ def skip_if_unreachable(exc: BaseException, format: str, *, named: bool) -> None
     is an error."""
     if named:
         return
+    cause = model_reason(exc)
+    if cause is not None:
+        fix = f"; {getattr(exc, 'fix')}" if getattr(exc, "fix", None) else ""
+        pytest.skip(f"modelparity: format {format!r} does not apply to this model ({cause}){fix}. "
+                    "Naming the formats (--modelparity-formats, or the marker's formats=) makes this a failure")
     if isinstance(exc, ModelLoadError) and exc.not_applicable:
         fix = f"; {exc.fix}" if exc.fix else ""
         pytest.skip(f"modelparity: format {format!r} does not apply to this model ({exc.problem}){fix}. "
@@ -808,3 +876,4 @@ def skip_if_unreachable(exc: BaseException, format: str, *, named: bool) -> None
         pytest.skip(f"modelparity: format {format!r} cannot be made from this source "
                     f"({str(exc).splitlines()[0]}); name the formats to test with "
                     "--modelparity-formats to make this a failure")
+

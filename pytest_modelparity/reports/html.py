@@ -16,24 +16,29 @@ from ..verdict.formatting import table_number
 from .summary import device_label, write_text_atomic
 
 _CSS = """
-body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:16px 20px;color:#1b1f24;background:#fff}
+body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:16px 16px;color:#1b1f24;background:#fff}
 h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:24px 0 8px}
 .meta{color:#57606a;margin-bottom:12px} .meta code{background:#f3f4f6;padding:1px 4px;border-radius:3px}
 .counts span{display:inline-block;margin-right:14px;font-weight:600}
 .pass{color:#1a7f37} .fail{color:#cf222e} .expected{color:#57606a} .inconclusive{color:#9a6700}
 table{border-collapse:collapse;width:100%;margin-top:8px}
-th,td{border-bottom:1px solid #d0d7de;padding:3px 6px;text-align:left;vertical-align:top;white-space:nowrap}
+th,td{border-bottom:1px solid #d0d7de;padding:3px 5px;text-align:left;vertical-align:top;white-space:nowrap}
 th{background:#f6f8fa;position:sticky;top:0}
 td.num{text-align:right;font-variant-numeric:tabular-nums}
 td.test,td.out{max-width:22em;overflow:hidden;text-overflow:ellipsis}
 td.out{max-width:10em}
+td.test,td.out{white-space:normal;overflow-wrap:anywhere}
 tr.fail td{background:#fff5f5} tr.fail td.test{white-space:normal;overflow-wrap:anywhere}
 td.bound svg{display:inline-block;vertical-align:middle;margin-left:6px}
 td.bound span.r{display:inline-block;min-width:4.5em}
 details>summary{cursor:pointer;color:#57606a;font-size:12px}
-details>div{white-space:normal;max-width:34em;padding:2px 0 4px}
+details>div{white-space:normal;max-width:28em;padding:2px 0 4px;overflow-wrap:anywhere}
 .small{font-size:12px;color:#57606a} ul.hints{margin:2px 0 0 16px;padding:0;color:#9a6700;white-space:normal}
-ul.hints pre{font-size:11px;color:#24292f;white-space:pre;overflow-x:auto;max-width:40em;margin:2px 0}
+ul.hints pre{font-size:11px;color:#24292f;max-width:40em}
+pre{white-space:pre-wrap;overflow-wrap:anywhere;margin:2px 0} code{overflow-wrap:anywhere}
+.meta,li{overflow-wrap:anywhere} tr.fail td{white-space:normal} td.model{max-width:14em;white-space:normal}
+h3{font-size:15px;margin:14px 0 4px} ul.tests,ul.unchecked{margin:4px 0;padding-left:20px} ul.tests li,ul.unchecked li{margin:3px 0}
+.model{color:#8250df;font-weight:600}
 """
 
 
@@ -41,7 +46,7 @@ def _e(value: Any) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 
-def histogram_svg(hist: dict | None, *, width: int = 220, height: int = 64, failed: bool = False) -> str:
+def histogram_svg(hist: dict | None, *, width: int = 200, height: int = 64, failed: bool = False) -> str:
     """Bars of the |actual - expected| histogram over log10 bins, as inline SVG markup."""
     if not hist or not hist.get("counts"):
         return '<span class="small">no error (bitwise equal) or not measured</span>'
@@ -152,6 +157,7 @@ def _row_html(row: dict) -> str:
     cells = [
         f'<td class="{_VERDICT_CLASS.get(verdict, "pass")}"><b>{_e(verdict.upper())}</b></td>',
         f'<td class="test" title="{_e(row["nodeid"])}"><b>{_e(test)}</b>{heading}</td>',
+        f'<td class="model">{_model_html(row.get("model")) or "-"}</td>',
         f"<td>{_e(row.get('format') or '-')}</td>",
         f"<td>{_e(device_label(row))}</td>",
         f"<td>{_e(row.get('check'))}</td>",
@@ -163,20 +169,59 @@ def _row_html(row: dict) -> str:
     return f'<tr class="{_VERDICT_CLASS.get(verdict, "pass")}">{"".join(cells)}</tr>'
 
 
+def _model_html(model: Any) -> str:
+    return f'<span class="model">{_e(model)}</span>' if model else ""
+
+
+# The groups of tests that did not pass, in the order a reader fixes them: what broke before a
+# check ran, what a check failed, what was not checked.
+_GROUPS = (("error", "Errors", "fail", "the test could not run its check (setup or teardown failed)"),
+           ("failed", "Failures", "fail", "a check failed"),
+           ("xpassed", "Unexpected passes", "fail", "marked xfail, passed"),
+           ("skipped", "Skipped", "expected", "not checked, with the reason"))
+
+
 def _not_passed_html(tests: Sequence[dict]) -> str:
-    """The tests that failed, errored or were skipped, each with its reason."""
-    items = [t for t in tests if t.get("outcome") in ("failed", "error", "skipped", "xpassed")]
-    if not items:
+    """The tests that errored, failed or were skipped, grouped so (not interleaved), each with
+    its model and its reason, which wraps at the page's width."""
+    sections = []
+    for outcome, title, css, what in _GROUPS:
+        items = [t for t in tests if t.get("outcome") == outcome]
+        if not items:
+            continue
+        lis = []
+        for t in items:
+            reason = f'<pre class="small">{_e(t["reason"])}</pre>' if t.get("reason") else ""
+            model = f" {_model_html(t.get('model'))}" if t.get("model") else ""
+            lis.append(f'<li><b class="{css}">{_e(outcome.upper())}</b>{model} <code>{_e(t.get("nodeid"))}</code>'
+                       f"{reason}</li>")
+        sections.append(f'<h3 id="{outcome}">{title} ({len(items)}) <span class="small">{_e(what)}</span></h3>'
+                        f'<ul class="tests {outcome}">{"".join(lis)}</ul>')
+    if not sections:
         return ""
+    return f'<h2>Tests that did not pass</h2>{"".join(sections)}'
+
+
+def _not_compared_html(found: Sequence[dict]) -> str:
+    """The formats a run meant to compare and did not (the terminal's NOT COMPARED lines), per
+    model: one model's formats are together, and each line names its model."""
+    if not found:
+        return ""
+    by_model: dict[str, list[dict]] = {}
+    for n in found:
+        by_model.setdefault(str(n.get("model") or ""), []).append(n)
     lis = []
-    for t in items:
-        css = "fail" if t["outcome"] in ("failed", "error") else "expected"
-        reason = f'<pre class="small">{_e(t["reason"])}</pre>' if t.get("reason") else ""
-        lis.append(f'<li><b class="{css}">{_e(t["outcome"].upper())}</b> <code>{_e(t.get("nodeid"))}</code>{reason}</li>')
-    return f'<h2>Tests that did not pass</h2><ul class="tests">{"".join(lis)}</ul>'
+    for model, items in by_model.items():
+        for n in items:
+            who = model and f" for {_model_html(model)}"
+            lis.append(f'<li><b>NOT COMPARED</b>: <code>{_e(n.get("format"))}</code>{who} '
+                       f'<span class="small">({_e(n.get("named_by"))})</span><pre class="small">{_e(n.get("reason"))}'
+                       "</pre></li>")
+    return (f'<h2>Not compared ({len(found)})</h2><p class="small">Formats this run was meant to compare and did '
+            f'not, per model (docs/plugin.md, "What was not compared").</p><ul class="unchecked">{"".join(lis)}</ul>')
 
 
-_HEADER = ("verdict", "test", "format", "device", "check", "output", "max abs",
+_HEADER = ("verdict", "test", "model", "format", "device", "check", "output", "max abs",
            '<span title="max |actual - expected| / (atol + (rtol + scale) x max|expected|): under 1 passes">error / bound</span>',
            "details")
 
@@ -212,6 +257,7 @@ def render_html(document: dict) -> str:
 {f'<span class="expected">{verdicts["expected"]} failed as expected</span>' if verdicts.get("expected") else ""}
 {f'<span class="inconclusive">{verdicts["inconclusive"]} inconclusive (too few rows to decide)</span>' if verdicts.get("inconclusive") else ""}</div>
 {_not_passed_html(tests)}
+{_not_compared_html(document.get("not_compared") or [])}
 <h2>Comparisons</h2>
 <table><thead><tr>{header}</tr></thead><tbody>
 {body}

@@ -144,9 +144,8 @@ def check_weight_files(path: Path, manifest: list[dict[str, Any]]) -> list[tuple
     return groups
 
 
-STRING_INPUT_FIX = ("test the string model in formats keras and saved_model (they carry strings and lookup tables), "
-                    "tflite (often too; its export says when LiteRT cannot run it) and graphdef only when the model "
-                    "has no lookup table (e.g. keras.layers.Hashing); for tfjs, move the "
+STRING_INPUT_FIX = ("test the string model in formats keras and saved_model (they carry strings and lookup tables; "
+                    "graphdef only when the model has no lookup table, e.g. keras.layers.Hashing); for tfjs, move the "
                     "text preprocessing (StringLookup/TextVectorization) out of the model and export the "
                     "model that takes its integer token ids")
 

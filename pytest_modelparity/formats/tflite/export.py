@@ -328,6 +328,17 @@ def _converter_error(path: Path, exc: BaseException, log: ConverterLog, variant:
     sliced = new_axis_slice(text)
     if sliced is not None:
         return _new_axis_error(path, sliced, log, variant, route)
+    table = _TABLE_INPUT.search(text)
+    if route == "static_batch" and loops and table is not None:
+        return ExportError(
+            path, NAME, f"the model has a lookup table ({table.group(1)}: TextVectorization, StringLookup, "
+            f"IntegerLookup) and a loop ({', '.join(loops)}: a Keras RNN); TFLite's builtin ops convert the loop only "
+            "with a static batch, whose frozen graph cannot hold a table (freezing leaves it as an input), and with "
+            "a dynamic batch the loop's tensor lists need Flex kernels, which the Python LiteRT interpreter has no "
+            "delegate for, so no converter option makes a file that runs here",
+            "compare this model through saved_model or keras (they keep the table); for tflite, move the lookup "
+            "(text preprocessing) out of the model and export the model that takes its integer ids",
+            unsupported_ops=[], log_path=log.keep(), route=route, not_applicable=True)
     if any(op.startswith("TensorList") for op in ops) and route != "static_batch":
         fix = ("a loop over tensor lists (a Keras RNN) converts with a static batch: leave converter_options' "
                "route at 'auto' (the default) or pass {'route': 'static_batch'}")
@@ -336,13 +347,18 @@ def _converter_error(path: Path, exc: BaseException, log: ConverterLog, variant:
         fix = ("check the representative data matches the model's inputs (fed by input name), or compare "
                "tflite:dynamic_range instead")
     elif ops:
-        fix = ("these ops have no TFLite builtin kernel and the Python LiteRT interpreter has no Flex "
-               "delegate: compare this model through saved_model or onnx, or deselect tflite; "
-               "converter_options={'supported_ops': [...]} reaches the converter")
+        fix = ("these ops have no TFLite builtin kernel, and the Python LiteRT interpreter has no Flex delegate to "
+               "run them (Select TF ops, the converter's suggestion, makes a file that cannot run here): compare "
+               "this model through saved_model or onnx, or deselect tflite")
     else:
         fix = "compare this model through saved_model or onnx, or pass converter_options to the converter"
     return ExportError(path, NAME, f"the TFLite converter failed ({variant}, route {route}): {first_line(exc, 200)}",
                        fix, unsupported_ops=ops, advice=advice, log_path=log.keep(), route=route)
+
+
+# A frozen static-batch function whose lookup table became an input: "pruned(text, .../LookupTableFindV2/
+# table_handle) missing required arguments: .../table_handle" (measured with TF 2.21).
+_TABLE_INPUT = re.compile(r"missing required arguments: (\S*?(?:table_handle|hash_table)\S*?)[.,\s]")
 
 
 # The converter has a builtin STRIDED_SLICE, but not for the new_axis variant (``x[:, None]``,
