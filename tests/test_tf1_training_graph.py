@@ -46,6 +46,18 @@ def test_loads_with_feeds_only_and_finds_its_output(shipped, slash: str) -> None
         np.testing.assert_array_equal(model.predict(tf1_training.batch())["predictions"], truth)
 
 
+def test_only_the_taken_branch_and_used_outputs_are_sink_candidates(shipped) -> None:
+    """False: the moments' unused variance (a by-product of the mean the model uses) and the
+    training branch's unused moments (never run) are no candidates. True: that branch runs, so
+    its sinks are candidates again and the output must be named; the by-product stays out."""
+    directory, _frozen, _truth = shipped
+    with pytest.raises(ModelLoadError, match=r"3 candidate sink\(s\): predictions:0, ") as info:
+        load_model(directory, feeds={"is_training": True})
+    text = str(info.value)
+    assert "bn_cond/batch_moments/Squeeze:0" in text and "bn_cond/batch_moments/Squeeze_1:0" in text, text
+    assert "moments/Squeeze_1:0, " not in text.replace("batch_moments/Squeeze_1:0", ""), text
+
+
 def test_an_unset_switch_is_named_with_its_dtype_and_the_option(shipped) -> None:
     directory, _frozen, _truth = shipped
     with pytest.raises(ModelLoadError) as info:
@@ -84,8 +96,8 @@ def test_untaken_branches_are_pruned_and_the_graph_gets_a_float64_floor(shipped)
 ])
 def test_each_planted_bug_fails_with_its_cause(shipped, tmp_path: Path, bug: str, cause: str) -> None:
     directory, _frozen, _truth = shipped
-    if bug == "is_training=True":
-        candidate = load_model(directory, feeds={"is_training": True})
+    if bug == "is_training=True":  # the training branch runs: its unused moments are sinks again
+        candidate = load_model(directory, feeds={"is_training": True}, outputs=["predictions:0"])
     else:
         tf1_training.save_shipped(tmp_path / "bug", **({"seed": 7} if bug.startswith("re-") else {"kernel_scale": 1.01}))
         candidate = load_model(tmp_path / "bug", feeds=FEEDS)

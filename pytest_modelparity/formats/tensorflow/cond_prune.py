@@ -72,22 +72,23 @@ def _constant(nodes: dict[str, Any], ref: str, memo: dict[str, Any]) -> bool | N
     return value
 
 
-def prune_constant_conds(graph_def: Any, outputs: Sequence[str]) -> tuple[Any, int]:
-    """``(graph_def, number of Switches folded)``: a pruned copy of ``graph_def`` keeping what
-    ``outputs`` (tensor names) need, or ``graph_def`` itself when nothing folds."""
+def _fold(graph_def: Any) -> tuple[dict[str, bool], dict[tuple[str, int], str], set[str], dict[str, Any]] | None:
+    """``(decided, alias, dead, rewritten)`` of the Switches whose predicate is a constant: the
+    value of each, each taken port's data input, the nodes only an untaken side reaches, the
+    Merges left with one live input (as Identities); None when nothing folds (or on loops)."""
     tf = import_tf()
     nodes = {n.name: n for n in graph_def.node}
     if any(n.op in _LOOPS for n in graph_def.node):
-        return graph_def, 0
+        return None
     memo: dict[str, Any] = {}
-    decided = {n.name: _constant(nodes, n.input[1], memo) for n in graph_def.node
-               if n.op in _SWITCHES and len(n.input) >= 2}
-    decided = {k: v for k, v in decided.items() if v is not None}
+    found = {n.name: _constant(nodes, n.input[1], memo) for n in graph_def.node
+             if n.op in _SWITCHES and len(n.input) >= 2}
+    decided = {k: v for k, v in found.items() if v is not None}
     if not decided:
-        return graph_def, 0
+        return None
     order = _order(nodes)
     if order is None:
-        return graph_def, 0
+        return None
     alias: dict[tuple[str, int], str] = {}  # a folded Switch's taken port -> its data input
     dead_ports: set[tuple[str, int]] = set()
     dead: set[str] = set()
@@ -119,6 +120,24 @@ def prune_constant_conds(graph_def: Any, outputs: Sequence[str]) -> tuple[Any, i
             taken = 1 if decided[name] else 0
             dead_ports.add((name, 1 - taken))
             alias[(name, taken)] = node.input[0]
+    return decided, alias, dead, rewritten
+
+
+def untaken(graph_def: Any) -> set[str]:
+    """Names of the nodes only the untaken side of a constant-predicate ``tf.cond`` (v1) reaches:
+    code that never runs once a switch is folded (the output search leaves their sinks out)."""
+    folded = _fold(graph_def)
+    return folded[2] if folded is not None else set()
+
+
+def prune_constant_conds(graph_def: Any, outputs: Sequence[str]) -> tuple[Any, int]:
+    """``(graph_def, number of Switches folded)``: a pruned copy of ``graph_def`` keeping what
+    ``outputs`` (tensor names) need, or ``graph_def`` itself when nothing folds."""
+    tf = import_tf()
+    folded = _fold(graph_def)
+    if folded is None:
+        return graph_def, 0
+    decided, alias, dead, rewritten = folded
     merge_index_read = any(_split(r)[0] in rewritten and _split(r)[1] == 1 and not _split(r)[2]
                            for n in graph_def.node for r in n.input)
     if merge_index_read or any(_split(o)[0] in dead for o in outputs):
@@ -152,3 +171,4 @@ def prune_constant_conds(graph_def: Any, outputs: Sequence[str]) -> tuple[Any, i
     except Exception:  # noqa: BLE001 - a graph this cannot rewrite stays as it was
         return graph_def, 0
     return pruned, len(decided)
+
