@@ -441,7 +441,11 @@ def const_weights(graph_def: Any) -> dict[str, np.ndarray]:
 # -- frozen graphs: weights as constants (the graph twin starts from one) -------------------
 
 class GraphUnavailable(Exception):
-    """The model's graph cannot be frozen; the message says why."""
+    """The model's graph cannot be frozen; the message says why, ``fix`` (when known) what to do."""
+
+    def __init__(self, message: str, fix: str | None = None) -> None:
+        super().__init__(message)
+        self.fix = fix
 
 
 @dataclass
@@ -548,13 +552,16 @@ def _table_dtypes(graph_def: Any, source: str) -> tuple[Any, Any] | None:
 def freeze_session(session: Any, graph: Any, inputs: list[str], outputs: list[str]) -> FrozenGraph:
     """Freeze a TF1 graph whose variables live in ``session`` (a restored checkpoint)."""
     tf = import_tf()
-    from .v2_flow import freezable
+    from .v2_flow import FrozenUpdate, freezable
 
     names = sorted({name.split(":")[0] for name in outputs})
     # Functional control flow (a graph built after disable_eager_execution()): an If on a folded
     # switch runs its taken branch alone, gradient rewrites are undone, or the freeze feeds the
     # training branch's variable updates a float and every converter refuses the graph.
-    graph_def, _done = freezable(graph.as_graph_def(), outputs)
+    try:
+        graph_def, _done = freezable(graph.as_graph_def(), outputs)
+    except FrozenUpdate as exc:
+        raise GraphUnavailable(str(exc), exc.fix) from exc
     try:
         with quiet():
             graph_def = tf.compat.v1.graph_util.convert_variables_to_constants(session, graph_def, names)

@@ -19,6 +19,7 @@ The result computes the same outputs. Nothing here imports TensorFlow at module 
 
 from __future__ import annotations
 
+import re
 from typing import Any, Sequence
 
 from ..common import import_tf
@@ -178,20 +179,97 @@ def has_v2_flow(graph_def: Any) -> bool:
     return any(n.op in _IFS or n.op in _WHILES for n in graph_def.node)
 
 
+# Ops that change a resource variable: a frozen graph holds constants, so none can stay in it.
+_UPDATES = re.compile(r"^(Assign(Add|Sub)?VariableOp|ResourceApply\w+|ResourceSparseApply\w+|ResourceScatter\w+)$")
+
+
+class FrozenUpdate(Exception):
+    """A variable update the outputs need (data or control input): the graph cannot be frozen.
+    ``op``, ``op_type``, ``variable``: what and where; ``fix``: what to pass instead."""
+
+    def __init__(self, message: str, op: str, op_type: str, fix: str) -> None:
+        super().__init__(message)
+        self.op, self.op_type, self.fix = op, op_type, fix
+
+
+def _check_no_updates(graph_def: Any, outputs: Sequence[str]) -> None:
+    """Raise ``FrozenUpdate`` when what computes ``outputs`` still updates a variable."""
+    library = {f.signature.name: f for f in graph_def.library.function}
+    by_name = {n.name: n for n in graph_def.node}
+    found: tuple[str, str, str] | None = None  # (node or "function/node", op type, variable read)
+    for node in graph_def.node:
+        if _UPDATES.match(node.op):
+            found = (node.name, node.op, _split(node.input[0])[0] if node.input else "?")
+            break
+    if found is None:
+        kept = {name for node in graph_def.node for attr in node.attr.values() for name in _called(attr)}
+        for name in sorted(kept):
+            function = library.get(name)
+            hit = next((n for n in function.node_def if _UPDATES.match(n.op)), None) if function else None
+            if hit is not None:
+                found = (f"{name}/{hit.name}", hit.op, "a variable passed to the function")
+                break
+    if found is None:
+        return
+    op, op_type, variable = found
+    gated = [o for o in outputs if any(r == "^" + op or r.startswith("^") and _reaches(by_name, r[1:], op)
+                                       for r in by_name.get(_split(o)[0], _EMPTY).input)]
+    before = [by_name[_split(o)[0]].input[0] for o in gated
+              if by_name[_split(o)[0]].op == "Identity" and by_name[_split(o)[0]].input]
+    if before:
+        fix = (f"pass outputs={[b if ':' in b else b + ':0' for b in before]!r} (the tensor before the "
+               "tf.control_dependencies that runs the update) as a load option")
+    else:
+        fix = ("compute the outputs without the update (an update under tf.cond on a training flag goes with "
+               "feeds={'<flag>': False}; otherwise move it out of the inference path), or pass as outputs= a "
+               "tensor the update does not gate")
+    raise FrozenUpdate(
+        f"the outputs run {op} ({op_type} on {variable}), which changes a variable on every run: a frozen graph "
+        "holds the variables as constants, and every converter (tflite, onnx, tfjs) is given the frozen graph, "
+        "so none can convert this one",
+        op, op_type, fix)
+
+
+class _Empty:
+    input: tuple[str, ...] = ()
+
+
+_EMPTY = _Empty()
+
+
+def _reaches(by_name: dict[str, Any], start: str, target: str) -> bool:
+    """Whether ``target`` is ``start`` or above it (data and control inputs)."""
+    seen: set[str] = set()
+    stack = [start]
+    while stack:
+        name = stack.pop()
+        if name == target:
+            return True
+        if name in seen or name not in by_name:
+            continue
+        seen.add(name)
+        stack.extend(_split(r)[0] for r in by_name[name].input)
+    return False
+
+
 def freezable(graph_def: Any, outputs: Sequence[str]) -> tuple[Any, str | None]:
     """``(graph_def, what was done or None)``: the part of ``graph_def`` that computes ``outputs``
     (tensor names) with constant Ifs lowered and gradient rewrites undone; ``graph_def`` itself
-    when it holds no functional control flow."""
-    if not has_v2_flow(graph_def):
-        return graph_def, None
+    when it holds no functional control flow and updates no resource variable. ``FrozenUpdate``
+    when the outputs still need a variable update."""
     tf = import_tf()
     names = sorted({_split(o)[0] for o in outputs})
+    if not has_v2_flow(graph_def):
+        if any(_UPDATES.match(n.op) for n in graph_def.node):
+            _check_no_updates(tf.compat.v1.graph_util.extract_sub_graph(graph_def, names), outputs)
+        return graph_def, None
     work = tf.compat.v1.graph_util.extract_sub_graph(graph_def, names)
     undone = undo_gradient_rewrites(work)  # first: the IdentityN of a lowered If reads every output
     lowered = lower_constant_ifs(work)
     if lowered:
         work = tf.compat.v1.graph_util.extract_sub_graph(work, names)
     dropped = drop_unused_functions(work)
+    _check_no_updates(work, outputs)
     done = []
     if lowered:
         done.append(f"{len(lowered)} If op(s) on a constant predicate run their taken branch alone")

@@ -1,0 +1,66 @@
+"""A TF1 training graph written after ``tf.compat.v1.disable_eager_execution()`` (If/While v2,
+resource variables, Adam; issue 50), saved by a Saver: it loads with ``feeds`` alone, freezes,
+and converts to tflite, onnx and tfjs, each form passing against the checkpoint at the float64
+twin's floor. Before, every conversion failed ("input resource[0] expected type resource !=
+float"; TFLite aborted the process). A graph whose output runs a variable update cannot be
+frozen: the error names the op and an ``outputs=`` that works, and following it converts.
+The graphs are built once, in a child process (``tests/tf1_eager_off.py``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tensorflow")
+
+import tf1_eager_off  # noqa: E402
+from pytest_modelparity import assert_outputs_close, export_model, load_model  # noqa: E402
+from pytest_modelparity.errors import ModelLoadError  # noqa: E402
+
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+
+FEEDS = {"is_training": False}
+TWIN_FLOOR = "float64 run of its graph twin"
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tf1_eager_off.build(tmp_path_factory.mktemp("eager_off"))
+
+
+def test_loads_with_feeds_alone_and_freezes_without_the_training_branch(written: Path) -> None:
+    with load_model(written / "model", feeds=FEEDS) as model:
+        assert [s.name for s in model.inputs] == ["x"]
+        assert [s.name for s in model.outputs] == ["predictions"]  # not moments/Squeeze_1, not while/Identity*
+        np.testing.assert_array_equal(model.predict(tf1_eager_off.batch())["predictions"],
+                                      np.load(written / "truth.npy"))
+        frozen = model.frozen_graph().graph_def
+    ops = {n.op for n in frozen.node} | {n.op for f in frozen.library.function for n in f.node_def}
+    assert not ops & {"If", "StatelessIf", "VarHandleOp", "ReadVariableOp", "AssignVariableOp", "OptionalFromValue",
+                      "TensorListPushBack", "EmptyTensorList", "RandomUniform"}, ops
+    assert ops & {"While", "StatelessWhile"}, ops  # the loop is kept, with its inference body
+
+
+@pytest.mark.usefixtures("installed_node_modules")
+@pytest.mark.parametrize("format", ["tflite", "onnx", "tfjs"])
+def test_converts_and_passes_at_the_twins_floor(written: Path, tmp_path: Path, format: str) -> None:
+    path = export_model(written / "model", format, tmp_path / "m", feeds=FEEDS)
+    with load_model(path) as converted, load_model(written / "model", feeds=FEEDS) as reference:
+        report = assert_outputs_close(converted, reference, inputs=tf1_eager_off.batch(6, seed=3))
+    assert TWIN_FLOOR in str(report), str(report)
+
+
+def test_an_output_that_runs_a_variable_update_is_refused_with_a_fix_that_works(written: Path,
+                                                                                 tmp_path: Path) -> None:
+    with pytest.raises(ModelLoadError) as info:
+        export_model(written / "stateful", "tflite", tmp_path / "m", feeds=FEEDS)
+    text = str(info.value)
+    assert "AssignAddVariableOp on calls" in text and "tflite, onnx, tfjs" in text, text
+    assert "fix: pass outputs=['predictions:0']" in text, text
+    path = export_model(written / "stateful", "tflite", tmp_path / "m", feeds=FEEDS, outputs=["predictions:0"])
+    with load_model(path) as converted, load_model(written / "stateful", feeds=FEEDS,
+                                                   outputs=["predictions:0"]) as reference:
+        assert_outputs_close(converted, reference, inputs=tf1_eager_off.batch())
