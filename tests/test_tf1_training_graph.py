@@ -122,6 +122,18 @@ def test_export_model_takes_the_load_options(shipped, tmp_path: Path) -> None:
         export_model(directory, "tflite", tmp_path / "m3")  # the switch unset: said, not a raw error
 
 
+@pytest.mark.parametrize("format", ["h5", "graphdef"])
+def test_a_format_a_checkpoint_cannot_become_calls_it_a_checkpoint(shipped, tmp_path: Path, format: str) -> None:
+    """The skip and error lines of such a format named the checkpoint "a SavedModel directory"."""
+    directory, _frozen, _truth = shipped
+    with pytest.raises(ModelLoadError) as info:
+        export_model(directory, format, tmp_path / "m", feeds=FEEDS)
+    text = str(info.value)
+    assert f"a TF1 checkpoint cannot be converted to '{format}'" in text, text
+    assert "SavedModel directory" not in text and "tflite" in text, text
+    assert ("convert_variables_to_constants" in text) == (format == "graphdef"), text
+
+
 def test_two_sink_frozen_graph_exports_with_its_outputs_named(tmp_path: Path) -> None:
     import tf1_graphs
 
