@@ -9,7 +9,8 @@ and an LSTM gave the Keras twin's e32 this way, 1-7 s).
 
 Ops without a float64 kernel are replaced by their inference arithmetic
 (``FusedBatchNorm``/``V2``/``V3``: ``x * scale / sqrt(var + eps) + (offset - mean * ...)``;
-``MaxPool3D``: two ``MaxPool``, exact);
+``MaxPool3D``: two ``MaxPool``, exact; ``ResizeBilinear``, whose output is float32 whatever its
+input: two float64 contractions with its interpolation matrices);
 an op that stays unsupported makes the twin unavailable, with the op named.
 
 The ``float16 weights`` twin is the same graph in float32 with every float constant of more
@@ -55,6 +56,7 @@ def float64_graph_def(graph_def: Any, outputs: list[str] | None = None) -> Any:
     _decompose_batch_norms(out)
     _depthwise_as_shifted_products(out)
     _max_pool3d_as_2d(out)
+    _resize_bilinear_as_products(out)
     for node in out.node:
         _retype_node(node, tf)
     for function in out.library.function:
@@ -434,6 +436,77 @@ def _max_pool3d_as_2d(graph_def: Any) -> None:
         pool.attr["T"].type = DT_FLOAT
         pool.attr["Tshape"].type = 3
         graph_def.node.extend(new)
+
+
+def bilinear_weights(in_size: int, out_size: int, *, align_corners: bool, half_pixel_centers: bool) -> np.ndarray:
+    """The ``(out_size, in_size)`` float64 matrix of TensorFlow's ``ResizeBilinear`` along one axis
+    (resize_bilinear_op.cc: source position ``(i + 0.5) * scale - 0.5`` with half-pixel centers,
+    else ``i * scale``; the lower tap ``max(floor, 0)``, the upper ``min(ceil, in - 1)``)."""
+    scale = (in_size - 1) / (out_size - 1) if align_corners and out_size > 1 else in_size / out_size
+    weights = np.zeros((out_size, in_size), np.float64)
+    for i in range(out_size):
+        where = (i + 0.5) * scale - 0.5 if half_pixel_centers else i * scale
+        floor = np.floor(where)
+        lower, upper = max(int(floor), 0), min(int(np.ceil(where)), in_size - 1)
+        lerp = where - floor
+        weights[i, lower] += 1.0 - lerp
+        weights[i, upper] += lerp
+    return weights
+
+
+def _const_value(nodes: dict, ref: str, tf: Any) -> np.ndarray | None:
+    node = nodes.get(ref.split(":")[0].lstrip("^"))
+    while node is not None and node.op == "Identity" and node.input:
+        node = nodes.get(node.input[0].split(":")[0])
+    if node is None or node.op != "Const":
+        return None
+    return tf.make_ndarray(node.attr["value"].tensor)
+
+
+def _resize_bilinear_as_products(graph_def: Any) -> None:
+    """``ResizeBilinear`` as two float64 contractions with its interpolation matrices.
+
+    Why: the op returns float32 whatever its input (``passed float ... incompatible with expected
+    double``), so a model with ``UpSampling2D(interpolation="bilinear")`` or ``tf.image.resize``
+    had no float64 twin and was judged by the fixed rule. The resize is linear and separable:
+    ``y[n, i, j, c] = sum_hw A[i, h] B[j, w] x[n, h, w, c]``, two ``Einsum`` over float64 constants
+    (exact weights: a scale of 1/2 or 2/3 is computed, not rounded to float32). Needs the input's
+    static height and width and a constant size; any other stays, and the twin names it."""
+    tf = import_tf()
+    resizes = [n for n in graph_def.node if n.op == "ResizeBilinear"]
+    if not resizes:
+        return
+    graph = _graph_for_shapes(graph_def, tf)
+    if graph is None:
+        return
+    nodes = {n.name: n for n in graph_def.node}
+    for node in resizes:
+        x, size_ref = list(node.input)[:2]
+        size = _const_value(nodes, size_ref, tf)
+        shape = _static_shape(graph, x)
+        if size is None or shape is None or len(shape) != 4 or None in shape[1:3]:
+            continue
+        options = {"align_corners": node.attr["align_corners"].b, "half_pixel_centers": node.attr["half_pixel_centers"].b}
+        rows = bilinear_weights(int(shape[1]), int(size[0]), **options)
+        cols = bilinear_weights(int(shape[2]), int(size[1]), **options)
+        base, new = node.name, []
+        if node.attr["T"].type not in (DT_FLOAT, DT_HALF, DT_BFLOAT16, DT_DOUBLE):  # uint8 pixels: to float first
+            cast = _node(f"{base}/mp64_cast", "Cast", [x], {"SrcT": node.attr["T"].type, "DstT": DT_FLOAT})
+            del cast.attr["T"]
+            new.append(cast)
+            x = cast.name
+        new += [_const(f"{base}/mp64_rows", rows), _const(f"{base}/mp64_cols", cols),
+                _einsum(f"{base}/mp64_h", "nhwc,ih->niwc", [x, f"{base}/mp64_rows"])]
+        controls = [i for i in node.input if i.startswith("^")]
+        node.CopyFrom(_einsum(base, "niwc,jw->nijc", [f"{base}/mp64_h", f"{base}/mp64_cols", *controls]))
+        graph_def.node.extend(new)
+
+
+def _einsum(name: str, equation: str, inputs: list[str]) -> Any:
+    node = _node(name, "Einsum", inputs)
+    node.attr["equation"].s = equation.encode()
+    node.attr["N"].i = 2
+    return node
 
 
 def _max_pool(name: str, x: str, ksize: tuple[int, int], strides: tuple[int, int], padding: bytes) -> Any:
