@@ -1,8 +1,9 @@
 """The float64 graph twin through resize ops (issue 50): ``ResizeBilinear`` returns float32 whatever
 its input, so the rewrite stopped there (``passed float ... incompatible with expected double``) and
 a model with ``UpSampling2D(interpolation="bilinear")`` or ``tf.image.resize`` was judged by the
-fixed 4e-4 rule. It is now two float64 contractions with the op's interpolation matrices;
-``ResizeNearestNeighbor`` has a float64 kernel and goes through as it is."""
+fixed 4e-4 rule. It is now two float64 contractions with the op's interpolation matrices
+(``ResizeBicubic``, ``ResizeArea`` and ``ScaleAndTranslate`` too, their matrices read from the
+op); ``ResizeNearestNeighbor`` has a float64 kernel and goes through as it is."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 pytest.importorskip("tensorflow")
 
 from pytest_modelparity import assert_outputs_close, export_model, load_model  # noqa: E402
+from pytest_modelparity.floor import graph_twin  # noqa: E402
 
 GRAPH_TWIN = "from a float64 run of its graph twin"
 
@@ -49,6 +51,9 @@ def _upsampling_net(path: Path) -> Path:
     h = layers.UpSampling2D(interpolation="bilinear")(h)              # ResizeBilinear, 2x
     h = layers.Conv2D(4, 3, padding="same")(layers.Resizing(9, 7)(h))  # ResizeBilinear, 18x18 -> 9x7
     h = layers.Resizing(14, 12, interpolation="nearest")(h)            # ResizeNearestNeighbor
+    h = layers.Resizing(12, 11, interpolation="bicubic")(h)            # ResizeBicubic
+    h = layers.Resizing(6, 5, interpolation="area")(h)                 # ResizeArea
+    h = layers.Resizing(9, 8, interpolation="lanczos3")(h)             # ScaleAndTranslate
     model = keras.Model(x, layers.Conv2D(2, 1)(h))
     return export_model(model, "saved_model", path)
 
@@ -59,7 +64,12 @@ def test_a_saved_model_with_resize_ops_gets_a_float64_floor(tmp_path: Path) -> N
     with load_model(source) as reference:
         ops = {n.op for g in reference.graph_defs() for n in g.node} | {
             n.op for g in reference.graph_defs() for f in g.library.function for n in f.node_def}
-        assert {"ResizeBilinear", "ResizeNearestNeighbor"} <= ops, ops
+        resizes = {"ResizeBilinear", "ResizeNearestNeighbor", "ResizeBicubic", "ResizeArea", "ScaleAndTranslate"}
+        assert resizes <= ops, ops
+        frozen = reference.frozen_graph()
+        rewritten = graph_twin.float64_graph_def(frozen.graph_def, frozen.outputs)
+        left = {n.op for n in rewritten.node} | {n.op for f in rewritten.library.function for n in f.node_def}
+        assert left & resizes == {"ResizeNearestNeighbor"}, left  # the one with a float64 kernel
         report = assert_outputs_close(reference, reference, inputs=batch)
         source_text = report.outputs[0].tolerance.source
         assert report.meta["shadow"]["twin"] == "graph" and GRAPH_TWIN in source_text, source_text
