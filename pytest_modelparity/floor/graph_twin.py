@@ -496,20 +496,21 @@ def _resizes_as_products(graph_def: Any) -> None:
     for node in resizes:
         names = _MEASURED_RESIZES.get(node.op, ("size",))
         x, *rest = list(node.input)[:1 + len(names)]
-        values = [_const_value(nodes, ref, tf) for ref in rest]
-        values = [v if v is not None else _evaluated(graph, ref, tf) for v, ref in zip(values, rest)]
+        found = [_const_value(nodes, ref, tf) for ref in rest]
+        found = [v if v is not None else _evaluated(graph, ref, tf) for v, ref in zip(found, rest)]
         shape = _static_shape(graph, x)
-        if any(v is None for v in values) or shape is None or len(shape) != 4 or None in shape[1:3]:
+        values = [v for v in found if v is not None]
+        if len(values) != len(names) or shape is None or len(shape) != 4 or shape[1] is None or shape[2] is None:
             continue
+        height, width = int(shape[1]), int(shape[2])
         if node.op == "ResizeBilinear":
             size = values[0]
             options = {"align_corners": node.attr["align_corners"].b,
                        "half_pixel_centers": node.attr["half_pixel_centers"].b}
             matrices: tuple[np.ndarray, np.ndarray] | None = (
-                bilinear_weights(int(shape[1]), int(size[0]), **options),
-                bilinear_weights(int(shape[2]), int(size[1]), **options))
+                bilinear_weights(height, int(size[0]), **options), bilinear_weights(width, int(size[1]), **options))
         else:
-            matrices = _measure_resize(node, dict(zip(names, values)), int(shape[1]), int(shape[2]), tf)
+            matrices = _measure_resize(node, dict(zip(names, values)), height, width, tf)
         if matrices is None:
             continue
         base, new = node.name, []

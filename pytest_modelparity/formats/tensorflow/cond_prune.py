@@ -23,7 +23,7 @@ _LOOPS = {"Enter", "RefEnter", "NextIteration", "RefNextIteration", "LoopCond", 
 _PASS_THROUGH = ("Identity", "Snapshot", "PlaceholderWithDefault", "StopGradient")
 
 
-def _split(ref: str) -> tuple[str, int, bool]:
+def split_ref(ref: str) -> tuple[str, int, bool]:
     """``"a:1"`` -> ``("a", 1, False)``; ``"^a"`` -> ``("a", 0, True)``."""
     control = ref.startswith("^")
     name, _, port = ref.lstrip("^").partition(":")
@@ -36,7 +36,7 @@ def _order(nodes: dict[str, Any]) -> list[str] | None:
     users: dict[str, list[str]] = {n: [] for n in nodes}
     for name, node in nodes.items():
         for ref in node.input:
-            src = _split(ref)[0]
+            src = split_ref(ref)[0]
             if src in nodes:
                 indegree[name] += 1
                 users[src].append(name)
@@ -52,9 +52,9 @@ def _order(nodes: dict[str, Any]) -> list[str] | None:
     return out if len(out) == len(nodes) else None
 
 
-def _constant(nodes: dict[str, Any], ref: str, memo: dict[str, Any]) -> bool | None:
+def constant_bool(nodes: dict[str, Any], ref: str, memo: dict[str, Any]) -> bool | None:
     """The value of a bool scalar ``ref`` when it is a constant (through identities, LogicalNot)."""
-    name = _split(ref)[0]
+    name = split_ref(ref)[0]
     if name in memo:
         return memo[name]
     memo[name] = None
@@ -64,9 +64,9 @@ def _constant(nodes: dict[str, Any], ref: str, memo: dict[str, Any]) -> bool | N
         array = import_tf().make_ndarray(node.attr["value"].tensor)
         value = bool(array) if np.size(array) == 1 else None
     elif node is not None and node.op in _PASS_THROUGH and node.input:
-        value = _constant(nodes, node.input[0], memo)
+        value = constant_bool(nodes, node.input[0], memo)
     elif node is not None and node.op == "LogicalNot" and node.input:
-        inner = _constant(nodes, node.input[0], memo)
+        inner = constant_bool(nodes, node.input[0], memo)
         value = None if inner is None else not inner
     memo[name] = value
     return value
@@ -81,7 +81,7 @@ def _fold(graph_def: Any) -> tuple[dict[str, bool], dict[tuple[str, int], str], 
     if any(n.op in _LOOPS for n in graph_def.node):
         return None
     memo: dict[str, Any] = {}
-    found = {n.name: _constant(nodes, n.input[1], memo) for n in graph_def.node
+    found = {n.name: constant_bool(nodes, n.input[1], memo) for n in graph_def.node
              if n.op in _SWITCHES and len(n.input) >= 2}
     decided = {k: v for k, v in found.items() if v is not None}
     if not decided:
@@ -95,7 +95,7 @@ def _fold(graph_def: Any) -> tuple[dict[str, bool], dict[tuple[str, int], str], 
     rewritten: dict[str, Any] = {}
     for name in order:
         node = nodes[name]
-        refs = [_split(r) for r in node.input]
+        refs = [split_ref(r) for r in node.input]
 
         def is_dead(src: str, port: int, control: bool) -> bool:
             return src in dead or (not control and (src, port) in dead_ports)
@@ -138,17 +138,17 @@ def prune_constant_conds(graph_def: Any, outputs: Sequence[str]) -> tuple[Any, i
     if folded is None:
         return graph_def, 0
     decided, alias, dead, rewritten = folded
-    merge_index_read = any(_split(r)[0] in rewritten and _split(r)[1] == 1 and not _split(r)[2]
+    merge_index_read = any(split_ref(r)[0] in rewritten and split_ref(r)[1] == 1 and not split_ref(r)[2]
                            for n in graph_def.node for r in n.input)
-    if merge_index_read or any(_split(o)[0] in dead for o in outputs):
+    if merge_index_read or any(split_ref(o)[0] in dead for o in outputs):
         return graph_def, 0  # the outputs are in an untaken branch: leave the graph as it is
 
     def resolve(ref: str) -> str | None:
-        src, port, control = _split(ref)
+        src, port, control = split_ref(ref)
         seen = 0
         while not control and (src, port) in alias and seen < 10_000:
             ref = alias[(src, port)]
-            src, port, control = _split(ref)
+            src, port, control = split_ref(ref)
             seen += 1
         if control and src in decided:
             return None  # a control edge from a folded Switch: it always ran
@@ -164,8 +164,8 @@ def prune_constant_conds(graph_def: Any, outputs: Sequence[str]) -> tuple[Any, i
         copy.CopyFrom(rewritten.get(node.name, node))
         inputs = [resolve(r) for r in copy.input]
         del copy.input[:]
-        copy.input.extend(r for r in inputs if r is not None and _split(r)[0] not in dead)
-    names = sorted({_split(o)[0] for o in outputs})
+        copy.input.extend(r for r in inputs if r is not None and split_ref(r)[0] not in dead)
+    names = sorted({split_ref(o)[0] for o in outputs})
     try:
         pruned = tf.compat.v1.graph_util.extract_sub_graph(out, names)
     except Exception:  # noqa: BLE001 - a graph this cannot rewrite stays as it was

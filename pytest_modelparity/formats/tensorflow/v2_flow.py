@@ -23,7 +23,7 @@ import re
 from typing import Any, Sequence
 
 from ..common import import_tf
-from .cond_prune import _constant, _split
+from .cond_prune import constant_bool, split_ref
 
 _IFS = ("If", "StatelessIf")
 _WHILES = ("While", "StatelessWhile")
@@ -45,7 +45,7 @@ def lower_constant_ifs(graph_def: Any) -> list[str]:
     for node in graph_def.node:
         if node.op not in _IFS or not node.input or node.input[0].startswith("^"):
             continue
-        value = _constant(nodes, node.input[0], memo)
+        value = constant_bool(nodes, node.input[0], memo)
         if value is None:
             continue
         call = tf.compat.v1.NodeDef()
@@ -80,7 +80,7 @@ def _ports_read(graph_def: Any) -> dict[str, int]:
     top: dict[str, int] = {}
     for node in graph_def.node:
         for ref in node.input:
-            src, port, control = _split(ref)
+            src, port, control = split_ref(ref)
             if not control:
                 top[src] = max(top.get(src, 0), port)
     return top
@@ -199,7 +199,7 @@ def _check_no_updates(graph_def: Any, outputs: Sequence[str]) -> None:
     found: tuple[str, str, str] | None = None  # (node or "function/node", op type, variable read)
     for node in graph_def.node:
         if _UPDATES.match(node.op):
-            found = (node.name, node.op, _split(node.input[0])[0] if node.input else "?")
+            found = (node.name, node.op, split_ref(node.input[0])[0] if node.input else "?")
             break
     if found is None:
         kept = {name for node in graph_def.node for attr in node.attr.values() for name in _called(attr)}
@@ -213,9 +213,9 @@ def _check_no_updates(graph_def: Any, outputs: Sequence[str]) -> None:
         return
     op, op_type, variable = found
     gated = [o for o in outputs if any(r == "^" + op or r.startswith("^") and _reaches(by_name, r[1:], op)
-                                       for r in by_name.get(_split(o)[0], _EMPTY).input)]
-    before = [by_name[_split(o)[0]].input[0] for o in gated
-              if by_name[_split(o)[0]].op == "Identity" and by_name[_split(o)[0]].input]
+                                       for r in by_name.get(split_ref(o)[0], _EMPTY).input)]
+    before = [by_name[split_ref(o)[0]].input[0] for o in gated
+              if by_name[split_ref(o)[0]].op == "Identity" and by_name[split_ref(o)[0]].input]
     if before:
         fix = (f"pass outputs={[b if ':' in b else b + ':0' for b in before]!r} (the tensor before the "
                "tf.control_dependencies that runs the update) as a load option")
@@ -248,7 +248,7 @@ def _reaches(by_name: dict[str, Any], start: str, target: str) -> bool:
         if name in seen or name not in by_name:
             continue
         seen.add(name)
-        stack.extend(_split(r)[0] for r in by_name[name].input)
+        stack.extend(split_ref(r)[0] for r in by_name[name].input)
     return False
 
 
@@ -258,7 +258,7 @@ def freezable(graph_def: Any, outputs: Sequence[str]) -> tuple[Any, str | None]:
     when it holds no functional control flow and updates no resource variable. ``FrozenUpdate``
     when the outputs still need a variable update."""
     tf = import_tf()
-    names = sorted({_split(o)[0] for o in outputs})
+    names = sorted({split_ref(o)[0] for o in outputs})
     if not has_v2_flow(graph_def):
         if any(_UPDATES.match(n.op) for n in graph_def.node):
             _check_no_updates(tf.compat.v1.graph_util.extract_sub_graph(graph_def, names), outputs)
