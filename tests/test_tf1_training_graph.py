@@ -134,6 +134,39 @@ def test_a_format_a_checkpoint_cannot_become_calls_it_a_checkpoint(shipped, tmp_
     assert ("convert_variables_to_constants" in text) == (format == "graphdef"), text
 
 
+def test_the_int8_advice_for_a_checkpoint_runs_on_the_checkpoint(shipped, tmp_path: Path) -> None:
+    """The quantisation hint's fix is an export_model call on the checkpoint with its feeds (the
+    plugin freezes it), not a converter to rebuild by hand from a SavedModel nobody has; run as
+    printed, it writes a file whose named nodes, int8 in the failing file, are float."""
+    import re
+
+    from pytest_modelparity.diagnose.quantization import cost_hint
+    from pytest_modelparity.formats.tflite.load import new_interpreter
+
+    directory, _frozen, _truth = shipped
+    rows = [tf1_training.batch(8, seed=s) for s in range(4)]
+    quantized = export_model(directory, "tflite", tmp_path / "q", quantization="int8", representative_data=rows,
+                             feeds=FEEDS)
+    sibling = export_model(directory, "tflite", tmp_path / "f", feeds=FEEDS)
+    x = tf1_training.batch(8, seed=9)
+    with load_model(quantized) as q, load_model(sibling) as f:
+        hint = cost_hint(q, f, x, "int8")
+        assert hint is not None
+        message = hint[1]
+    call = re.search(r"(export_model\(CHECKPOINT, .*?\)) \(from pytest_modelparity", message)
+    assert call and "feeds={'is_training': False}" in call.group(1), message
+    names = eval(re.search(r'"float_nodes": (\[.*?\])', call.group(1)).group(1))
+    written = eval(call.group(1).replace('"model_int8.tflite"', repr(str(tmp_path / "kept.tflite"))),
+                   {"export_model": export_model, "CHECKPOINT": directory, "ROWS": rows})
+
+    def kinds(path: Path) -> dict[str, np.dtype]:
+        return {d["name"]: np.dtype(d["dtype"]) for d in new_interpreter(Path(path).read_bytes()).get_tensor_details()}
+
+    was, now = kinds(quantized), kinds(written)
+    assert all(was.get(n) != np.float32 for n in names), {n: was.get(n) for n in names}
+    assert all(now.get(n) == np.float32 for n in names), {n: now.get(n) for n in names}
+
+
 def test_two_sink_frozen_graph_exports_with_its_outputs_named(tmp_path: Path) -> None:
     import tf1_graphs
 
