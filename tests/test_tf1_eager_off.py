@@ -64,3 +64,34 @@ def test_an_output_that_runs_a_variable_update_is_refused_with_a_fix_that_works(
     with load_model(path) as converted, load_model(written / "stateful", feeds=FEEDS,
                                                    outputs=["predictions:0"]) as reference:
         assert_outputs_close(converted, reference, inputs=tf1_eager_off.batch())
+
+
+def test_an_update_in_the_untaken_branch_of_a_v1_cond_is_no_refusal(tmp_path: Path) -> None:
+    """A v1 ``tf.cond`` (Switch/Merge) whose training branch assigns a resource variable: the
+    branch is pruned after the freeze once ``is_training`` is folded, so it is no variable update
+    the outputs run (the check refused it until it left the untaken branch out)."""
+    import tensorflow as tf
+    import tf1_training
+
+    v1 = tf.compat.v1
+    with tf1_training.tf1_graph() as graph:
+        x = v1.placeholder(tf.float32, [None, 4], name="x")
+        is_training = v1.placeholder(tf.bool, [], name="is_training")
+        w = v1.get_variable("w", initializer=np.random.default_rng(0).normal(size=(4, 2)).astype("float32"))
+        moving = v1.get_variable("moving_mean", initializer=np.full(2, 0.5, "float32"), trainable=False)
+        h = tf.matmul(x, w)
+
+        def train():
+            mean, _ = tf.nn.moments(h, [0])
+            with tf.control_dependencies([v1.assign(moving, mean)]):
+                return h - mean
+
+        tf.nn.softmax(v1.cond(is_training, train, lambda: h - moving), name="predictions")
+        with v1.Session(graph=graph) as session:
+            session.run(v1.global_variables_initializer())
+            v1.train.Saver().save(session, str(tmp_path / "ckpt" / "model.ckpt"))
+    assert "AssignVariableOp" in {n.op for n in graph.as_graph_def().node}
+    path = export_model(tmp_path / "ckpt", "tflite", tmp_path / "m", feeds=FEEDS)
+    batch = np.random.default_rng(1).normal(size=(3, 4)).astype("float32")
+    with load_model(path) as converted, load_model(tmp_path / "ckpt", feeds=FEEDS) as reference:
+        assert_outputs_close(converted, reference, inputs=batch)

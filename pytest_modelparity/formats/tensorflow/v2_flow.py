@@ -194,12 +194,15 @@ class FrozenUpdate(Exception):
 
 def _check_no_updates(graph_def: Any, outputs: Sequence[str]) -> None:
     """Raise ``FrozenUpdate`` when what computes ``outputs`` still updates a variable."""
+    from .cond_prune import untaken
+
     library = {f.signature.name: f for f in graph_def.library.function}
     by_name = {n.name: n for n in graph_def.node}
+    dead = untaken(graph_def)  # a v1 tf.cond's untaken branch is pruned after the freeze: no update runs there
     found: tuple[str, str, str] | None = None  # (node or "function/node", op type, variable read)
     for node in graph_def.node:
-        if _UPDATES.match(node.op):
-            found = (node.name, node.op, split_ref(node.input[0])[0] if node.input else "?")
+        if _UPDATES.match(node.op) and node.name not in dead:
+            found = (node.name, node.op, _variable_of(by_name, node.input[0]) if node.input else "?")
             break
     if found is None:
         kept = {name for node in graph_def.node for attr in node.attr.values() for name in _called(attr)}
@@ -228,6 +231,17 @@ def _check_no_updates(graph_def: Any, outputs: Sequence[str]) -> None:
         "holds the variables as constants, and every converter (tflite, onnx, tfjs) is given the frozen graph, "
         "so none can convert this one",
         op, op_type, fix)
+
+
+def _variable_of(by_name: dict[str, Any], ref: str) -> str:
+    """The variable a resource input reads: its ``VarHandleOp``, through Switch/Identity/Enter."""
+    name = split_ref(ref)[0]
+    for _ in range(64):
+        node = by_name.get(name)
+        if node is None or node.op not in ("Switch", "RefSwitch", "Identity", "Enter", "RefEnter") or not node.input:
+            break
+        name = split_ref(node.input[0])[0]
+    return name
 
 
 class _Empty:
@@ -260,7 +274,7 @@ def freezable(graph_def: Any, outputs: Sequence[str]) -> tuple[Any, str | None]:
     tf = import_tf()
     names = sorted({split_ref(o)[0] for o in outputs})
     if not has_v2_flow(graph_def):
-        if any(_UPDATES.match(n.op) for n in graph_def.node):
+        if any(_UPDATES.match(n.op) for n in graph_def.node):  # (what the outputs need is checked)
             _check_no_updates(tf.compat.v1.graph_util.extract_sub_graph(graph_def, names), outputs)
         return graph_def, None
     work = tf.compat.v1.graph_util.extract_sub_graph(graph_def, names)
