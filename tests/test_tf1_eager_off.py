@@ -2,7 +2,8 @@
 resource variables, Adam; issue 50), saved by a Saver: it loads with ``feeds`` alone, freezes,
 and converts to tflite, onnx and tfjs, each form passing against the checkpoint at the float64
 twin's floor. Before, every conversion failed ("input resource[0] expected type resource !=
-float"; TFLite aborted the process). A graph whose output runs a variable update cannot be
+float"; TFLite aborted the process; a loop body that reads a variable, frozen twice, was "a
+duplicate function ... where the definitions differ"). A graph whose output runs a variable update cannot be
 frozen: the error names the op and an ``outputs=`` that works, and following it converts.
 The graphs are built once, in a child process (``tests/tf1_eager_off.py``).
 """

@@ -61,7 +61,10 @@ def _model(tf, rng, *, stateful: bool):
 
     h = v1.cond(is_training, bn_train, bn_infer, name="bn_cond")
     pooled, _variance = tf.nn.moments(tf.nn.relu(h), axes=[1, 2])  # the variance is left unused
-    _, pooled = tf.while_loop(lambda i, t: i < 2, lambda i, t: (i + 1, t + 0.5 * tf.tanh(t)), [tf.constant(0), pooled])
+    # a loop whose body reads a variable (the freeze rewrites the body: a function of its own)
+    mix = v1.get_variable("loop/mix", initializer=rng.normal(0, .5, (FILTERS, FILTERS)).astype("float32"))
+    _, pooled = tf.while_loop(lambda i, t: i < 2, lambda i, t: (i + 1, t + 0.5 * tf.tanh(tf.matmul(t, mix))),
+                              [tf.constant(0), pooled])
     pooled = v1.cond(is_training, lambda: v1.nn.dropout(pooled, rate=0.5), lambda: tf.identity(pooled))
     w = v1.get_variable("dense/kernel", initializer=rng.normal(0, .6, (FILTERS, CLASSES)).astype("float32"))
     logits = tf.matmul(pooled, w, name="logits")

@@ -568,7 +568,27 @@ def freeze_session(session: Any, graph: Any, inputs: list[str], outputs: list[st
     except Exception as exc:  # noqa: BLE001
         raise GraphUnavailable(f"freezing the checkpoint's graph failed ("
                                    f"{first_line(exc)})") from exc
+    _tidy_frozen_functions(graph_def)
     return FrozenGraph(graph_def, list(inputs), list(outputs))
+
+
+_DT_RESOURCE = 20
+
+
+def _tidy_frozen_functions(graph_def: Any) -> None:
+    """Drop what the freeze leaves of a variable on a function argument it made a constant (the
+    resource's ``handle_data`` on what is now a float, and empty ``arg_attr`` entries). Why:
+    TensorFlow drops them when it registers the function again, so the second freeze that
+    TFLite's static-batch route and tf2onnx make of the wrapped graph registered a copy that
+    differs under the same name ("Attempting to add a duplicate function with name:
+    while_body_frozen_N where the previous and current definitions differ"): a while loop that
+    reads variables (a graph written after disable_eager_execution()) converted with neither."""
+    for function in graph_def.library.function:
+        for arg in [*function.signature.input_arg, *function.signature.output_arg]:
+            if arg.type != _DT_RESOURCE and arg.handle_data:
+                del arg.handle_data[:]
+        for key in [k for k, v in function.arg_attr.items() if not v.attr]:
+            del function.arg_attr[key]
 
 
 def wrap_frozen(graph_def: Any, inputs: Mapping[str, str], outputs: Mapping[str, str],
