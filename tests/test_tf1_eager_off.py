@@ -96,3 +96,21 @@ def test_an_update_in_the_untaken_branch_of_a_v1_cond_is_no_refusal(tmp_path: Pa
     batch = np.random.default_rng(1).normal(size=(3, 4)).astype("float32")
     with load_model(path) as converted, load_model(tmp_path / "ckpt", feeds=FEEDS) as reference:
         assert_outputs_close(converted, reference, inputs=batch)
+
+
+def test_a_frozen_functions_loop_results_stay_outputs(tmp_path: Path) -> None:
+    """The unused outputs of a While (``while/Identity_<i>``) are no output candidates, but a frozen
+    tf.function's own outputs (``Identity``, ``Identity_1``) that are a loop's results are."""
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")], autograph=False)
+    def run(x):
+        _, state = tf.while_loop(lambda i, s: i < 3, lambda i, s: (i + 1, tf.tanh(s * 1.5)), [tf.constant(0), x])
+        return {"state": state, "probs": tf.nn.softmax(state)}
+
+    frozen = convert_variables_to_constants_v2(run.get_concrete_function(), lower_control_flow=False)
+    path = tmp_path / "loop.pb"
+    path.write_bytes(frozen.graph.as_graph_def().SerializeToString())
+    with load_model(path) as model:
+        assert len(model.outputs) == 2, model.outputs

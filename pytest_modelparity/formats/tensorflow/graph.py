@@ -225,16 +225,18 @@ _MULTI_OUTPUT_TYPES = {"While", "StatelessWhile", "If", "StatelessIf", "Case", "
 
 def _byproduct_group(op: Any) -> tuple[str, str] | None:
     """``("scope", name)`` or ``("op", name)``: the helper or multi-output op whose unused output
-    ``op`` is, or None. A multi-output op is reached through Identities (control flow v2 names
-    each output of a While ``while/Identity_<i>``: an unused loop counter or a gradient
-    accumulator is a sink)."""
+    ``op`` is, or None. A multi-output op is reached through Identities in its own scope (control
+    flow v2 names each output of a While ``while/Identity_<i>``: an unused loop counter or a
+    gradient accumulator is a sink)."""
     scope, _, _ = op.name.rpartition("/")
     if scope and _HELPER_SCOPES.match(scope.rpartition("/")[2]):
         return ("scope", scope)
     top = op
     for _ in range(32):
         if top.type in _MULTI_OUTPUT_TYPES:
-            return ("op", top.name)
+            # Only the op's own output Identities (``while/Identity_2``): a frozen function's
+            # outputs (``Identity_1``) may be a loop's results, and those are outputs.
+            return ("op", top.name) if op.name.startswith(top.name + "/") else None
         if top.type not in ("Identity", "IdentityN") or not top.inputs:
             return None
         top = top.inputs[0].op
