@@ -289,8 +289,12 @@ def test_quantised_advice_fits_the_variant():
     assert "QuantizationDebugger(converter" not in advice("dynamic_range", costs)
     assert "does not run on a dynamic-range converter" in advice("dynamic_range", costs)
     int8 = advice("int8", costs)
-    assert f"denylisted_nodes=['{fused}', 'm_1/dense_1/MatMul']" in int8, int8  # paste-able, in full
-    assert "from_concrete_functions" in int8
+    assert f'"float_nodes": [\'{fused}\', \'m_1/dense_1/MatMul\']' in int8, int8  # paste-able, in full
+    assert 'export_model(model, "tflite", "model_int8.tflite", quantization="int8"' in int8, int8
+    # a TF1 checkpoint's file: the call names the checkpoint and its load options (the plugin freezes it)
+    route = "static_batch 1; TF1 checkpoint frozen, wrapped (feeds={'is_training': False})"
+    tf1 = advice("int8", costs, route)
+    assert "export_model(CHECKPOINT, " in tf1 and "}, feeds={'is_training': False})" in tf1, tf1
 
 
 def _looked_up(vocabulary):

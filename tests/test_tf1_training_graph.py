@@ -46,6 +46,18 @@ def test_loads_with_feeds_only_and_finds_its_output(shipped, slash: str) -> None
         np.testing.assert_array_equal(model.predict(tf1_training.batch())["predictions"], truth)
 
 
+def test_only_the_taken_branch_and_used_outputs_are_sink_candidates(shipped) -> None:
+    """False: the moments' unused variance (a by-product of the mean the model uses) and the
+    training branch's unused moments (never run) are no candidates. True: that branch runs, so
+    its sinks are candidates again and the output must be named; the by-product stays out."""
+    directory, _frozen, _truth = shipped
+    with pytest.raises(ModelLoadError, match=r"3 candidate sink\(s\): predictions:0, ") as info:
+        load_model(directory, feeds={"is_training": True})
+    text = str(info.value)
+    assert "bn_cond/batch_moments/Squeeze:0" in text and "bn_cond/batch_moments/Squeeze_1:0" in text, text
+    assert "moments/Squeeze_1:0, " not in text.replace("batch_moments/Squeeze_1:0", ""), text
+
+
 def test_an_unset_switch_is_named_with_its_dtype_and_the_option(shipped) -> None:
     directory, _frozen, _truth = shipped
     with pytest.raises(ModelLoadError) as info:
@@ -84,8 +96,8 @@ def test_untaken_branches_are_pruned_and_the_graph_gets_a_float64_floor(shipped)
 ])
 def test_each_planted_bug_fails_with_its_cause(shipped, tmp_path: Path, bug: str, cause: str) -> None:
     directory, _frozen, _truth = shipped
-    if bug == "is_training=True":
-        candidate = load_model(directory, feeds={"is_training": True})
+    if bug == "is_training=True":  # the training branch runs: its unused moments are sinks again
+        candidate = load_model(directory, feeds={"is_training": True}, outputs=["predictions:0"])
     else:
         tf1_training.save_shipped(tmp_path / "bug", **({"seed": 7} if bug.startswith("re-") else {"kernel_scale": 1.01}))
         candidate = load_model(tmp_path / "bug", feeds=FEEDS)
@@ -108,6 +120,51 @@ def test_export_model_takes_the_load_options(shipped, tmp_path: Path) -> None:
         export_model(written, "onnx", tmp_path / "m2", feeds=FEEDS)  # a .tflite is no TF1 graph
     with pytest.raises(ModelLoadError, match=r"is_training \(bool scalar\)"):
         export_model(directory, "tflite", tmp_path / "m3")  # the switch unset: said, not a raw error
+
+
+@pytest.mark.parametrize("format", ["h5", "graphdef"])
+def test_a_format_a_checkpoint_cannot_become_calls_it_a_checkpoint(shipped, tmp_path: Path, format: str) -> None:
+    """The skip and error lines of such a format named the checkpoint "a SavedModel directory"."""
+    directory, _frozen, _truth = shipped
+    with pytest.raises(ModelLoadError) as info:
+        export_model(directory, format, tmp_path / "m", feeds=FEEDS)
+    text = str(info.value)
+    assert f"a TF1 checkpoint cannot be converted to '{format}'" in text, text
+    assert "SavedModel directory" not in text and "tflite" in text, text
+    assert ("convert_variables_to_constants" in text) == (format == "graphdef"), text
+
+
+def test_the_int8_advice_for_a_checkpoint_runs_on_the_checkpoint(shipped, tmp_path: Path) -> None:
+    """The quantisation hint's fix is an export_model call on the checkpoint with its feeds (the
+    plugin freezes it), not a converter to rebuild by hand from a SavedModel nobody has; run as
+    printed, it writes a file whose named nodes, int8 in the failing file, are float."""
+    import re
+
+    from pytest_modelparity.diagnose.quantization import cost_hint
+    from pytest_modelparity.formats.tflite.load import new_interpreter
+
+    directory, _frozen, _truth = shipped
+    rows = [tf1_training.batch(8, seed=s) for s in range(4)]
+    quantized = export_model(directory, "tflite", tmp_path / "q", quantization="int8", representative_data=rows,
+                             feeds=FEEDS)
+    sibling = export_model(directory, "tflite", tmp_path / "f", feeds=FEEDS)
+    x = tf1_training.batch(8, seed=9)
+    with load_model(quantized) as q, load_model(sibling) as f:
+        hint = cost_hint(q, f, x, "int8")
+        assert hint is not None
+        message = hint[1]
+    call = re.search(r"(export_model\(CHECKPOINT, .*?\)) \(from pytest_modelparity", message)
+    assert call and "feeds={'is_training': False}" in call.group(1), message
+    names = eval(re.search(r'"float_nodes": (\[.*?\])', call.group(1)).group(1))
+    written = eval(call.group(1).replace('"model_int8.tflite"', repr(str(tmp_path / "kept.tflite"))),
+                   {"export_model": export_model, "CHECKPOINT": directory, "ROWS": rows})
+
+    def kinds(path: Path) -> dict[str, np.dtype]:
+        return {d["name"]: np.dtype(d["dtype"]) for d in new_interpreter(Path(path).read_bytes()).get_tensor_details()}
+
+    was, now = kinds(quantized), kinds(written)
+    assert all(was.get(n) != np.float32 for n in names), {n: was.get(n) for n in names}
+    assert all(now.get(n) == np.float32 for n in names), {n: now.get(n) for n in names}
 
 
 def test_two_sink_frozen_graph_exports_with_its_outputs_named(tmp_path: Path) -> None:

@@ -38,9 +38,11 @@ def tf1_graph() -> Iterator[Any]:
 
 
 def build(*, seed: int = 0, kernel_scale: float = 1.0, trained_init: bool = True):
-    """``(graph, init_op, assign_trained)``: conv -> cond(batch norm) -> relu -> mean ->
-    cond(dropout) -> dense -> softmax. ``assign_trained`` sets the batch norm's moving
-    statistics to trained-like values (an initialised net has mean 0, variance 1)."""
+    """``(graph, init_op, assign_trained)``: conv -> cond(batch norm) -> relu -> mean (the mean
+    of ``tf.nn.moments``) -> cond(dropout) -> dense -> softmax. Three sinks besides the output,
+    as the tagger of issue 50 has: the moments' unused variance and, inside the training
+    branch, the two outputs of an unused ``tf.nn.moments``. ``assign_trained`` sets the batch
+    norm's moving statistics to trained-like values (an initialised net has mean 0, variance 1)."""
     import tensorflow as tf
 
     v1 = tf.compat.v1
@@ -59,6 +61,7 @@ def build(*, seed: int = 0, kernel_scale: float = 1.0, trained_init: bool = True
 
         def bn_train():
             y, _m, _v = v1.nn.fused_batch_norm(h, scale, offset, epsilon=1e-3, is_training=True)
+            tf.nn.moments(h, [0, 1, 2], name="batch_moments")  # computed, never used: two sinks here
             return y
 
         def bn_infer():
@@ -67,7 +70,8 @@ def build(*, seed: int = 0, kernel_scale: float = 1.0, trained_init: bool = True
             return y
 
         h = v1.cond(is_training, bn_train, bn_infer, name="bn_cond")
-        h = tf.reduce_mean(tf.nn.relu(h), axis=[1, 2])
+        # Mean pooling as the TF1 tagger does it: the variance of the moments is left unused, a sink.
+        h, _variance = tf.nn.moments(tf.nn.relu(h), axes=[1, 2])
         h = v1.cond(is_training, lambda: v1.nn.dropout(h, rate=0.5), lambda: tf.identity(h), name="dropout")
         w = v1.get_variable("dense/kernel", initializer=rng.normal(0, 0.6, (FILTERS, CLASSES)).astype("float32"))
         b = v1.get_variable("dense/bias", initializer=rng.normal(0, 0.1, CLASSES).astype("float32"))

@@ -189,14 +189,47 @@ def cost_hint(quantized: Any, sibling: Any, inputs: Any, variant: str) -> tuple[
     costs, used = _measured(quantized, sibling, inputs)
     if not costs:
         return None
-    fix = advice(variant, costs)
+    fix = advice(variant, costs, source_route(quantized))
     return ("quantization_cost", f"quantisation costs the most at {_top(costs)}: {fix}",
             f"each op's output in the tflite:{variant} file vs the same tensor of its float32 sibling (relative "
             f"RMS over {_rows_said(used)}), costliest first:\n{_rows_text(costs)}")
 
 
-def advice(variant: str, costs: list[LayerCost]) -> str:
-    """How to keep the costliest layers in float, on a route that runs for ``variant``."""
+def source_route(quantized: Any) -> str | None:
+    """The route the exporter recorded for the quantised file (what it was converted from and
+    with which load options), or None."""
+    from ..formats import export_route
+
+    path = getattr(quantized, "source", None)
+    return export_route(path) if path is not None else None
+
+
+# What a TF1 source's conversion route names: graph_source writes "TF1 checkpoint frozen,
+# wrapped (feeds={...})" or "TF1 graph wrapped as a function (outputs=[...])".
+_TF1_ROUTE = re.compile(r"TF1 (checkpoint frozen, wrapped|graph wrapped as a function)(?: \(((?:inputs|outputs|feeds)=.*?)\))?"
+                        r"(?:;|$)")
+
+
+def _export_call(names: list[str], route: str | None) -> str:
+    """``export_model(...)`` that quantises the source the file came from with ``names`` kept in
+    float: the plugin freezes a TF1 checkpoint or ``.pb`` (with the same load options) and
+    builds the converter as it did, so nothing is redone by hand."""
+    found = _TF1_ROUTE.search(route or "")
+    if found is not None and found.group(1).startswith("checkpoint"):
+        source, what = "CHECKPOINT", "CHECKPOINT: the TF1 checkpoint the suite loads (its directory, prefix or .meta)"
+    elif found is not None:
+        source, what = "FROZEN_PB", "FROZEN_PB: the frozen .pb the suite loads"
+    else:
+        source, what = "model", "model: the Keras model or SavedModel directory the suite compares"
+    options = f", {found.group(2)}" if found is not None and found.group(2) else ""
+    return (f"export_model({source}, \"tflite\", \"model_int8.tflite\", quantization=\"int8\", "
+            f"representative_data=ROWS, converter_options={{\"float_nodes\": {names!r}}}{options}) "
+            f"(from pytest_modelparity; {what}; ROWS: batches like the model's inputs, as modelparity_dataset gives)")
+
+
+def advice(variant: str, costs: list[LayerCost], route: str | None = None) -> str:
+    """How to keep the costliest layers in float, on a route that runs for ``variant``, as code
+    that runs on the source the file was converted from (``route``: its export route)."""
     if variant == "float16":
         return ("float16 weights cost this model more than the float16 budget: keep those layers in float32 "
                 "(compare tflite instead), or loosen the budget if the cost is acceptable")
@@ -205,15 +238,12 @@ def advice(variant: str, costs: list[LayerCost]) -> str:
         # denylist advice here that cannot run.
         return ("dynamic-range quantisation rounds their weights to int8 (tf.lite.experimental.QuantizationDebugger "
                 "does not run on a dynamic-range converter): compare tflite:float16 instead, or quantise int8 with "
-                "a representative dataset and denylist them there")
+                "a representative dataset and keep them in float there (converter_options float_nodes)")
     names = [c.tensor for c in _top_costs(costs)]
-    return ("keep them in float: build the converter as the plugin did (tf.lite.TFLiteConverter."
-            "from_concrete_functions, optimizations=[tf.lite.Optimize.DEFAULT], the same representative_dataset) "
-            "and run tf.lite.experimental.QuantizationDebugger(converter=converter, debug_dataset=..., "
-            f"debug_options=tf.lite.experimental.QuantizationDebugOptions(denylisted_nodes={names!r}))"
-            ".get_nondebug_quantized_model() -- the full tensor names, as written here (a layer's short name "
-            "matches nothing); or quantise their weights per channel, or calibrate on representative rows "
-            "(modelparity_dataset)")
+    return ("keep them in float: " + _export_call(names, route) + " -- the full tensor names, as written here "
+            "(a layer's short name matches nothing; the plugin runs tf.lite.experimental.QuantizationDebugger with "
+            "denylisted_nodes on the converter it builds); or quantise their weights per channel, or calibrate on "
+            "representative rows (modelparity_dataset)")
 
 
 def _rows_said(used: int | None) -> str:

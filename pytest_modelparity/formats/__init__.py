@@ -252,11 +252,17 @@ def export_model(model: Any, format: str, path: str | Path, *, converter_options
         raise ValueError(f"format {format!r} can be loaded but not exported to")
     if isinstance(model, (str, Path)) and not getattr(module, "CONVERTS_SAVED_MODEL", False):
         takers = [n for n in ALL_FORMATS if getattr(format_module(n), "CONVERTS_SAVED_MODEL", False)]
-        what = "a SavedModel directory" if Path(model).is_dir() else "a model file"
+        what = _path_source_words(Path(model))
+        fix = (f"pass the Keras model (or a .keras/.h5 file loaded with load_model), or convert "
+               f"{what if what != 'a model file' else 'a SavedModel directory'} to one of: {', '.join(takers)}")
+        if what == "a TF1 checkpoint":
+            fix = (f"compare the checkpoint's conversions instead: {', '.join(takers)} (a TF1 graph has no Keras model "
+                   "to save as keras, h5 or saved_model)")
+            if format == "graphdef":
+                fix += ("; for a frozen .pb, freeze it (tf.compat.v1.graph_util.convert_variables_to_constants) "
+                        "and load the .pb as another reference")
         raise ModelLoadError(model, None, f"{what} cannot be converted to {format!r}: that export needs the "
-                             "Keras model itself",
-                             f"pass the Keras model (or a .keras/.h5 file loaded with load_model), or convert "
-                             f"a SavedModel directory to one of: {', '.join(takers)}", action="convert")
+                             "Keras model itself", fix, action="convert")
     missing = missing_runtime(format, export=True)
     if missing is not None:
         raise missing
@@ -298,6 +304,19 @@ def export_model(model: Any, format: str, path: str | Path, *, converter_options
             raise
         raise reported from exc
     return written
+
+
+def _path_source_words(path: Path) -> str:
+    """What a path source is, as a message names it: a TF1 checkpoint is no SavedModel directory
+    (issue 50: the skip lines of a checkpoint said it was one)."""
+    from .tensorflow import graph_source
+
+    kind = graph_source.kind(path)
+    if kind == "checkpoint":
+        return "a TF1 checkpoint"
+    if kind == "graphdef":
+        return "a frozen GraphDef (.pb)"
+    return "a SavedModel directory" if path.is_dir() else "a model file"
 
 
 def _check_graph_options(model: Any, format: str, given: dict[str, Any]) -> None:

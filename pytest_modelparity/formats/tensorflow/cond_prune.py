@@ -23,7 +23,7 @@ _LOOPS = {"Enter", "RefEnter", "NextIteration", "RefNextIteration", "LoopCond", 
 _PASS_THROUGH = ("Identity", "Snapshot", "PlaceholderWithDefault", "StopGradient")
 
 
-def _split(ref: str) -> tuple[str, int, bool]:
+def split_ref(ref: str) -> tuple[str, int, bool]:
     """``"a:1"`` -> ``("a", 1, False)``; ``"^a"`` -> ``("a", 0, True)``."""
     control = ref.startswith("^")
     name, _, port = ref.lstrip("^").partition(":")
@@ -36,7 +36,7 @@ def _order(nodes: dict[str, Any]) -> list[str] | None:
     users: dict[str, list[str]] = {n: [] for n in nodes}
     for name, node in nodes.items():
         for ref in node.input:
-            src = _split(ref)[0]
+            src = split_ref(ref)[0]
             if src in nodes:
                 indegree[name] += 1
                 users[src].append(name)
@@ -52,9 +52,9 @@ def _order(nodes: dict[str, Any]) -> list[str] | None:
     return out if len(out) == len(nodes) else None
 
 
-def _constant(nodes: dict[str, Any], ref: str, memo: dict[str, Any]) -> bool | None:
+def constant_bool(nodes: dict[str, Any], ref: str, memo: dict[str, Any]) -> bool | None:
     """The value of a bool scalar ``ref`` when it is a constant (through identities, LogicalNot)."""
-    name = _split(ref)[0]
+    name = split_ref(ref)[0]
     if name in memo:
         return memo[name]
     memo[name] = None
@@ -64,37 +64,38 @@ def _constant(nodes: dict[str, Any], ref: str, memo: dict[str, Any]) -> bool | N
         array = import_tf().make_ndarray(node.attr["value"].tensor)
         value = bool(array) if np.size(array) == 1 else None
     elif node is not None and node.op in _PASS_THROUGH and node.input:
-        value = _constant(nodes, node.input[0], memo)
+        value = constant_bool(nodes, node.input[0], memo)
     elif node is not None and node.op == "LogicalNot" and node.input:
-        inner = _constant(nodes, node.input[0], memo)
+        inner = constant_bool(nodes, node.input[0], memo)
         value = None if inner is None else not inner
     memo[name] = value
     return value
 
 
-def prune_constant_conds(graph_def: Any, outputs: Sequence[str]) -> tuple[Any, int]:
-    """``(graph_def, number of Switches folded)``: a pruned copy of ``graph_def`` keeping what
-    ``outputs`` (tensor names) need, or ``graph_def`` itself when nothing folds."""
+def _fold(graph_def: Any) -> tuple[dict[str, bool], dict[tuple[str, int], str], set[str], dict[str, Any]] | None:
+    """``(decided, alias, dead, rewritten)`` of the Switches whose predicate is a constant: the
+    value of each, each taken port's data input, the nodes only an untaken side reaches, the
+    Merges left with one live input (as Identities); None when nothing folds (or on loops)."""
     tf = import_tf()
     nodes = {n.name: n for n in graph_def.node}
     if any(n.op in _LOOPS for n in graph_def.node):
-        return graph_def, 0
+        return None
     memo: dict[str, Any] = {}
-    decided = {n.name: _constant(nodes, n.input[1], memo) for n in graph_def.node
-               if n.op in _SWITCHES and len(n.input) >= 2}
-    decided = {k: v for k, v in decided.items() if v is not None}
+    found = {n.name: constant_bool(nodes, n.input[1], memo) for n in graph_def.node
+             if n.op in _SWITCHES and len(n.input) >= 2}
+    decided = {k: v for k, v in found.items() if v is not None}
     if not decided:
-        return graph_def, 0
+        return None
     order = _order(nodes)
     if order is None:
-        return graph_def, 0
+        return None
     alias: dict[tuple[str, int], str] = {}  # a folded Switch's taken port -> its data input
     dead_ports: set[tuple[str, int]] = set()
     dead: set[str] = set()
     rewritten: dict[str, Any] = {}
     for name in order:
         node = nodes[name]
-        refs = [_split(r) for r in node.input]
+        refs = [split_ref(r) for r in node.input]
 
         def is_dead(src: str, port: int, control: bool) -> bool:
             return src in dead or (not control and (src, port) in dead_ports)
@@ -119,17 +120,35 @@ def prune_constant_conds(graph_def: Any, outputs: Sequence[str]) -> tuple[Any, i
             taken = 1 if decided[name] else 0
             dead_ports.add((name, 1 - taken))
             alias[(name, taken)] = node.input[0]
-    merge_index_read = any(_split(r)[0] in rewritten and _split(r)[1] == 1 and not _split(r)[2]
+    return decided, alias, dead, rewritten
+
+
+def untaken(graph_def: Any) -> set[str]:
+    """Names of the nodes only the untaken side of a constant-predicate ``tf.cond`` (v1) reaches:
+    code that never runs once a switch is folded (the output search leaves their sinks out)."""
+    folded = _fold(graph_def)
+    return folded[2] if folded is not None else set()
+
+
+def prune_constant_conds(graph_def: Any, outputs: Sequence[str]) -> tuple[Any, int]:
+    """``(graph_def, number of Switches folded)``: a pruned copy of ``graph_def`` keeping what
+    ``outputs`` (tensor names) need, or ``graph_def`` itself when nothing folds."""
+    tf = import_tf()
+    folded = _fold(graph_def)
+    if folded is None:
+        return graph_def, 0
+    decided, alias, dead, rewritten = folded
+    merge_index_read = any(split_ref(r)[0] in rewritten and split_ref(r)[1] == 1 and not split_ref(r)[2]
                            for n in graph_def.node for r in n.input)
-    if merge_index_read or any(_split(o)[0] in dead for o in outputs):
+    if merge_index_read or any(split_ref(o)[0] in dead for o in outputs):
         return graph_def, 0  # the outputs are in an untaken branch: leave the graph as it is
 
     def resolve(ref: str) -> str | None:
-        src, port, control = _split(ref)
+        src, port, control = split_ref(ref)
         seen = 0
         while not control and (src, port) in alias and seen < 10_000:
             ref = alias[(src, port)]
-            src, port, control = _split(ref)
+            src, port, control = split_ref(ref)
             seen += 1
         if control and src in decided:
             return None  # a control edge from a folded Switch: it always ran
@@ -145,10 +164,11 @@ def prune_constant_conds(graph_def: Any, outputs: Sequence[str]) -> tuple[Any, i
         copy.CopyFrom(rewritten.get(node.name, node))
         inputs = [resolve(r) for r in copy.input]
         del copy.input[:]
-        copy.input.extend(r for r in inputs if r is not None and _split(r)[0] not in dead)
-    names = sorted({_split(o)[0] for o in outputs})
+        copy.input.extend(r for r in inputs if r is not None and split_ref(r)[0] not in dead)
+    names = sorted({split_ref(o)[0] for o in outputs})
     try:
         pruned = tf.compat.v1.graph_util.extract_sub_graph(out, names)
     except Exception:  # noqa: BLE001 - a graph this cannot rewrite stays as it was
         return graph_def, 0
     return pruned, len(decided)
+

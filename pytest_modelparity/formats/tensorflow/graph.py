@@ -200,8 +200,68 @@ def find_outputs(graph: Any) -> list[str]:
         sinks = [op for op in sinks if reads[op.name]]
     kept = [op for op in sinks if not any(_LABEL_NAMES.search(p) for p in reads[op.name])]
     sinks = kept or sinks
+    sinks = _drop_byproducts(_drop_untaken(graph, sinks), likely)
     ordered = [op for op in sinks if likely(op)] + [op for op in sinks if not likely(op)]
     return [t.name for op in ordered for t in op.outputs]
+
+
+def _drop_untaken(graph: Any, sinks: list[Any]) -> list[Any]:
+    """The sinks left once those only the untaken side of a folded ``tf.cond`` reaches are out
+    (a switch set by ``feeds`` is a constant: that code never runs)."""
+    if not any(op.type in ("Switch", "RefSwitch") for op in graph.get_operations()):
+        return sinks
+    from .cond_prune import untaken
+
+    dead = untaken(graph.as_graph_def())
+    return [op for op in sinks if op.name not in dead] or sinks
+
+
+# Helpers whose outputs come from ops of their own name scope: ``mean, var = tf.nn.moments(x)``
+# writes ``moments/Squeeze`` and ``moments/Squeeze_1``; a model that uses the mean alone leaves
+# the variance a sink (the measured TF1 tagger: ``model/moments/Squeeze_1`` beside ``model/Sigmoid``).
+_HELPER_SCOPES = re.compile(r"^(moments|weighted_moments|sufficient_statistics|normalize_moments)(_\d+)?$")
+_MULTI_OUTPUT_TYPES = {"While", "StatelessWhile", "If", "StatelessIf", "Case", "StatelessCase"}
+
+
+def _byproduct_group(op: Any) -> tuple[str, str] | None:
+    """``("scope", name)`` or ``("op", name)``: the helper or multi-output op whose unused output
+    ``op`` is, or None. A multi-output op is reached through Identities in its own scope (control
+    flow v2 names each output of a While ``while/Identity_<i>``: an unused loop counter or a
+    gradient accumulator is a sink)."""
+    scope, _, _ = op.name.rpartition("/")
+    if scope and _HELPER_SCOPES.match(scope.rpartition("/")[2]):
+        return ("scope", scope)
+    top = op
+    for _ in range(32):
+        if top.type in _MULTI_OUTPUT_TYPES:
+            # Only the op's own output Identities (``while/Identity_2``): a frozen function's
+            # outputs (``Identity_1``) may be a loop's results, and those are outputs.
+            return ("op", top.name) if op.name.startswith(top.name + "/") else None
+        if top.type not in ("Identity", "IdentityN") or not top.inputs:
+            return None
+        top = top.inputs[0].op
+    return None
+
+
+def _drop_byproducts(sinks: list[Any], likely: Callable[[Any], bool]) -> list[Any]:
+    """The sinks left once the unused outputs of a helper or a multi-output op are out, where
+    another sink (the model's output) reads the same helper or op: the variance of a
+    ``tf.nn.moments`` whose mean the model uses, a while loop's counter. A likely output
+    (a Softmax, a ``logits``) is never dropped, and neither is every sink."""
+    groups = {op.name: _byproduct_group(op) for op in sinks}
+    candidates = [op for op in sinks if groups[op.name] is not None and not likely(op)]
+    others = [op for op in sinks if op not in candidates]
+    if not candidates or not others:
+        return sinks
+    above = ancestor_ops(others)
+    scopes = {name.rpartition("/")[0] for name in above}
+    dropped = set()
+    for op in candidates:
+        kind, name = groups[op.name]  # type: ignore[misc]
+        if (kind == "op" and name in above) or (kind == "scope" and any(s == name or s.startswith(name + "/")
+                                                                         for s in scopes)):
+            dropped.add(op.name)
+    return [op for op in sinks if op.name not in dropped]
 
 
 def ancestor_ops(ops: Sequence[Any], *, control: bool = False) -> set[str]:
@@ -249,6 +309,10 @@ def resolve_tensors(graph: Any, path: Path, format: str, inputs: Sequence[str] |
         # tf.function names its outputs. Any other mix is ambiguous (a dangling metric op?).
         all_identity = len(found) > 1 and all(graph.get_tensor_by_name(n).op.type == "Identity" for n in found)
         if len(found) != 1 and not all_identity:
+            # An unset switch first: once set (feeds), its untaken branch's sinks are no candidates.
+            unset = switches.unfed_switches(graph, [graph.get_tensor_by_name(n) for n in found])
+            if unset:
+                raise switches.missing_switches_error(unset, path, format, candidates=len(found))
             listing = ", ".join(found[:30]) + (" ..." if len(found) > 30 else "")
             raise ModelLoadError(
                 path, format,
@@ -379,7 +443,11 @@ def const_weights(graph_def: Any) -> dict[str, np.ndarray]:
 # -- frozen graphs: weights as constants (the graph twin starts from one) -------------------
 
 class GraphUnavailable(Exception):
-    """The model's graph cannot be frozen; the message says why."""
+    """The model's graph cannot be frozen; the message says why, ``fix`` (when known) what to do."""
+
+    def __init__(self, message: str, fix: str | None = None) -> None:
+        super().__init__(message)
+        self.fix = fix
 
 
 @dataclass
@@ -486,15 +554,43 @@ def _table_dtypes(graph_def: Any, source: str) -> tuple[Any, Any] | None:
 def freeze_session(session: Any, graph: Any, inputs: list[str], outputs: list[str]) -> FrozenGraph:
     """Freeze a TF1 graph whose variables live in ``session`` (a restored checkpoint)."""
     tf = import_tf()
+    from .v2_flow import FrozenUpdate, freezable
+
     names = sorted({name.split(":")[0] for name in outputs})
+    # Functional control flow (a graph built after disable_eager_execution()): an If on a folded
+    # switch runs its taken branch alone, gradient rewrites are undone, or the freeze feeds the
+    # training branch's variable updates a float and every converter refuses the graph.
+    try:
+        graph_def, _done = freezable(graph.as_graph_def(), outputs)
+    except FrozenUpdate as exc:
+        raise GraphUnavailable(str(exc), exc.fix) from exc
     try:
         with quiet():
-            graph_def = tf.compat.v1.graph_util.convert_variables_to_constants(
-                session, graph.as_graph_def(), names)
+            graph_def = tf.compat.v1.graph_util.convert_variables_to_constants(session, graph_def, names)
     except Exception as exc:  # noqa: BLE001
         raise GraphUnavailable(f"freezing the checkpoint's graph failed ("
                                    f"{first_line(exc)})") from exc
+    _tidy_frozen_functions(graph_def)
     return FrozenGraph(graph_def, list(inputs), list(outputs))
+
+
+_DT_RESOURCE = 20
+
+
+def _tidy_frozen_functions(graph_def: Any) -> None:
+    """Drop what the freeze leaves of a variable on a function argument it made a constant (the
+    resource's ``handle_data`` on what is now a float, and empty ``arg_attr`` entries). Why:
+    TensorFlow drops them when it registers the function again, so the second freeze that
+    TFLite's static-batch route and tf2onnx make of the wrapped graph registered a copy that
+    differs under the same name ("Attempting to add a duplicate function with name:
+    while_body_frozen_N where the previous and current definitions differ"): a while loop that
+    reads variables (a graph written after disable_eager_execution()) converted with neither."""
+    for function in graph_def.library.function:
+        for arg in [*function.signature.input_arg, *function.signature.output_arg]:
+            if arg.type != _DT_RESOURCE and arg.handle_data:
+                del arg.handle_data[:]
+        for key in [k for k, v in function.arg_attr.items() if not v.attr]:
+            del function.arg_attr[key]
 
 
 def wrap_frozen(graph_def: Any, inputs: Mapping[str, str], outputs: Mapping[str, str],

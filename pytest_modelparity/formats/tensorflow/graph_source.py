@@ -63,8 +63,8 @@ def graph_function(path: Path, **load_options: Any) -> GraphFunction:
         frozen = loaded.frozen_graph()
     except GraphUnavailable as exc:
         raise ModelLoadError(path, source_kind, f"the graph cannot be frozen for conversion ({exc})",
-                             "freeze it yourself (tf.compat.v1.graph_util.convert_variables_to_constants) and "
-                             "pass the .pb", action="convert") from exc
+                             exc.fix or "freeze it yourself (tf.compat.v1.graph_util.convert_variables_to_constants) "
+                             "and pass the .pb", action="convert") from exc
     inputs = {s.name: t for s, t in zip(loaded.inputs, frozen.inputs)}
     outputs = {s.name: t for s, t in zip(loaded.outputs, frozen.outputs)}
     shapes = {s.name: [d for d in s.shape] for s in loaded.outputs if s.shape}

@@ -142,10 +142,14 @@ def unfed_switches(graph: Any, output_tensors: Sequence[Any], stop: Sequence[Any
             if op.name in seen and op.name not in stopped and op.type == "Placeholder" and is_switch_op(op)]
 
 
-def missing_switches_error(ops: Sequence[Any], path: Path, format: str) -> ModelLoadError:
+def missing_switches_error(ops: Sequence[Any], path: Path, format: str, *, candidates: int = 0) -> ModelLoadError:
+    """``candidates``: the number of output candidates while the switches are unset (> 1: the
+    output is searched again once they are, as the branches they leave untaken drop out)."""
     names = ", ".join(describe(op) for op in ops)
     example = ", ".join(f"{op.name!r}: {example_value(op)}" for op in ops)
-    return ModelLoadError(path, format, f"the outputs need {len(ops)} graph switch(es) that are not batch inputs and "
+    what = "the outputs need" if candidates <= 1 else (
+        f"the output cannot be told yet ({candidates} candidate sinks, some in branches a switch picks), and they need")
+    return ModelLoadError(path, format, f"{what} {len(ops)} graph switch(es) that are not batch inputs and "
                           f"that nothing sets: {names} (a training flag, keep_prob, a learning rate or a "
                           "learning phase is set once, never fed as a batch row)", FEEDS_FIX % example)
 

@@ -106,7 +106,8 @@ def export(model: Any, path: Path, *, quantization: str | None = None,
     point); the route says so.
     ``converter_options``: ``route`` (above), ``static_batch`` (int), ``supported_ops``
     (names of ``tf.lite.OpsSet`` members, e.g. ``["TFLITE_BUILTINS", "SELECT_TF_OPS"]``),
-    ``lower_tensor_list_ops`` (bool), and any other attribute of ``TFLiteConverter``
+    ``lower_tensor_list_ops`` (bool), ``float_nodes`` (int8 only: tensor names kept in float,
+    the quantisation hint's fix), and any other attribute of ``TFLiteConverter``
     (``allow_custom_ops``, ``experimental_new_quantizer``, ...) set as given.
     """
     variant = quantization or "float32"
@@ -117,6 +118,15 @@ def export(model: Any, path: Path, *, quantization: str | None = None,
     options = dict(converter_options or {})
     route = options.pop("route", "auto")
     static_batch = options.pop("static_batch", None)
+    float_nodes = options.pop("float_nodes", None)
+    if float_nodes is not None:
+        if variant != "int8":
+            raise ValueError(f"converter_options float_nodes keeps nodes of an int8 file in float; quantization="
+                             f"{quantization!r} is not int8 (QuantizationDebugger needs a representative dataset)")
+        if isinstance(float_nodes, str) or not all(isinstance(n, str) for n in float_nodes):
+            raise ValueError("converter_options float_nodes takes a list of tensor names, as the quantisation "
+                             "hint prints them")
+        options["float_nodes"] = list(float_nodes)
     if route not in ROUTES:
         raise ValueError(f"unknown tflite route {route!r}; use one of {', '.join(ROUTES)}")
     if static_batch is not None and (not isinstance(static_batch, int) or static_batch < 1):
@@ -206,9 +216,13 @@ def _convert(serving: Any, concrete: Any, route: str, batch: int, variant: str, 
             made.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
             if io_dtype != "float32":
                 made.inference_input_type = made.inference_output_type = tf.as_dtype(io_dtype)
-        _apply_options(made, options)
+        _apply_options(made, {k: v for k, v in options.items() if k != "float_nodes"})
         return made
 
+    if options.get("float_nodes"):
+        # The quantisation hint's fix: the named nodes kept in float (selective quantisation).
+        return _float_quantized(converter(), nodes=options["float_nodes"]), (
+            f"kept in float: {len(options['float_nodes'])} node(s) named by converter_options float_nodes")
     content = converter().convert()
     divisions = int8_divisions(content) if variant == "int8" else []
     if divisions and io_dtype != "float32":
@@ -250,12 +264,18 @@ def int8_divisions(content: bytes) -> list[int]:
 
 
 def _float_divisions(converter: Any) -> bytes:
-    """Quantise again with every DIV kept in float: TFLite's selective quantisation
-    (``tf.lite.experimental.QuantizationDebugger`` with ``denylisted_ops``) on a new converter
-    with the same options and calibration data."""
+    """Quantise again with every DIV kept in float (``_float_quantized``)."""
+    return _float_quantized(converter, ops=["DIV"])
+
+
+def _float_quantized(converter: Any, *, ops: list[str] | None = None, nodes: list[str] | None = None) -> bytes:
+    """Quantise with the op types ``ops`` and the nodes (tensor names) ``nodes`` kept in float:
+    TFLite's selective quantisation (``tf.lite.experimental.QuantizationDebugger`` with
+    ``denylisted_ops``/``denylisted_nodes``) on ``converter`` (new, with the options and the
+    calibration data of the export)."""
     import tensorflow as tf
 
-    options = tf.lite.experimental.QuantizationDebugOptions(denylisted_ops=["DIV"])
+    options = tf.lite.experimental.QuantizationDebugOptions(denylisted_ops=ops or None, denylisted_nodes=nodes or None)
     with warnings.catch_warnings():
         # The debugger opens its own (deprecated) tf.lite.Interpreter on the instrumented file.
         warnings.filterwarnings("ignore", message=".*tf.lite.Interpreter is deprecated.*")
@@ -285,7 +305,7 @@ def _apply_options(converter: Any, options: dict[str, Any]) -> None:
             setattr(converter, key, value)
         else:
             raise TypeError(f"unknown converter_options key {key!r} for format 'tflite'; known: route, "
-                            "static_batch, supported_ops, supported_types, lower_tensor_list_ops, or an "
+                            "static_batch, supported_ops, supported_types, lower_tensor_list_ops, float_nodes, or an "
                             "attribute of tf.lite.TFLiteConverter")
 
 
