@@ -32,9 +32,9 @@ def listening() -> bool:
 def ran(models: tuple[Any, Any], inputs: Any, outputs: tuple[Any, Any], floor: Any = None) -> None:
     """Tell every watcher what (candidate, reference) answered on ``inputs``; a watcher that
     fails is the watcher's problem (it says so itself), never the comparison's."""
-    from ..reports.recording import _muted
+    from ..reports.recording import is_muted
 
-    if not _WATCHERS or inputs is None or _muted[0]:  # a warm-up run is recorded nowhere
+    if not _WATCHERS or inputs is None or is_muted():  # a warm-up run is recorded nowhere
         return
     for model, out in zip(models, outputs):
         if model is None or out is None:

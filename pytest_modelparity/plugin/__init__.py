@@ -21,7 +21,7 @@ from .fixtures import (modelparity_bind, modelparity_device,  # noqa: F401 - fix
                        modelparity_dataset, modelparity_elements, modelparity_export_options, modelparity_format,
                        modelparity_input_specs, modelparity_load_options,
                        modelparity_reference_device, modelparity_source, parity_batch, parity_candidate,
-                       parity_reference, _modelparity_warm_before_examples)
+                       parity_reference, modelparity_warmup)
 from .session import STATE_KEY, ParitySession, get_state
 from .matrix import (item_matrix, left_out_line, matrix_pairs, nothing_compared_line, nothing_on_gpu_line,
                      select_matrix)

@@ -234,7 +234,7 @@ def modelparity_dataset(request: pytest.FixtureRequest) -> Any:
 
 
 @pytest.fixture(autouse=True)
-def _modelparity_warm_before_examples(request: pytest.FixtureRequest) -> None:
+def modelparity_warmup(request: pytest.FixtureRequest) -> None:
     """A ``@given`` test with the plugin's models: their one-time work (first runs, the twin) is
     done here, at set-up, so every example costs the same under Hypothesis' default deadline.
     Other tests pay nothing."""

@@ -51,6 +51,10 @@ def emit(kind: str, report: Any) -> None:
             pass
 
 
+def is_muted() -> bool:
+    return bool(_muted[0])
+
+
 def listening() -> bool:
     """Whether anyone collects reports (the plugin does during a test): assertions then ask
     ``compare(full_stats=True)`` so passing rows carry max rel / ULP / histogram too."""
