@@ -211,3 +211,15 @@ PARITY_SUITE = textwrap.dedent('''
     def test_parity(parity_candidate, parity_reference, parity_batch):
         assert_outputs_close(parity_candidate, parity_reference, inputs=parity_batch)
 ''')
+
+
+def normalized_tabular(mean):
+    """Four features through a Normalization built with ``mean=`` (constants, not weights; std
+    2, 1, 3, 0.5), then two Dense layers: a port whose mean is off agrees weight for weight."""
+    import keras
+
+    keras.utils.set_random_seed(7)
+    x = keras.Input((4,), name="features")
+    h = keras.layers.Normalization(mean=mean, variance=[4.0, 1.0, 9.0, 0.25], name="norm")(x)
+    h = keras.layers.Dense(8, activation="relu", name="hidden")(h)
+    return keras.Model(x, keras.layers.Dense(2, name="out")(h), name="tabular")

@@ -142,13 +142,9 @@ def test_waveform_fed_int16_samples_as_floats():
 # -- a Normalization layer's statistics ------------------------------------------------------
 
 def _normalized(mean):
-    import keras
+    from models import normalized_tabular
 
-    keras.utils.set_random_seed(7)
-    x = keras.Input((4,), name="features")
-    h = keras.layers.Normalization(mean=mean, variance=[4.0, 1.0, 9.0, 0.25], name="norm")(x)
-    h = keras.layers.Dense(8, activation="relu", name="hidden")(h)
-    return keras.Model(x, keras.layers.Dense(2, name="out")(h), name="tabular")
+    return normalized_tabular(mean)
 
 
 def test_normalization_mean_shifted_by_half_a_standard_deviation():

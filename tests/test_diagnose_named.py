@@ -127,13 +127,9 @@ def test_a_weekday_shifted_with_wrap_around_is_named():
 
 
 def _tabular(mean):
-    import keras
+    from models import normalized_tabular
 
-    keras.utils.set_random_seed(7)
-    x = keras.Input((4,), name="features")
-    h = keras.layers.Normalization(mean=mean, variance=[4.0, 1.0, 9.0, 0.25], name="norm")(x)
-    h = keras.layers.Dense(8, activation="relu", name="hidden")(h)
-    return keras.Model(x, keras.layers.Dense(2, name="out")(h), name="tabular")
+    return normalized_tabular(mean)
 
 
 @pytest.mark.parametrize("fmt", ["saved_model", "tflite"])
