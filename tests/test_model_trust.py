@@ -214,6 +214,21 @@ def test_one_word_trusts_a_keras_lambda_too(tmp_path: Path) -> None:
     np.testing.assert_allclose(loaded.predict(np.ones((1, 2), np.float32))[loaded.outputs[0].name], [[3.0, 3.0]])
 
 
+def test_a_keras_file_holding_a_tfsmlayer_is_refused_as_what_it_is(tmp_path: Path) -> None:
+    """Issue 48: a TFSMLayer (it loads a SavedModel by path) was refused as "a Lambda layer"."""
+    import keras
+
+    plain = keras.Model(x := keras.Input((4,)), keras.layers.Dense(2)(x))
+    plain.export(str(tmp_path / "inner"), verbose=False)
+    inp = keras.Input((4,))
+    outer = keras.Model(inp, keras.layers.TFSMLayer(str(tmp_path / "inner"), call_endpoint="serve")(inp))
+    outer.save(tmp_path / "outer.keras")
+    with pytest.raises(ModelLoadError, match="(?s)holds a TFSMLayer, which loads an external SavedModel"
+                                             ".*--modelparity-trust-models") as info:
+        load_model(tmp_path / "outer.keras")
+    assert "Lambda" not in str(info.value)
+
+
 def test_the_word_given_to_export_model_reaches_the_loads_its_converter_makes(models: Path, tmp_path: Path) -> None:
     """export_model(path, ..., trusted=True) scans once, then the converter loads the path again
     itself: that load takes the caller's word too (it refused the model before)."""

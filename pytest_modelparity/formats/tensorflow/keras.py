@@ -122,8 +122,10 @@ def load_keras_file(path: Path, format: str, *, safe_mode: bool, custom_objects:
     except Exception as exc:  # noqa: BLE001 - every failure becomes a ModelLoadError
         text = str(exc)
         if "safe_mode" in text or "Lambda" in text and "unsafe" in text.lower():
-            raise ModelLoadError(path, format, "the file holds a Lambda layer (Python code), which is not "
-                                 "loaded by default because loading it runs that code",
+            what = ("a TFSMLayer, which loads an external SavedModel (a program: its graph can read and write "
+                    "files) that is not loaded by default" if "TFSMLayer" in text else
+                    "a Lambda layer (Python code), which is not loaded by default because loading it runs that code")
+            raise ModelLoadError(path, format, f"the file holds {what}",
                                  "only if you trust this file: run pytest with --modelparity-trust-models, or give "
                                  "safe_mode=False (or trusted=True) in load_model(...) or modelparity_load_options") from exc
         if "Unknown layer" in text or "custom_objects" in text or "Could not locate" in text:
