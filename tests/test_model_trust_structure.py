@@ -264,3 +264,24 @@ def test_ops_that_reach_files_or_decode_graphs_are_refused(tmp_path: Path, build
     with pytest.raises(ModelLoadError, match=rf"{op} \(node "):
         load_model(path, inputs=["x:0"], outputs=["y:0"])
     assert sorted(os.listdir(tmp_path)) == ["g.pb"]
+
+
+def test_a_meta_collection_is_not_said_to_run_at_load(tmp_path) -> None:
+    """Issue 48: a .meta's WriteFile in saved_model_main_op is refused, but the checkpoint loader
+    runs no init collection: the refusal said "run by saved_model_main_op at load"."""
+    import tensorflow as tf
+
+    from pytest_modelparity.formats.tensorflow.trust import scan_meta_graph
+
+    with tf.Graph().as_default():
+        x = tf.compat.v1.placeholder(tf.float32, (None, 2), name="x")
+        tf.identity(x * 2.0, name="y")
+        write = tf.io.write_file(str(tmp_path / "marker.txt"), "x", name="evil_write")
+        tf.compat.v1.add_to_collection("saved_model_main_op", write)
+        meta = tf.compat.v1.train.export_meta_graph()
+    said = "; ".join(f.words() for f in scan_meta_graph(meta, tmp_path))
+    assert "evil_write" in said and "in the .meta's saved_model_main_op collection (the checkpoint loader runs none" \
+        in said and "run by saved_model_main_op at load" not in said, said
+    as_saved = "; ".join(f.words() for f in scan_meta_graph(meta, tmp_path, saved_model=True))
+    assert "run by saved_model_main_op at load" in as_saved, as_saved
+    assert not (tmp_path / "marker.txt").exists()

@@ -86,7 +86,8 @@ class Finding:
     def words(self) -> str:
         where = f" in function {self.function}" if self.function else ""
         why = f", {self.why}" if self.why else ""
-        when = f", run by {self.init} at load" if self.init else ""
+        when = "" if not self.init else (f", {self.init}" if self.init.startswith("in the ") else
+                                         f", run by {self.init} at load")
         return f"{self.op} (node {self.node!r}{where}: {self.reaches}{why}{when})"
 
 
@@ -228,6 +229,7 @@ def _scan_view(view: GraphView, root: Path) -> list[Finding]:
 def scan_meta_graph(meta: Any, folder: Path, saved_model: bool = False) -> list[Finding]:
     """Every op of a MetaGraphDef (graph and library) that reaches outside the model."""
     view = GraphView(meta.graph_def, meta, folder, folder / "assets" if saved_model else None)
+    view.init_runs = saved_model  # a checkpoint's loader restores; it runs no init collection
     return _scan_view(view, folder / "assets" if saved_model else folder)
 
 

@@ -147,6 +147,7 @@ class GraphView:
                     self.object_functions.update(node.function.concrete_functions)
         self._roles: dict[str, Any] | None = None
         self._unfed: set[str] | None = None
+        self.init_runs = True  # the loader runs the init collections (a SavedModel's does)
 
     # -- structure -------------------------------------------------------------------------
 
@@ -239,8 +240,10 @@ class GraphView:
             for name in self.roles()["restored"]:
                 ran[name] = f"the saver's restore {node_of(self.saver.restore_op_name)!r}"
         for key in INIT_COLLECTIONS:
+            said = key if self.init_runs else (f"in the .meta's {key} collection (the checkpoint loader runs none; "
+                                               "a SavedModel loader would)")
             for name in self.ancestors(self.run_roots.get(key, ())):
-                ran.setdefault(name, key)
+                ran.setdefault(name, said)
         return ran
 
     # -- values ----------------------------------------------------------------------------
