@@ -94,6 +94,12 @@ BUILD = textwrap.dedent('''
         x = tf.compat.v1.placeholder(tf.float32, [None, 2], name="x")
         tf.identity(tf.compat.v1.py_func(lambda t: t * 2.0, [x], tf.float32), name="y")
     open(os.path.join(out, "pyfunc.pb"), "wb").write(py.as_graph_def().SerializeToString())
+
+    named = tf.Graph()  # the same op under a name of its own: no "PyFunc" in the node's name
+    with named.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 2], name="x")
+        tf.identity(tf.compat.v1.py_func(lambda t: t * 2.0, [x], tf.float32, name="double"), name="y")
+    open(os.path.join(out, "pyfunc_named.pb"), "wb").write(named.as_graph_def().SerializeToString())
 ''')
 
 
@@ -154,6 +160,15 @@ def test_a_trusted_frozen_graph_with_a_py_func_fails_in_plain_words(models: Path
     with pytest.raises(ModelLoadError) as info:
         model.predict(np.ones((1, 2), np.float32))
     assert "not saved with the model" in str(info.value) and "'graphdef'" in str(info.value), str(info.value)
+
+
+def test_a_trusted_py_func_under_another_name_fails_in_plain_words(models: Path) -> None:
+    """Issue 48: a PyFunc node named `double` ended in TensorFlow's raw InvalidArgumentError."""
+    model = load_model(models / "pyfunc_named.pb", inputs=["x:0"], outputs=["y:0"], trusted=True)
+    with pytest.raises(ModelLoadError) as info:
+        model.predict(np.ones((1, 2), np.float32))
+    text = str(info.value)
+    assert "not saved with the model" in text and "double" in text and "Traceback" not in text, text
 
 
 def test_a_frozen_graph_that_writes_is_refused(models: Path) -> None:

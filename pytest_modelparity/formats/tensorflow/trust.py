@@ -267,8 +267,8 @@ def missing_python(exc: BaseException, model: Any) -> ModelLoadError | None:
     """A trusted graph's ``tf.py_function`` whose Python body is not in this process (it is never
     saved with the model) as one clear error instead of TensorFlow's traceback; else None."""
     text = str(exc)
-    if "PyFunc" not in text or "callback" not in text.lower():
-        return None
+    if not re.search(r"py_?func", text, re.IGNORECASE) or "callback" not in text.lower():
+        return None  # the callback's key (``pyfunc_2``) names it whatever the node is called
     node = re.search(r"Detected at node '?([^'\s]+)'? defined", text) or re.search(r"\{\{node ([^}]+)\}\}", text)
     where = f" (node {node.group(1)!r})" if node else ""
     return ModelLoadError(getattr(model, "source", None), getattr(model, "format", None),
