@@ -33,7 +33,7 @@ def _heavy_modules_stay_loaded() -> None:
 
 @pytest.fixture
 def pytester(_heavy_modules_stay_loaded: None, pytester: pytest.Pytester,
-              monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+              monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> pytest.Pytester:
     """Every pytester test gets the heavy modules loaded before pytester snapshots sys.modules.
 
     A test that imported TensorFlow in its own body (after the snapshot) lost it at teardown,
@@ -44,10 +44,38 @@ def pytester(_heavy_modules_stay_loaded: None, pytester: pytest.Pytester,
     The inner session runs as on a developer's machine whatever CI sets: under ``CI`` or
     ``BUILD_NUMBER`` pytest prints each error's full text again in the short summary (and
     Hypothesis loads its derandomised profile), so a test counting what the plugin said
-    passed here and failed in CI."""
+    passed here and failed in CI.
+
+    Under the ``inline_exports`` marker its sessions export in their own process (see the marker)."""
     for var in ("CI", "BUILD_NUMBER"):
         monkeypatch.delenv(var, raising=False)
+    if request.node.get_closest_marker("inline_exports"):
+        addopts = os.environ.get("PYTEST_ADDOPTS", "")  # pytester cleared it; a test may set its own after
+        monkeypatch.setenv("PYTEST_ADDOPTS", f"{addopts} --modelparity-export-process=inline".strip())
     return pytester
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "inline_exports: the test's pytester sessions convert in their own process "
+        "(--modelparity-export-process=inline through PYTEST_ADDOPTS; an option on the command line still wins). "
+        "With the default child, a session that exports starts a worker that imports TensorFlow again: about "
+        "8 CPU-seconds for a one-Dense-layer model, under 1 s inline (issue 49). For files whose tests are "
+        "about something else than the export process; use it with usefixtures('_tfjs_converter_loaded').")
+
+
+@pytest.fixture(scope="session")
+def _tfjs_converter_loaded(_heavy_modules_stay_loaded: None) -> None:
+    """tensorflowjs' converter imported before pytester's snapshot of sys.modules (a session
+    fixture is set up before the function-scoped pytester): an inline tfjs export in an in-process
+    run imports it, and TensorFlow modules not loaded yet, which the snapshot would drop at the
+    run's end and the next run import again."""
+    from pytest_modelparity.formats import missing_runtime
+
+    if missing_runtime("tfjs", export=True) is None:
+        from pytest_modelparity.formats.tfjs.export import import_converter
+
+        import_converter()
 
 
 # The tfjs runner's npm modules, found when the suite starts, before pytester gives each run a

@@ -25,6 +25,21 @@ def digits_data(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
     return x[:cut], y[:cut], x[cut:], y[cut:]
 
 
+# Trained weights by (builder, arguments), for this process: in-process pytester sessions import
+# their conftest again each time, and each trained the same model again (3-4 CPU-seconds a
+# session, issue 49). A hit builds the same layers afresh (a new model, nothing shared with an
+# earlier session's) and sets the weights that training gave.
+_TRAINED: dict[tuple, list[np.ndarray]] = {}
+
+
+def _fit_once(key: tuple, model, fit) -> None:
+    if key in _TRAINED:
+        model.set_weights(_TRAINED[key])
+    else:
+        fit()
+        _TRAINED[key] = [w.copy() for w in model.get_weights()]
+
+
 def digits_cnn(seed: int = 0, *, epochs: int = 4, name: str = "digits_cnn"):
     """conv-bn-relu x2 -> dense logits, trained ``epochs`` epochs; returns (model, x_train, x_test)."""
     import keras
@@ -43,7 +58,8 @@ def digits_cnn(seed: int = 0, *, epochs: int = 4, name: str = "digits_cnn"):
     model = keras.Model(inputs, outputs, name=name)
     model.compile(optimizer=keras.optimizers.Adam(3e-3),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
-    model.fit(x_train, y_train, epochs=epochs, batch_size=32, verbose=0)
+    _fit_once(("digits_cnn", seed, epochs, name), model,
+              lambda: model.fit(x_train, y_train, epochs=epochs, batch_size=32, verbose=0))
     return model, x_train, x_test
 
 
@@ -70,7 +86,8 @@ def digits_two_heads(seed: int = 0, *, epochs: int = 4):
     model = keras.Model(inputs, {"probs": probs, "boxes": boxes}, name="digits_two_heads")
     model.compile(optimizer=keras.optimizers.Adam(3e-3),
                   loss={"probs": "sparse_categorical_crossentropy", "boxes": "mse"})
-    model.fit(x_train, {"probs": y_train, "boxes": quads(x_train)}, epochs=epochs, batch_size=32, verbose=0)
+    _fit_once(("digits_two_heads", seed, epochs), model, lambda: model.fit(
+        x_train, {"probs": y_train, "boxes": quads(x_train)}, epochs=epochs, batch_size=32, verbose=0))
     return model, x_train, x_test
 
 

@@ -16,6 +16,8 @@ from pytest_modelparity.formats import missing_runtime  # noqa: E402
 
 from models import mlp  # noqa: E402
 
+pytestmark = [pytest.mark.inline_exports, pytest.mark.usefixtures("_tfjs_converter_loaded")]  # conftest.py: no export worker
+
 FORMATS = (("keras", "m.keras"), ("saved_model", "sm"), ("graphdef", "g.pb"), ("tflite", "m.tflite"),
            ("onnx", "m.onnx"), ("tfjs", "tfjs"))
 

@@ -11,7 +11,8 @@ import pytest
 from pytest_modelparity.formats.binding import BASES
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
-              pytest.mark.usefixtures("_heavy_modules_stay_loaded")]
+              pytest.mark.usefixtures("_heavy_modules_stay_loaded"),
+              pytest.mark.inline_exports, pytest.mark.usefixtures("_tfjs_converter_loaded")]
 
 ENCODER = textwrap.dedent('''
     import numpy as np

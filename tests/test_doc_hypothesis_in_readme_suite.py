@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from test_doc_examples import BLOCKS, conftest_given
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.inline_exports, pytest.mark.usefixtures("_tfjs_converter_loaded")]
 
 
 def _files() -> dict[str, str]:

@@ -21,9 +21,8 @@ import models
 from models import CLOSE_SUITE, TINY_SOURCE_CONFTEST
 
 
-@pytest.fixture
-def worker(tmp_path: Path):
-    process = ExportProcess(timeout_s=300, log_path=tmp_path / "logs" / "export.log")
+def _counted_worker(log: Path) -> ExportProcess:
+    process = ExportProcess(timeout_s=300, log_path=log)
     posts: list[str] = []
     post = process._post
 
@@ -34,6 +33,30 @@ def worker(tmp_path: Path):
     process._post = counted  # what the worker is asked, in order
     process.posts = posts
     process.prestart()
+    return process
+
+
+@pytest.fixture(scope="module")
+def _one_worker(tmp_path_factory: pytest.TempPathFactory):
+    """One export worker for the tests that leave it alive: each new one imported TensorFlow
+    again (about 8 CPU-seconds, issue 49). Nothing is left sent ahead between them."""
+    process = _counted_worker(tmp_path_factory.mktemp("logs") / "export.log")
+    yield process
+    process.close()
+
+
+@pytest.fixture
+def worker(_one_worker: ExportProcess):
+    """The module's worker, its record of what it was asked emptied for this test."""
+    _one_worker.posts.clear()
+    yield _one_worker
+    assert _one_worker._ahead is None, "a test left an export sent ahead"
+
+
+@pytest.fixture
+def own_worker(tmp_path: Path):
+    """A worker of the test's own, for a test that kills it."""
+    process = _counted_worker(tmp_path / "logs" / "export.log")
     yield process
     process.close()
 
@@ -77,7 +100,7 @@ def test_another_request_waits_for_the_export_sent_ahead_and_is_exported_as_usua
     assert worker.posts == ["tflite", "onnx", "tflite"]
 
 
-def test_an_export_sent_ahead_to_a_worker_that_dies_is_that_exports_failure(worker, tmp_path: Path) -> None:
+def test_an_export_sent_ahead_to_a_worker_that_dies_is_that_exports_failure(own_worker, tmp_path: Path) -> None:
     """SIGKILL during the export sent ahead (the OOM killer's signal): its request fails once,
     naming its own path; the next export gets a new worker."""
     import os
@@ -86,13 +109,13 @@ def test_an_export_sent_ahead_to_a_worker_that_dies_is_that_exports_failure(work
     from pytest_modelparity import errors
 
     model = models.tiny_cnn(seed=4)
-    worker.export(model, "keras", tmp_path / "warm" / "m")  # TensorFlow imported in the worker
-    assert worker.ahead(model, "onnx", "model.onnx")
-    os.kill(worker.pid, signal.SIGKILL)  # at once: the export sent ahead is under way
+    own_worker.export(model, "keras", tmp_path / "warm" / "m")  # TensorFlow imported in the worker
+    assert own_worker.ahead(model, "onnx", "model.onnx")
+    os.kill(own_worker.pid, signal.SIGKILL)  # at once: the export sent ahead is under way
     with pytest.raises(errors.ExportError, match="killed by SIGKILL") as info:
-        worker.export(model, "onnx", tmp_path / "o" / "model.onnx")
+        own_worker.export(model, "onnx", tmp_path / "o" / "model.onnx")
     assert Path(info.value.path) == tmp_path / "o" / "model.onnx"
-    assert worker.export(model, "tflite", tmp_path / "t" / "model.tflite").exists()
+    assert own_worker.export(model, "tflite", tmp_path / "t" / "model.tflite").exists()
 
 
 # Appended to a conftest: records each export the session sends ahead, and whether it was sent.

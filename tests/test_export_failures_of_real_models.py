@@ -28,7 +28,8 @@ import pytest
 
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
-              pytest.mark.usefixtures("_heavy_modules_stay_loaded", "installed_node_modules")]
+              pytest.mark.usefixtures("_heavy_modules_stay_loaded", "installed_node_modules"),
+              pytest.mark.inline_exports, pytest.mark.usefixtures("_tfjs_converter_loaded")]
 
 CACHE_ARG = "--modelparity-cache-dir=exports"
 

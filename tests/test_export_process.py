@@ -21,8 +21,26 @@ import models
 from models import TINY_SOURCE_CONFTEST
 
 
+@pytest.fixture(scope="module")
+def _one_worker(tmp_path_factory: pytest.TempPathFactory):
+    """One worker for the tests that leave it as they found it: each new one imported TensorFlow
+    again (about 8 CPU-seconds, issue 49)."""
+    process = ExportProcess(timeout_s=300, log_path=tmp_path_factory.mktemp("logs") / "export.log")
+    yield process
+    process.close()
+
+
 @pytest.fixture
-def worker(tmp_path: Path):
+def worker(_one_worker: ExportProcess):
+    """The module's worker, with no inline reasons of an earlier test."""
+    _one_worker.inline_reasons.clear()
+    yield _one_worker
+    assert (_one_worker.timeout_s, _one_worker.memory_limit) == (300, None), "the test changed the shared worker"
+
+
+@pytest.fixture
+def own_worker(tmp_path: Path):
+    """A worker of the test's own, for a test that kills it or changes its limits."""
     process = ExportProcess(timeout_s=300, log_path=tmp_path / "logs" / "export.log")
     yield process
     process.close()
@@ -54,45 +72,45 @@ def test_an_unnamed_input_keeps_its_name_through_the_worker(worker, tmp_path: Pa
     assert [s.name for s in load_model(path, "tflite").inputs] == [model.inputs[0].name]
 
 
-def test_a_killed_worker_fails_one_export_then_a_new_one_serves(worker, tmp_path: Path) -> None:
+def test_a_killed_worker_fails_one_export_then_a_new_one_serves(own_worker, tmp_path: Path) -> None:
     """SIGKILL is what the kernel's OOM killer sends: the export in flight fails, naming it."""
     model = models.tiny_cnn(seed=2)
-    worker.export(model, "keras", tmp_path / "warm" / "m")  # TensorFlow imported in the worker
-    pid = worker.pid
+    own_worker.export(model, "keras", tmp_path / "warm" / "m")  # TensorFlow imported in the worker
+    pid = own_worker.pid
     assert pid is not None
     threading.Timer(0.5, os.kill, (pid, signal.SIGKILL)).start()
     with pytest.raises(errors.ExportError) as info:
-        worker.export(model, "tfjs", tmp_path / "killed")  # the slowest converter: still running at 0.5 s
+        own_worker.export(model, "tfjs", tmp_path / "killed")  # the slowest converter: still running at 0.5 s
     text = str(info.value)
     assert "was killed by SIGKILL" in text and "peak memory of" in text and "MiB" in text, text
     assert "the test session goes on" in text and "converter log:" in text
-    path = worker.export(model, "tflite", tmp_path / "after" / "m")
-    assert worker.pid != pid and path.exists()
+    path = own_worker.export(model, "tflite", tmp_path / "after" / "m")
+    assert own_worker.pid != pid and path.exists()
 
 
-def test_tflite_aborting_under_a_memory_limit_is_one_export_error(worker, tmp_path: Path) -> None:
+def test_tflite_aborting_under_a_memory_limit_is_one_export_error(own_worker, tmp_path: Path) -> None:
     """A real RLIMIT_AS in the worker: TF's TFLite converter aborts (in-process this was
     'Fatal Python error: Aborted', the whole session gone)."""
     model = models.mlp(seed=1)
-    worker.export(model, "keras", tmp_path / "warm" / "m")
-    worker.memory_limit = 50 << 20
+    own_worker.export(model, "keras", tmp_path / "warm" / "m")
+    own_worker.memory_limit = 50 << 20
     with pytest.raises(errors.ExportError) as info:
-        worker.export(model, "tflite", tmp_path / "small" / "m")
+        own_worker.export(model, "tflite", tmp_path / "small" / "m")
     text = str(info.value)
     assert "SIGABRT" in text or "out of memory" in text, text
     if "SIGABRT" in text:  # faulthandler's report, from the session log: where it aborted
         assert "Fatal Python error: Aborted" in text and "tensorflow/lite/python" in text, text
-    worker.memory_limit = None
-    _tflite_matches(worker.export(model, "tflite", tmp_path / "big" / "m"), model)
+    own_worker.memory_limit = None
+    _tflite_matches(own_worker.export(model, "tflite", tmp_path / "big" / "m"), model)
 
 
-def test_an_export_past_the_time_limit_is_stopped(worker, tmp_path: Path) -> None:
+def test_an_export_past_the_time_limit_is_stopped(own_worker, tmp_path: Path) -> None:
     model = models.tiny_cnn(seed=2)
-    worker.export(model, "keras", tmp_path / "warm" / "m")
-    worker.timeout_s = 0.3
+    own_worker.export(model, "keras", tmp_path / "warm" / "m")
+    own_worker.timeout_s = 0.3
     start = time.monotonic()
     with pytest.raises(errors.ExportError, match=r"took longer than 0.3 s \(--modelparity-timeout\)"):
-        worker.export(model, "tfjs", tmp_path / "slow")
+        own_worker.export(model, "tfjs", tmp_path / "slow")
     assert time.monotonic() - start < 10
 
 

@@ -22,7 +22,10 @@ from pytest_modelparity import ParityError, assert_outputs_close, load_model
 
 pytest.importorskip("tensorflow", reason="the float64 twins need TensorFlow: pip install 'pytest-modelparity[tensorflow]'")
 # In-process pytester runs import the runtimes once (a second import of onnx aborts the process).
-pytestmark = pytest.mark.usefixtures("_heavy_modules_stay_loaded")
+# Exports inline (the inline_exports marker in conftest.py): these tests are about floors, not the
+# export process, and each session's worker would import TensorFlow again.
+pytestmark = [pytest.mark.usefixtures("_heavy_modules_stay_loaded", "_tfjs_converter_loaded"),
+              pytest.mark.inline_exports]
 
 SUITE = textwrap.dedent('''
     from pytest_modelparity import assert_outputs_close
@@ -52,7 +55,11 @@ def _rows(pytester: pytest.Pytester, report: str) -> list[dict]:
 
 
 @pytest.mark.parametrize("name,size,formats", [
-    ("mobilenetv2", 64, "saved_model,graphdef,tflite,onnx,tfjs,tflite:float16"),
+    # small inputs (issue 49): InceptionV3 at the smallest it takes (75), MobileNetV2 at 48, where
+    # its last blocks still see 2x2 (at 32 they see 1x1 and its float16 file's top-1 is lost on these
+    # random-weight rows: a true cost, not the floor this test is about); the depth and every
+    # layer kind are the same at any size
+    ("mobilenetv2", 48, "saved_model,graphdef,tflite,onnx,tfjs,tflite:float16"),
     ("inceptionv3", 75, "saved_model,tflite"),
 ])
 def test_keras_applications_through_the_fixtures_are_judged_by_their_floor(pytester, name, size, formats):

@@ -25,6 +25,8 @@ from pytest_modelparity.floor import measure as floor
 from pytest_modelparity.verdict.tolerances import (REORDERED_AT_MOST, REORDERED_MIN_SHARE, SHADOW_MULTIPLE,
                                                    default_tolerance, shadow_tolerance)
 
+pytestmark = [pytest.mark.inline_exports, pytest.mark.usefixtures("_tfjs_converter_loaded")]  # conftest.py: no export worker
+
 pytest.importorskip("tensorflow", reason="the twins need TensorFlow: pip install 'pytest-modelparity[tensorflow]'")
 EPS32 = float(np.finfo(np.float32).eps)
 

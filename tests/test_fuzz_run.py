@@ -11,15 +11,17 @@ import pytest
 
 
 def test_a_seeded_fuzz_run_on_tflite_and_onnx_ends_with_its_summary(pytester: pytest.Pytester) -> None:
-    # 20 models, with a 40 s budget so a loaded 2-core CI machine still ends in about a minute.
-    result = pytester.runpytest_subprocess("--modelparity-fuzz=20", "--modelparity-fuzz-minutes=0.67",
+    # 8 models, with a 40 s budget so a loaded 2-core CI machine still ends in well under a minute;
+    # in this process (the models are checked in the fuzz child either way): a child session
+    # imported TensorFlow once more for nothing the test reads (issue 49).
+    result = pytester.runpytest("--modelparity-fuzz=8", "--modelparity-fuzz-minutes=0.67",
                                 "--modelparity-formats=tflite,onnx", "--hypothesis-seed=3", "-p", "no:cacheprovider")
     text = result.stdout.str()
     found = re.search(r"modelparity fuzz: (\d+) model\(s\) in \d+ s", text)
     assert found, text
     models = int(found.group(1))
-    assert 1 <= models <= 20
-    assert "stopped by --modelparity-fuzz-minutes" in text or models == 20
+    assert 1 <= models <= 8
+    assert "stopped by --modelparity-fuzz-minutes" in text or models == 8
     for fmt in ("tflite", "onnx"):  # every model judged or refused on every format
         line = re.search(rf"^  {fmt}: (.*)$", text, re.M)
         assert line, text
@@ -31,8 +33,8 @@ def test_a_seeded_fuzz_run_on_tflite_and_onnx_ends_with_its_summary(pytester: py
 def test_fuzz_minutes_alone_fuzzes_until_they_are_spent(pytester: pytest.Pytester) -> None:
     """``--modelparity-fuzz-minutes=M`` without ``--modelparity-fuzz=N`` collected nothing (exit
     5): it now draws models until the minutes are spent (at least one, whatever the budget)."""
-    result = pytester.runpytest_subprocess("--modelparity-fuzz-minutes=0.05", "--modelparity-formats=tflite",
-                                           "--hypothesis-seed=3", "-p", "no:cacheprovider")
+    result = pytester.runpytest("--modelparity-fuzz-minutes=0.05", "--modelparity-formats=tflite",
+                                "--hypothesis-seed=3", "-p", "no:cacheprovider")
     text = result.stdout.str()
     assert result.ret == pytest.ExitCode.OK, text
     result.assert_outcomes(passed=1)

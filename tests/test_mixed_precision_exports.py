@@ -17,6 +17,8 @@ from pytest_modelparity import assert_outputs_close, export_model, load_model
 from pytest_modelparity.errors import ExportError
 from pytest_modelparity.formats import export_route
 
+pytestmark = [pytest.mark.inline_exports, pytest.mark.usefixtures("_tfjs_converter_loaded")]  # conftest.py: no export worker
+
 MIXED_CNN = textwrap.dedent('''
     def mixed_cnn(policy="mixed_float16"):
         """conv -> relu -> maxpool -> dense under ``policy``, a float32 softmax head."""

@@ -21,7 +21,8 @@ from pytest_modelparity import ModelLoadError, export_model, load_model
 from pytest_modelparity.formats import missing_runtime
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
-              pytest.mark.skipif(missing_runtime("saved_model") is not None, reason="needs TensorFlow")]
+              pytest.mark.skipif(missing_runtime("saved_model") is not None, reason="needs TensorFlow"),
+              pytest.mark.inline_exports, pytest.mark.usefixtures("_tfjs_converter_loaded")]
 
 BUILD = textwrap.dedent('''
     import os, sys

@@ -24,7 +24,8 @@ from families import recurrent, string_input
 from pytest_modelparity import errors
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
-              pytest.mark.usefixtures("_heavy_modules_stay_loaded")]
+              pytest.mark.usefixtures("_heavy_modules_stay_loaded"),
+              pytest.mark.inline_exports, pytest.mark.usefixtures("_tfjs_converter_loaded")]
 
 
 @pytest.fixture(scope="module")

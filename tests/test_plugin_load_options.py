@@ -13,7 +13,8 @@ import pytest
 from tf1_graphs import NAMED_OUTPUT_OPTIONS, TWO_SINKS_CONFTEST
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
-              pytest.mark.usefixtures("_heavy_modules_stay_loaded")]
+              pytest.mark.usefixtures("_heavy_modules_stay_loaded"),
+              pytest.mark.inline_exports, pytest.mark.usefixtures("_tfjs_converter_loaded")]
 
 TEST = textwrap.dedent('''
     from pytest_modelparity import assert_outputs_close

@@ -13,7 +13,8 @@ from pytest_modelparity.formats import tflite
 from pytest_modelparity.plugin.options import FORMAT_VARIANTS, VALID_FORMATS
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
-              pytest.mark.usefixtures("_heavy_modules_stay_loaded")]
+              pytest.mark.usefixtures("_heavy_modules_stay_loaded"),
+              pytest.mark.inline_exports, pytest.mark.usefixtures("_tfjs_converter_loaded")]
 
 CONFTEST = textwrap.dedent('''
     import pytest

@@ -11,6 +11,10 @@ import textwrap
 import numpy as np
 import pytest
 
+# The pytester sessions run in this process, exporting inline (the inline_exports marker in
+# conftest.py): what they check is what the power option says, not a fresh process, and a child
+# session and its export worker each imported TensorFlow again (issue 49).
+pytestmark = [pytest.mark.inline_exports, pytest.mark.usefixtures("_tfjs_converter_loaded")]
 
 def _two_heads(seed: int = 0):
     """Dense trunk with two same-shape heads, ``mean`` and ``log_var`` (2% apart, as a VAE's)."""
@@ -152,8 +156,8 @@ def test_the_summary_and_the_json_say_what_each_bound_would_have_caught(pytester
     pytest.importorskip("onnxruntime")
     pytester.makepyfile(test_power_suite=SUITE)
     report = pytester.path / "report.json"
-    result = pytester.runpytest_subprocess("--modelparity-formats=saved_model,onnx", "--modelparity-power",
-                                           f"--modelparity-report={report}", "-p", "no:cacheprovider")
+    result = pytester.runpytest("--modelparity-formats=saved_model,onnx", "--modelparity-power",
+                                f"--modelparity-report={report}", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=4)
     text = result.stdout.str()
     lines = [ln for ln in text.splitlines() if "modelparity: power" in ln and "power cost" not in ln]
@@ -209,8 +213,8 @@ def test_on_mobilenetv2_and_an_lstm_every_float_format_catches_every_planted_bug
             assert_outputs_close(parity_candidate, parity_reference, inputs=parity_batch)
     '''))
     report = pytester.path / "report.json"
-    result = pytester.runpytest_subprocess("--modelparity-formats=saved_model,tflite,onnx", "--modelparity-power",
-                                           f"--modelparity-report={report}", "-p", "no:cacheprovider", timeout=900)
+    result = pytester.runpytest("--modelparity-formats=saved_model,tflite,onnx", "--modelparity-power",
+                                f"--modelparity-report={report}", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=6)
     lines = [ln for ln in result.stdout.str().splitlines() if "modelparity: power" in ln]
     assert lines[0] == ("modelparity: power: 6 of 6 comparison(s) caught every planted bug that reached them "

@@ -17,6 +17,8 @@ from digits import digits_conftest  # noqa: E402
 from pytest_modelparity.checks import quantized
 from pytest_modelparity.errors import InvalidArgumentError  # noqa: E402
 
+pytestmark = [pytest.mark.inline_exports, pytest.mark.usefixtures("_tfjs_converter_loaded")]  # conftest.py: no export worker
+
 
 @pytest.fixture(scope="module")
 def digits(tmp_path_factory):

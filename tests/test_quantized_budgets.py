@@ -13,6 +13,8 @@ import pytest
 from digits import digits_conftest
 from pytest_modelparity.checks import quantized
 
+pytestmark = [pytest.mark.inline_exports, pytest.mark.usefixtures("_tfjs_converter_loaded")]  # conftest.py: no export worker
+
 def _rows(pytester):
     return json.loads((pytester.path / "r.json").read_text())["rows"]
 

@@ -18,6 +18,8 @@ pytest.importorskip("sklearn", reason="scikit-learn (a test dependency: pip inst
 from digits import digits_conftest  # noqa: E402
 from test_plugin_report import check_document  # noqa: E402
 
+pytestmark = [pytest.mark.inline_exports, pytest.mark.usefixtures("_tfjs_converter_loaded")]  # conftest.py: no export worker
+
 
 def _report(quant, sibling, strict=False):
     conversion = lambda dtype, path: Tolerance(0.0, 0.0, scale=1e-6)  # noqa: E731

@@ -11,7 +11,7 @@ from hypothesis.errors import InvalidArgument
 from pytest_modelparity import TensorSpec
 from pytest_modelparity.checks.strategies import Batch, batches, seeded_batch, specs_of
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.inline_exports, pytest.mark.usefixtures("_tfjs_converter_loaded")]
 
 SPECS = [TensorSpec("image", (None, 4, 4, 3), "float32"), TensorSpec("ids", (None, None), "int32"),
          TensorSpec("mask", (None, 2), "bool")]

@@ -16,6 +16,8 @@ import pytest
 from pytest_modelparity import assert_outputs_close, export_model, load_model
 from pytest_modelparity.errors import ModelLoadError, NotSerializable
 
+pytestmark = [pytest.mark.inline_exports, pytest.mark.usefixtures("_tfjs_converter_loaded")]  # conftest.py: no export worker
+
 SUBCLASSED_SOURCE = textwrap.dedent('''
     import numpy as np
     import pytest

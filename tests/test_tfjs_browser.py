@@ -20,9 +20,10 @@ import pytest
 
 from pytest_modelparity.runtime import browser_process
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.skipif(
     not any(shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")) or not shutil.which("node"),
-    reason="needs Chromium and Node.js: apt-get install chromium nodejs npm (scripts/install.sh does it as root)")
+    reason="needs Chromium and Node.js: apt-get install chromium nodejs npm (scripts/install.sh does it as root)"),
+    pytest.mark.inline_exports, pytest.mark.usefixtures("_tfjs_converter_loaded")]  # conftest.py: no export worker
 
 @pytest.fixture(autouse=True)
 def _installed_node_modules(monkeypatch: pytest.MonkeyPatch) -> None:

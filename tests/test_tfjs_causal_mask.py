@@ -16,6 +16,8 @@ import pytest
 from families import gpt_decoder
 from pytest_modelparity import errors
 
+pytestmark = [pytest.mark.inline_exports, pytest.mark.usefixtures("_tfjs_converter_loaded")]  # conftest.py: no export worker
+
 tf = pytest.importorskip("tensorflow")
 
 

@@ -18,7 +18,8 @@ import pytest
 
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
-              pytest.mark.usefixtures("_heavy_modules_stay_loaded", "installed_node_modules")]
+              pytest.mark.usefixtures("_heavy_modules_stay_loaded", "installed_node_modules"),
+              pytest.mark.inline_exports, pytest.mark.usefixtures("_tfjs_converter_loaded")]
 
 # Each pytester run keeps its own export cache (CACHE_ARG); the npm modules are the installed ones.
 CACHE_ARG = "--modelparity-cache-dir=exports"
@@ -91,8 +92,11 @@ def test_keras2_saved_model_with_optimizer_slots_loads_and_exports(pytester: pyt
         def test_forms(parity_candidate, parity_reference, parity_batch):
             assert_outputs_close(parity_candidate, parity_reference, inputs=parity_batch)
     ''')
+    # the export worker, a fresh process, as a user's session has it: inline, tensorflowjs would be
+    # imported here, where the conftest blocked tf_keras
     result = pytester.runpytest_subprocess(CACHE_ARG, "-v", "-p", "no:cacheprovider",
                                            "--modelparity-formats=saved_model,tflite,tfjs",
+                                           "--modelparity-export-process=child",
                                            "--modelparity-report=r.json", timeout=400)
     # onnx converts through the same frozen signature as tflite; saved_model is the directory
     # compared with itself: skipped as no comparison (tests/test_not_compared.py)

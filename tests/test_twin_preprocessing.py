@@ -20,6 +20,8 @@ from preprocessed import preprocessed
 from pytest_modelparity import load_model
 from pytest_modelparity.floor import measure as shadow
 
+pytestmark = [pytest.mark.inline_exports, pytest.mark.usefixtures("_tfjs_converter_loaded")]  # conftest.py: no export worker
+
 pytest.importorskip("tensorflow", reason="the twins need TensorFlow: pip install 'pytest-modelparity[tensorflow]'")
 
 KINDS = ["normalization+discretization", "discretization one_hot", "StringLookup int", "StringLookup tf_idf",
