@@ -34,14 +34,19 @@ def warm(reference: Any, candidates: list[Any], row: Any) -> None:
             measure.warm_twins(reference, row)
     if reference is not None:
         for candidate in candidates:  # the comparison's own first-call work, its report heard by nobody
-            key = (id(candidate), id(reference))
-            if key in _COMPARED:
-                continue
-            _COMPARED.add(key)
+            try:
+                done = _COMPARED.setdefault(candidate, weakref.WeakSet())
+                if reference in done:
+                    continue
+                done.add(reference)
+            except TypeError:  # not weak-referenceable: compared each time (cheap after the first)
+                pass
             _silent_comparison(candidate, reference, row)
 
 
-_COMPARED: set[tuple[int, int]] = set()
+# candidate -> the references it was compared with silently (weak: an id of a collected model
+# could be reused by a new one, which would then never be warmed)
+_COMPARED: "weakref.WeakKeyDictionary[Any, weakref.WeakSet[Any]]" = weakref.WeakKeyDictionary()
 
 
 def _silent_comparison(candidate: Any, reference: Any, row: Any) -> None:
