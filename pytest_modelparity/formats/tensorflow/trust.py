@@ -30,6 +30,7 @@ from typing import Any, Iterable, Iterator
 
 from ...errors import ModelLoadError
 from ..common import first_line
+from .op_allowlist import UNKNOWN, module_of, not_known_to_compute
 from .trust_graph import RESTORE_OPS, SAVE_OPS, GraphView, data_inputs, node_of
 
 TRUST_ENV = "MODELPARITY_TRUST_MODELS"
@@ -201,9 +202,21 @@ def _reaches(node: Any) -> str | None:
     return reaches
 
 
+def _unknown(view: GraphView, scope: str | None, node: Any) -> str | None:
+    """What an op outside the allowlist (op_allowlist.py) may reach, or None when it is known to
+    compute, calls one of the graph's own functions (scanned in turn), or is the saver's own
+    plumbing by structure (``ShardedFilename`` and the like in its save or restore subgraph)."""
+    if node.op in view.functions:
+        return None
+    reaches = not_known_to_compute(node.op)
+    if reaches is None or (module_of(node.op) == "gen_io_ops" and view.saver_owns(scope, node.name)):
+        return None
+    return reaches
+
+
 def _scan_view(view: GraphView, root: Path) -> list[Finding]:
-    """Every op of the graph and of every library function that reaches out, and is not the
-    model's own (its saver's, its vocabulary's)."""
+    """Every op of the graph and of every library function that reaches out or is not known to
+    compute, and is not the model's own (its saver's, its vocabulary's)."""
     at_load = view.runs_at_load()
     fn_at_load: dict[str, str] = {}
     for label in dict.fromkeys(at_load.values()):
@@ -216,10 +229,9 @@ def _scan_view(view: GraphView, root: Path) -> list[Finding]:
     for scope, nodes in scopes:
         for node in nodes:
             reaches = _reaches(node)
-            if reaches is None:
-                continue
-            why = _why_refused(view, scope, node, root)
-            if why is None:
+            why = _why_refused(view, scope, node, root) if reaches is not None else ""
+            reaches = reaches or _unknown(view, scope, node)
+            if why is None or reaches is None:
                 continue
             init = at_load.get(node.name) if scope is None else fn_at_load.get(scope)
             found.append(Finding(node.op, node.name, scope, reaches, init, why or None))
@@ -255,9 +267,12 @@ def refuse_untrusted(path: Path, format: str, trusted: bool | None, *, action: s
     if not findings or is_trusted(trusted):
         return
     shown = "; ".join(f.words() for f in findings[:8]) + (f"; and {len(findings) - 8} more" if len(findings) > 8 else "")
-    kinds = sorted({f.reaches for f in findings})
-    raise ModelLoadError(path, format, f"the graph holds ops that reach {' and '.join(kinds)} when it is loaded or "
-                         f"run: {shown}. Refused before TensorFlow loads it (docs/security.md)",
+    kinds = sorted({f.reaches for f in findings} - {UNKNOWN})
+    held = [f"ops that reach {' and '.join(kinds)} when it is loaded or run"] if kinds else []
+    if any(f.reaches == UNKNOWN for f in findings):
+        held.append("ops of no TensorFlow library known to compute")
+    raise ModelLoadError(path, format, f"the graph holds {' and '.join(held)}: {shown}. Refused before TensorFlow "
+                         "loads it: an untrusted graph may run only ops known to compute (docs/security.md)",
                          "only if you trust this model (you or your team wrote it): run pytest with "
                          "--modelparity-trust-models (ini: modelparity_trust_models = true), or give trusted=True "
                          "in load_model(...), export_model(...) or modelparity_load_options", action=action)

@@ -230,8 +230,19 @@ class GraphView:
             "restore_fns": called["restore"] - other_fns,
             "restored": restore_nodes,
             "filename": node_of(saver.filename_tensor_name) if saver else None,
+            "subgraph": save_nodes | restore_nodes,
+            "others": others,
         }
         return self._roles
+
+    def saver_owns(self, scope: Scope, name: str) -> bool:
+        """Whether a node is the saver's own by structure: in a function only its save or
+        restore calls, or a graph node of its subgraphs that nothing else runs or reads."""
+        roles = self.roles()
+        if scope is not None:
+            return scope in roles["save_fns"] or scope in roles["restore_fns"]
+        subgraph = roles["subgraph"]
+        return name in subgraph and name not in roles["others"] and self.descendants(name) <= subgraph
 
     def runs_at_load(self) -> dict[str, str]:
         """Graph node -> what runs it inside ``load_model`` (an init collection, the restore)."""
