@@ -82,3 +82,67 @@ def test_an_entry_written_by_another_uid_is_never_used(model, tmp_path: Path) ->
     assert len(notes) == 1 and f"meta.json was written by uid {NOBODY}" in notes[0] and "not used" in notes[0], notes
     assert (entry / "meta.json").is_file() and first.is_file()  # not ours to remove
     assert (again.hits, again.misses) == (0, 0)
+
+
+@as_root
+def test_a_floor_entry_written_by_another_uid_is_never_used(tmp_path: Path) -> None:
+    from pytest_modelparity.exports.floor_cache import FloorCache
+
+    key = "f" * 64
+    FloorCache(tmp_path).put(key, {"y": 1e-6}, "float64 twin", None)
+    assert FloorCache(tmp_path).get(key) is not None  # kept and signed: usable as written
+    os.chown(FloorCache(tmp_path).path(key), NOBODY, NOBODY)
+    cache = FloorCache(tmp_path)
+    assert cache.get(key) is None
+    assert any(f"written by uid {NOBODY}" in note for note in cache.notes), cache.notes
+
+
+def test_a_tfjs_install_folder_others_may_write_is_refused_before_node_runs(tmp_path: Path, monkeypatch) -> None:
+    import shutil
+
+    from pytest_modelparity.errors import RuntimeMissing
+    from pytest_modelparity.runtime import tfjs_runner
+
+    if shutil.which("node") is None:
+        pytest.skip("needs Node.js (the check runs where the tfjs format could): bash scripts/install.sh")
+    monkeypatch.setenv("MODELPARITY_CACHE_DIR", str(tmp_path))
+    shared = tmp_path / "tfjs-node-modules"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    with pytest.raises(RuntimeMissing) as info:
+        tfjs_runner.ensure_node_modules(quiet=True)
+    text = str(info.value)
+    assert f"{shared}: it is writable by its group and others (mode 0777)" in text, text
+    assert "Node.js would run" in text and "MODELPARITY_CACHE_DIR" in text, text
+    assert not any(shared.iterdir())  # nothing installed into it
+    os.chmod(shared, 0o755)
+    assert tfjs_runner.not_yours(tfjs_runner.modules_dir()) is None
+
+
+@as_root
+def test_a_tfjs_install_file_another_uid_wrote_is_damage(tmp_path: Path, monkeypatch) -> None:
+    """A complete-looking install (the lock's packages, the marker, a manifest) in which one file
+    listed by npm ci now belongs to another uid: ``damage`` names it, so it is reinstalled, not run."""
+    import json
+
+    from pytest_modelparity.runtime import tfjs_runner
+
+    monkeypatch.setenv("MODELPARITY_CACHE_DIR", str(tmp_path))
+    target = tfjs_runner.modules_dir()
+    target.mkdir(parents=True)
+    for name in ("package.json", "package-lock.json"):
+        (target / name).write_bytes((tfjs_runner.RUNNER_DIR / name).read_bytes())
+    for key, version in tfjs_runner._lock_packages(target / "package-lock.json").items():
+        (target / key).mkdir(parents=True, exist_ok=True)
+        (target / key / "package.json").write_text(json.dumps({"version": version}))
+    wasm = target / "node_modules" / tfjs_runner._WASM_PACKAGE / "dist"
+    if wasm.parent.is_dir():
+        wasm.mkdir(exist_ok=True)
+        (wasm / "tfjs-backend-wasm.wasm").write_bytes(b"\0asm")
+    tfjs_runner._write_manifest(target)
+    (target / tfjs_runner._MARKER).write_text("npm ci took 1.0 s\n")
+    assert tfjs_runner.damage(target) == []
+    planted = next(p for p in sorted((target / "node_modules").rglob("package.json")))
+    os.chown(planted, NOBODY, NOBODY)
+    (problem,) = tfjs_runner.damage(target)
+    assert "1 file(s) were written by another user" in problem and f"(uid {NOBODY})" in problem, problem

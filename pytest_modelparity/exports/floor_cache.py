@@ -42,7 +42,7 @@ from typing import Any, Callable, TypeVar
 from ..runtime.quiet import make_ignored_dir
 from .cache import FLOOR_DIR, ExportCache
 from .floor_seal import UnsafeFile, read_small_regular, secret_key, signature
-from ..runtime.scratch import ORPHAN_S, owned_prefix
+from ..runtime.scratch import ORPHAN_S, foreign, owned_prefix
 
 __all__ = ["FLOOR_DIR", "FROM_CACHE", "MAX_BYTES", "MAX_ENTRIES", "FloorCache", "measured", "restore", "take_notes", "use"]
 
@@ -109,6 +109,10 @@ class FloorCache:
             return None
         except UnsafeFile as exc:
             self._bad(path, f"it is {exc}")
+            return None
+        problem = foreign([path])
+        if problem is not None:  # signed or not: an entry another user wrote is never used
+            self._bad(path, problem)
             return None
         secret = self._signing_key()
         if secret is None:

@@ -40,6 +40,8 @@ from pathlib import Path
 from typing import Iterator
 
 from ...errors import RuntimeMissing
+from ..quiet import make_ignored_dir
+from ..scratch import not_private
 
 __all__ = ["RUNNER_DIR", "RUNNER_JS", "INSTALL_COMMAND", "cache_root", "damage", "ensure_node_modules",
            "installed_since", "modules_dir", "node_executable"]
@@ -111,6 +113,18 @@ def _write_manifest(target: Path) -> None:
     (target / _MANIFEST).write_text("\n".join(lines) + "\n")
 
 
+def _only_mine_may_write(folder: Path) -> None:
+    """Clear the group and others' write bits npm ci left under a loose umask (002): a folder
+    others may write is refused (``not_yours``), since Node.js runs what is put there."""
+    for root, dirs, files in os.walk(folder):
+        for name in (*dirs, *files):
+            path = os.path.join(root, name)
+            with contextlib.suppress(OSError):
+                mode = os.lstat(path).st_mode
+                if mode & 0o022 and not os.path.islink(path):
+                    os.chmod(path, mode & 0o7755)
+
+
 def damage(target: Path | None = None) -> list[str]:
     """What is wrong with the install in ``target`` (default: this lock file's), as short
     phrases; empty when it is complete. Reads the lock, stats files: tens of milliseconds."""
@@ -145,21 +159,38 @@ def damage(target: Path | None = None) -> list[str]:
                         f"run on its cpu backend)")
     manifest = target / _MANIFEST
     if manifest.is_file():
-        missing, changed = [], []
+        missing, changed, foreign = [], [], []
+        me = os.getuid() if hasattr(os, "getuid") else None
         for line in manifest.read_text().splitlines():
             size, _, rel = line.partition("\t")
             try:
-                actual = (modules / rel).stat().st_size
+                info = (modules / rel).stat()
             except OSError:
                 missing.append(rel)
                 continue
-            if str(actual) != size:
+            if str(info.st_size) != size:
                 changed.append(rel)
+            if me is not None and info.st_uid != me:
+                foreign.append(f"{rel} (uid {info.st_uid})")
         if missing:
             problems.append(f"{len(missing)} file(s) npm ci wrote are missing (e.g. {missing[0]})")
         if changed:
             problems.append(f"{len(changed)} file(s) changed size since npm ci wrote them (e.g. {changed[0]})")
+        if foreign:
+            problems.append(f"{len(foreign)} file(s) were written by another user (e.g. {foreign[0]}): Node.js "
+                            "would run their code")
     return problems
+
+
+def not_yours(target: Path) -> str | None:
+    """Why the folders holding the install are not this user's alone (owned by another uid, or
+    writable by its group or others, who could then put code there that Node.js runs), or None.
+    Checked before the install is used or repaired; folders not made yet are None."""
+    for folder in (cache_root(), target.parent, target, target / "node_modules"):
+        problem = not_private(folder)
+        if problem is not None:
+            return f"{folder}: {problem}"
+    return None
 
 
 def installed_since(start: float) -> str | None:
@@ -182,7 +213,8 @@ def installed_since(start: float) -> str | None:
 @contextlib.contextmanager
 def _install_lock(path: Path) -> Iterator[None]:
     """Serialise installs across processes (pytest-xdist workers) with an flock."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_ignored_dir(cache_root())  # private (0700), as every folder the package makes
+    path.parent.mkdir(mode=0o700, exist_ok=True)
     with open(path, "a+b") as fh:
         try:
             import fcntl
@@ -206,6 +238,12 @@ def ensure_node_modules(*, quiet: bool = False) -> Path:
     target = modules_dir()
     if target in _VERIFIED:
         return target / "node_modules"
+    problem = not_yours(target)
+    if problem is not None:
+        raise RuntimeMissing(f"a tfjs install of your own ({problem}, so another user could put code there that "
+                             "Node.js would run)",
+                             "set MODELPARITY_CACHE_DIR to a private folder you own (the plugin creates it with mode "
+                             f"0700 and installs there), or make {target.parent} yours alone (chown, chmod go-w)")
     found = damage(target) if target.exists() else ["not installed"]
     if not found:
         _VERIFIED.add(target)
@@ -232,7 +270,7 @@ def ensure_node_modules(*, quiet: bool = False) -> Path:
         for stale in target.parent.glob(f"{target.name}.tmp-*"):
             shutil.rmtree(stale, ignore_errors=True)
         staging = Path(tempfile.mkdtemp(prefix=f"{target.name}.tmp-", dir=target.parent))
-        os.chmod(staging, 0o755)  # mkdtemp makes it 0700: a cache shared between users must be readable
+        os.chmod(staging, 0o755)  # readable by others (never writable): the folders' owner check is not_yours
         try:
             for name in ("package.json", "package-lock.json"):
                 shutil.copyfile(RUNNER_DIR / name, staging / name)
@@ -254,6 +292,7 @@ def ensure_node_modules(*, quiet: bool = False) -> Path:
                     f"{took:.1f} s{was}:\n{tail}\n)",
                     f"`{INSTALL_COMMAND}` on a machine that reaches the npm registry "
                     f"(set MODELPARITY_CACHE_DIR to share the cache)")
+            _only_mine_may_write(staging)
             _write_manifest(staging)
             repaired = f"repaired: {'; '.join(found)}\n" if damaged else ""
             (staging / _MARKER).write_text(f"npm ci took {took:.1f} s\n{repaired}")
