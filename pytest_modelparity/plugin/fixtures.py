@@ -258,6 +258,29 @@ def modelparity_warmup(request: pytest.FixtureRequest) -> None:
         warm(reference, [candidate] if candidate is not None else [], {k: np.array(v) for k, v in drawn.items()})
     except Exception:  # noqa: BLE001 - a model that cannot run fails in the test itself, with its cause
         pass
+    _timings_left_to_the_machine(function)
+
+
+def _timings_left_to_the_machine(test: Any) -> None:
+    """Where a ``@given`` test with the plugin's models keeps the active profile's deadline and
+    health checks, drop the deadline and the ``too_slow`` check for it (as Hypothesis' own ``ci``
+    profile does): a real model's example takes what the machine gives it, and on a busy one a
+    process waits seconds for a core (measured: a 1-row example 294 ms, one draw 3.4 s at load 8).
+    A deadline or health checks the user set differently from the profile are kept."""
+    from hypothesis import HealthCheck, settings
+
+    current = getattr(test, "_hypothesis_internal_use_settings", None)
+    if not isinstance(current, settings):
+        return
+    profile = settings.default
+    changes: dict[str, Any] = {}
+    if current.deadline is not None and current.deadline == profile.deadline:
+        changes["deadline"] = None
+    checks = list(current.suppress_health_check)
+    if HealthCheck.too_slow not in checks and checks == list(profile.suppress_health_check):
+        changes["suppress_health_check"] = [*checks, HealthCheck.too_slow]
+    if changes:
+        test._hypothesis_internal_use_settings = settings(current, **changes)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,87 @@
+"""A plain ``@given`` test with the plugin's models and Hypothesis' default settings, run beside
+busy loops (issue 49): how many of N child sessions pass, and how long their examples took.
+
+Each repeat: a fresh pytest session in a child process (a tiny MLP, saved_model and tflite,
+15 examples, the profile's 200 ms deadline and health checks as a user who never read about
+the ``modelparity`` profile leaves them), with ``--loops`` processes spinning beside it. Before
+issue 49 this read "Unreliable test timings" (779 ms first example at load 16); with the
+warm-up alone it still failed at load 8 (a 294 ms example, a 3.4 s draw).
+
+Run:  .venv/bin/python bench/given_under_load.py [--repeats 10] [--loops 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+CONFTEST = textwrap.dedent('''
+    import pytest
+
+    @pytest.fixture(scope="session")
+    def modelparity_source():
+        import keras
+        keras.utils.set_random_seed(4)
+        x = keras.Input((12,), name="features")
+        h = keras.layers.Dense(32, activation="relu", name="hidden")(x)
+        return keras.Model(x, keras.layers.Dense(3, name="logits")(h), name="small_mlp")
+''')
+
+GIVEN = textwrap.dedent('''
+    from hypothesis import given, settings, strategies as st
+    from pytest_modelparity import assert_outputs_close, strategies
+
+    @settings(max_examples=15)  # the default deadline (200 ms) and health checks
+    @given(data=st.data())
+    def test_random_batches(parity_candidate, parity_reference, data):
+        batch = data.draw(strategies.batches(parity_reference, batch_size=st.integers(1, 8)))
+        assert_outputs_close(parity_candidate, parity_reference, inputs=batch)
+''')
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--loops", type=int, default=4)
+    args = parser.parse_args()
+    passed = 0
+    for i in range(args.repeats):
+        with tempfile.TemporaryDirectory(prefix="given-load-") as tmp:
+            folder = Path(tmp)
+            (folder / "conftest.py").write_text(CONFTEST)
+            (folder / "test_given.py").write_text(GIVEN)
+            loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.loops)]
+            start = time.perf_counter()
+            env = {k: v for k, v in os.environ.items() if k not in ("CI", "BUILD_NUMBER")}
+            try:
+                proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                                       "--modelparity-formats=tflite,saved_model",
+                                       f"--modelparity-cache-dir={folder / 'cache'}", "--durations=0"],
+                                      cwd=folder, env=env, capture_output=True, text=True, timeout=900)
+            finally:
+                for p in loops:
+                    p.kill()
+                for p in loops:
+                    p.wait()
+            took = time.perf_counter() - start
+            load = os.getloadavg()[0]
+            out = proc.stdout
+            ok = proc.returncode == 0 and "2 passed" in out
+            passed += ok
+            why = "" if ok else " | " + "; ".join(sorted(set(re.findall(
+                r"(DeadlineExceeded|FailedHealthCheck|Unreliable test timings|FlakyFailure|Error)", out))))
+            calls = re.findall(r"([\d.]+)s call\s+test_given.py::test_random_batches\[(\w+)-cpu\]", out)
+            print(f"repeat {i + 1}: {'PASS' if ok else 'FAIL'} in {took:.0f} s, load {load:.1f}, "
+                  f"calls {', '.join(f'{f} {s} s' for s, f in calls)}{why}", flush=True)
+    print(f"{passed}/{args.repeats} passed with {args.loops} busy loops beside them")
+
+
+if __name__ == "__main__":
+    main()
