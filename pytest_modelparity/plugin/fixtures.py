@@ -273,6 +273,8 @@ def _timings_left_to_the_machine(test: Any) -> None:
     if not isinstance(current, settings):
         return
     profile = settings.default
+    if profile is None:
+        return
     changes: dict[str, Any] = {}
     if current.deadline is not None and current.deadline == profile.deadline:
         changes["deadline"] = None
