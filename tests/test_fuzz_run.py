@@ -85,7 +85,8 @@ def test_a_reproducer_rebuilds_the_failing_model_bit_for_bit(tmp_path) -> None:
     entry = by_name("tf2onnx-dense-then-conv-transpose")
     outcome = Outcome("onnx", "fail", "new", "the verdict text", known=entry.name)
     folder = write_reproducer(tmp_path, entry.model, outcome)
-    assert {p.name for p in folder.iterdir()} == {"repro.py", "weights.npz", "inputs.npz", "verdict.txt"}
+    assert {p.name for p in folder.iterdir()} == {"repro.py", "weights.npz", "inputs.npz", "verdict.txt",
+                                                   "conditions.json"}
     assert "known: " + entry.name in (folder / "verdict.txt").read_text()
     spec = importlib.util.spec_from_file_location("repro_under_test", folder / "repro.py")
     repro = importlib.util.module_from_spec(spec)
