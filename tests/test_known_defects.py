@@ -145,3 +145,55 @@ def test_the_cumsum_axis_is_read_from_the_weights_and_unknown_is_no_cause():
     assert known_defects(spec, lambda: {"s/axis": np.array(2)}) == []
     assert known_defects(spec) == []  # no weights: the axis may be right
     assert known_defects(spec, broken) == []
+
+
+def test_dense_tanh_is_fused_and_refused_only_with_onednn_and_the_advice_works(tmp_path):
+    """tfjs-dense-tanh-fused through the real converter and real Node tfjs, in fuzz children
+    started with oneDNN on and off (TF_ENABLE_ONEDNN_OPTS set before TensorFlow is imported).
+    On: Dense(4, activation='tanh') and Dense(4) -> Activation('tanh') are both refused (so a
+    separate layer is no workaround), labelled known, with advice that names the variable and
+    not hard-swish. Off (the advice): both pass."""
+    missing = missing_runtime("tfjs", export=True)
+    if missing is not None:
+        pytest.skip(str(missing))
+    import re
+
+    from pytest_modelparity.fuzz.conditions import env_for
+    from pytest_modelparity.fuzz.fuzz_worker import FuzzWorker
+    from pytest_modelparity.fuzz.known_defects import by_name
+    from pytest_modelparity.fuzz.model_draw import DrawnModel, InputKind
+    from pytest_modelparity.fuzz.model_steps import Act, Dense
+
+    entry = by_name("tfjs-dense-tanh-fused")
+    separate = DrawnModel(InputKind("vector", (8,)), (Dense(4), Act("tanh")))
+    outcomes, ran_under = {}, {}
+    for on in (True, False):
+        with FuzzWorker(tmp_path / f"child-{on}.log", env=env_for({"onednn": on})) as worker:
+            outcomes[on] = [worker.check(d, ["tfjs"], workdir=tmp_path)[0] for d in (entry.model, separate)]
+            ran_under[on] = worker.conditions
+    assert ran_under[False]["onednn"] is False, ran_under[False]
+    if not ran_under[True]["onednn"]:
+        pytest.skip(f"this TensorFlow cannot turn oneDNN on ({ran_under[True]['onednn_why']}): the fusion needs it")
+    fused, separate_on = outcomes[True]
+    if fused.status == "pass":
+        pytest.fail("Dense + tanh now passes on tfjs with oneDNN on: the converter or tfjs fixed it; move the entry "
+                    "to fixed")
+    for outcome in (fused, separate_on):
+        assert outcome.status == "refused" and outcome.known == entry.name, (outcome.status, outcome.text)
+        assert re.search(entry.symptom, outcome.text), outcome.text
+        assert "hard-swish" not in outcome.text and "TF_ENABLE_ONEDNN_OPTS=0" in outcome.text, outcome.text
+    assert [o.status for o in outcomes[False]] == ["pass", "pass"], [o.text for o in outcomes[False]]
+
+
+def test_the_hard_swish_advice_is_given_only_for_hard_swish():
+    """The tfjs runner's words for a fused activation it lacks (measured: cpu and wasm backends,
+    tanh fused by oneDNN): the export route's hard-swish split is advised only for hard-swish."""
+    from pytest_modelparity.formats.tfjs.errors import classify_runner_error
+
+    for message, backend in (("Activation tanh has not been implemented for the CPU backend.", "cpu"),
+                             ("tanh activation not yet supported for FusedConv2D in the wasm backend.", "wasm")):
+        problem, fix = classify_runner_error(message, backend)
+        assert "'tanh'" in problem and "hard-swish" not in fix and "TF_ENABLE_ONEDNN_OPTS=0" in fix, fix
+        assert "separate Activation layer does not help" in fix
+    problem, fix = classify_runner_error("Activation hardswish has not been implemented for the CPU backend.", "cpu")
+    assert "splits fused hard-swish" in fix, fix
