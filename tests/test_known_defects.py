@@ -183,6 +183,9 @@ def test_dense_tanh_is_fused_and_refused_only_with_onednn_and_the_advice_works(t
         assert re.search(entry.symptom, outcome.text), outcome.text
         assert "hard-swish" not in outcome.text and "TF_ENABLE_ONEDNN_OPTS=0" in outcome.text, outcome.text
     assert [o.status for o in outcomes[False]] == ["pass", "pass"], [o.text for o in outcomes[False]]
+    off = status_here(entry, str(tmp_path), conditions={"onednn": False})
+    assert off.plugin == "pass" and not off.bare, off  # the bare converter agrees too with oneDNN off
+    assert off.verdict.startswith("not reproduced under other conditions than the entry's"), off.verdict
 
 
 def test_the_hard_swish_advice_is_given_only_for_hard_swish():

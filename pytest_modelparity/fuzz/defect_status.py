@@ -99,6 +99,11 @@ class DefectStatus:
             return "not reproducible here: " + "; ".join(self.unmet)
         if self.plugin == self.entry.outcome:
             return "caught"
+        outside = differences(dict(self.entry.conditions), self.conditions)
+        if outside:  # asked for other conditions than the entry's: its absence there proves nothing fixed
+            return f"not reproduced under other conditions than the entry's ({'; '.join(outside)})"
+        if self.plugin == self.entry.outcome:
+            return "caught"
         if self.plugin == "pass" and not self.bare:
             return "fixed"
         if self.plugin == "pass":
