@@ -184,7 +184,8 @@ def test_a_reproducer_replays_under_the_conditions_it_was_found_under(tmp_path) 
         folder = write_reproducer(tmp_path / str(on), entry.model, outcome, found_under)
         source = (folder / "repro.py").read_text()
         assert source.index(f"'{ONEDNN_VAR}': '{int(on)}'") < source.index("import keras")
-        assert ("oneDNN on" if on else "oneDNN off") in (folder / "verdict.txt").read_text()
+        verdict = (folder / "verdict.txt").read_text()
+        assert ("oneDNN on" if on else "oneDNN off") in verdict and f"workaround: {entry.advice}" in verdict
         shell = {**os.environ, ONEDNN_VAR: "0" if on else "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
         replays[on] = subprocess.run([sys.executable, str(folder / "repro.py")], capture_output=True, text=True,
                                      env=shell, cwd=folder, timeout=300)

@@ -70,11 +70,17 @@ def write_reproducer(out_dir: Path, drawn: Any, outcome: Any, conditions: dict[s
     if note:
         label += f"; {note}"
     conditions = conditions_here() if conditions is None else conditions
+    advice = ""
+    if outcome.known:
+        from .known_defects import by_name
+
+        advice = by_name(outcome.known).advice
     env = env_for({"onednn": bool(conditions["onednn"])}) if "onednn" in conditions else {}
     (folder / "verdict.txt").write_text(f"{outcome.format}: {outcome.status} ({label})\n"
                                         f"versions: {json.dumps(versions)}\n"
                                         f"conditions: {describe(conditions)}\n"
-                                        f"environment: {json.dumps(env)}\n\n{outcome.text}\n")
+                                        f"environment: {json.dumps(env)}\n"
+                                        + (f"workaround: {advice}\n" if advice else "") + f"\n{outcome.text}\n")
     (folder / "conditions.json").write_text(json.dumps(conditions, indent=1, default=str) + "\n")
     header = (f'"""Reproducer written by pytest-modelparity --modelparity-fuzz: {outcome.format} {outcome.status} '
               f'({label}).\n\nModel: {drawn!r}\nVersions: {json.dumps(versions)}\n'
