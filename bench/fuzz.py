@@ -115,11 +115,13 @@ def main() -> None:
             return got.key == outcome.key
 
         minimal = minimize(drawn, same, budget_s=args.shrink_seconds)
-        shrinks.append({"key": list(key), "known": outcome.known, "before": len(drawn.layers),
+        shrinks.append({"key": list(key), "known": outcome.known, "resembles": outcome.resembles,
+                        "note": outcome.note, "before": len(drawn.layers),
                         "after": len(minimal.layers), "checks": calls[0], "seconds": round(time.monotonic() - t0, 1),
                         "minimal": repr(minimal), "recheck": recheck, "text": outcome.text[:2000]})
     summary: dict = {"models": len(rss), "minutes": round(elapsed / 60, 2), "formats": {}, "refusals": {},
-                     "shrinks": shrinks, "false_alarms": sum(bool(s["recheck"].get("false_alarm")) for s in shrinks)}
+                     "shrinks": shrinks, "false_alarms": sum(bool(s["recheck"].get("false_alarm")) for s in shrinks),
+                     "conditions": worker.conditions}  # oneDNN, XNNPACK, CPU: what the child ran under (issue 46)
     for fmt in formats:
         mine = [r for r in rows if r["format"] == fmt]
         ratios = [r["ratio"] for r in mine if r["status"] == "pass" and r["ratio"] is not None]

@@ -15,8 +15,17 @@ def test_a_seeded_fuzz_run_on_tflite_and_onnx_ends_with_its_summary(pytester: py
     # in this process (the models are checked in the fuzz child either way): a child session
     # imported TensorFlow once more for nothing the test reads (issue 49).
     result = pytester.runpytest("--modelparity-fuzz=8", "--modelparity-fuzz-minutes=0.67",
-                                "--modelparity-formats=tflite,onnx", "--hypothesis-seed=3", "-p", "no:cacheprovider")
+                                "--modelparity-formats=tflite,onnx", "--hypothesis-seed=3", "-p", "no:cacheprovider",
+                                "--modelparity-report=report.json")
     text = result.stdout.str()
+    # the conditions it ran under (issue 46), as the fuzz child's TensorFlow reported them
+    import json
+
+    from pytest_modelparity.fuzz.conditions import conditions_here
+
+    ran_under = json.loads((pytester.path / "report.json").read_text())["fuzz"]["conditions"]
+    assert ran_under["onednn"] is conditions_here()["onednn"] and ran_under["xnnpack"] is True, ran_under
+    assert re.search(rf"^  conditions: oneDNN {'on' if ran_under['onednn'] else 'off'} \(", text, re.M), text
     found = re.search(r"modelparity fuzz: (\d+) model\(s\) in \d+ s", text)
     assert found, text
     models = int(found.group(1))
@@ -85,7 +94,8 @@ def test_a_reproducer_rebuilds_the_failing_model_bit_for_bit(tmp_path) -> None:
     entry = by_name("tf2onnx-dense-then-conv-transpose")
     outcome = Outcome("onnx", "fail", "new", "the verdict text", known=entry.name)
     folder = write_reproducer(tmp_path, entry.model, outcome)
-    assert {p.name for p in folder.iterdir()} == {"repro.py", "weights.npz", "inputs.npz", "verdict.txt"}
+    assert {p.name for p in folder.iterdir()} == {"repro.py", "weights.npz", "inputs.npz", "verdict.txt",
+                                                   "conditions.json"}
     assert "known: " + entry.name in (folder / "verdict.txt").read_text()
     spec = importlib.util.spec_from_file_location("repro_under_test", folder / "repro.py")
     repro = importlib.util.module_from_spec(spec)
@@ -146,3 +156,42 @@ def test_the_fuzz_child_is_replaced_every_n_models_and_a_crash_costs_one_model(t
         (after,) = worker.check(plain, ["tflite"], workdir=tmp_path)
         assert after.status == "pass" and len(worker.children) == 3
     assert log.stat().st_size > 0                 # TensorFlow's and the converter's output went there
+
+
+def test_a_reproducer_replays_under_the_conditions_it_was_found_under(tmp_path) -> None:
+    """repro.py sets TF_ENABLE_ONEDNN_OPTS before it imports TensorFlow, whatever the shell has:
+    written for oneDNN on, the Dense + tanh model is refused on tfjs when replayed from a shell
+    with oneDNN off; written for oneDNN off, it passes from a shell with oneDNN on. Real
+    converter, real Node tfjs, each replay a fresh `python repro.py`."""
+    import os
+    import subprocess
+    import sys
+
+    from pytest_modelparity.formats import missing_runtime
+    from pytest_modelparity.fuzz.conditions import ONEDNN_VAR, conditions_here
+    from pytest_modelparity.fuzz.fuzzing import Outcome
+    from pytest_modelparity.fuzz.known_defects import by_name
+    from pytest_modelparity.fuzz.reproducer import write_reproducer
+
+    missing = missing_runtime("tfjs", export=True)
+    if missing is not None:
+        pytest.skip(str(missing))
+    entry = by_name("tfjs-dense-tanh-fused")
+    replays = {}
+    for on in (True, False):
+        found_under = conditions_here({ONEDNN_VAR: "1" if on else "0"})
+        outcome = Outcome("tfjs", "refused", "unsupported ops: tanh", "the refusal", known=entry.name)
+        folder = write_reproducer(tmp_path / str(on), entry.model, outcome, found_under)
+        source = (folder / "repro.py").read_text()
+        assert source.index(f"'{ONEDNN_VAR}': '{int(on)}'") < source.index("import keras")
+        verdict = (folder / "verdict.txt").read_text()
+        assert ("oneDNN on" if on else "oneDNN off") in verdict and f"workaround: {entry.advice}" in verdict
+        shell = {**os.environ, ONEDNN_VAR: "0" if on else "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
+        replays[on] = subprocess.run([sys.executable, str(folder / "repro.py")], capture_output=True, text=True,
+                                     env=shell, cwd=folder, timeout=300)
+    on, off = replays[True], replays[False]
+    assert off.returncode == 0 and "the converted model agrees" in off.stdout, off.stdout + off.stderr[-2000:]
+    if on.returncode == 0:
+        pytest.skip("the Dense + tanh fusion did not happen with oneDNN on here (fixed, or a TensorFlow without "
+                    "oneDNN): the replay under oneDNN on could not be told apart")
+    assert "Activation tanh has not been implemented" in on.stderr, on.stderr[-2000:]

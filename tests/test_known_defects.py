@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from pytest_modelparity.fuzz.conditions import differences
 from pytest_modelparity.fuzz.defect_status import status_here
 from pytest_modelparity.fuzz.known_defects import CATALOGUE, Label, label_failure, without_trigger
 from pytest_modelparity.formats import missing_runtime
@@ -20,8 +21,11 @@ def test_catalogue_entry_is_caught_or_shown_fixed(entry, tmp_path):
     missing = missing_runtime(entry.format, export=True)
     if missing is not None:
         pytest.skip(str(missing))
-    status = status_here(entry, str(tmp_path))
+    status = status_here(entry, str(tmp_path))  # under the entry's conditions (oneDNN on: a child with it on)
     print(status)
+    if status.unmet:  # e.g. oneDNN asked for on a TensorFlow built without it: measured, not passed
+        pytest.skip(f"{entry.name}: {status.verdict} (ran under {status.conditions.get('onednn_why')})")
+    assert differences(dict(entry.conditions), status.conditions) == []
     if status.plugin == entry.outcome:  # reproduces: caught, and labelled known (not "new")
         assert status.label == entry.name, status
         assert status.verdict == "caught"
@@ -44,7 +48,9 @@ def _symptom_text(entry) -> str:
     """A message the entry's symptom matches (the entry's own words where it has a pattern)."""
     examples = {"tf2onnx-pad-dilated-same-conv": "the file's output shape is (1, 2, 2, 4) instead of (1, 6, 6, 4)",
                 "tf2onnx-conv-transpose-negative-pads": "pads must not contain negative values",
-                "tfjs-two-branch-reading-outputs": "TypeError: Cannot read properties of undefined (reading 'outputs')"}
+                "tfjs-two-branch-reading-outputs": "TypeError: Cannot read properties of undefined (reading 'outputs')",
+                "tfjs-dense-tanh-fused": "tfjs's cpu backend lacks the fused activation 'tanh' in a fused conv/matmul op "
+                                         "(Activation tanh has not been implemented for the CPU backend.)"}
     return examples.get(entry.name, "")
 
 
@@ -55,18 +61,22 @@ def test_an_entry_labels_only_a_failure_it_is_proven_to_be(entry):
     another format, a message that is not the symptom, or no proof: new, resembling the entry
     where its layers are there. No converter runs: the proof is a predicate here."""
     drawn, fmt, text = entry.model, entry.format, _symptom_text(entry)
-    proven = label_failure(drawn, fmt, text, entry.outcome, passes_without=lambda d: True)
+    held = {"onednn": False, "xnnpack": True, **entry.conditions}  # a run where the entry's conditions hold
+    proven = label_failure(drawn, fmt, text, entry.outcome, passes_without=lambda d: True, conditions=held)
     assert proven == Label(known=entry.name), proven
     other_kind = next(k for k in ("fail", "error", "refused") if k != entry.outcome)
-    assert label_failure(drawn, fmt, text, other_kind, passes_without=lambda d: True) == Label(resembles=entry.name)
+    assert label_failure(drawn, fmt, text, other_kind, passes_without=lambda d: True,
+                         conditions=held) == Label(resembles=entry.name)
     other_format = next(f for f in ("tflite", "onnx", "tfjs") if f != entry.format)
-    assert label_failure(drawn, other_format, text, entry.outcome, passes_without=lambda d: True).known is None
+    assert label_failure(drawn, other_format, text, entry.outcome, passes_without=lambda d: True,
+                         conditions=held).known is None
     if entry.symptom:
-        assert label_failure(drawn, fmt, "some other message", entry.outcome).resembles == entry.name
+        assert label_failure(drawn, fmt, "some other message", entry.outcome, conditions=held).resembles == entry.name
     if entry.outcome == "fail":
         # still failing with the entry's steps taken out: not this defect
-        assert label_failure(drawn, fmt, text, "fail", passes_without=lambda d: False) == Label(resembles=entry.name)
-        assert label_failure(drawn, fmt, text, "fail") == Label(resembles=entry.name)  # nothing proven
+        assert label_failure(drawn, fmt, text, "fail", passes_without=lambda d: False,
+                             conditions=held) == Label(resembles=entry.name)
+        assert label_failure(drawn, fmt, text, "fail", conditions=held) == Label(resembles=entry.name)  # nothing proven
         reduced = without_trigger(entry, drawn)
         assert reduced is not None and reduced.layers and not entry.signature(reduced.layers), reduced
 
@@ -135,3 +145,71 @@ def test_the_cumsum_axis_is_read_from_the_weights_and_unknown_is_no_cause():
     assert known_defects(spec, lambda: {"s/axis": np.array(2)}) == []
     assert known_defects(spec) == []  # no weights: the axis may be right
     assert known_defects(spec, broken) == []
+
+
+def test_dense_tanh_is_fused_and_refused_only_with_onednn_and_the_advice_works(tmp_path):
+    """tfjs-dense-tanh-fused through the real converter and real Node tfjs, in fuzz children
+    started with oneDNN on and off (TF_ENABLE_ONEDNN_OPTS set before TensorFlow is imported).
+    On: Dense(4, activation='tanh') and Dense(4) -> Activation('tanh') are both refused (so a
+    separate layer is no workaround), labelled known, with advice that names the variable and
+    not hard-swish. Off (the advice): both pass."""
+    missing = missing_runtime("tfjs", export=True)
+    if missing is not None:
+        pytest.skip(str(missing))
+    import re
+
+    from pytest_modelparity.fuzz.conditions import env_for
+    from pytest_modelparity.fuzz.fuzz_worker import FuzzWorker
+    from pytest_modelparity.fuzz.known_defects import by_name
+    from pytest_modelparity.fuzz.model_draw import DrawnModel, InputKind
+    from pytest_modelparity.fuzz.model_steps import Act, Dense
+
+    entry = by_name("tfjs-dense-tanh-fused")
+    separate = DrawnModel(InputKind("vector", (8,)), (Dense(4), Act("tanh")))
+    outcomes, ran_under = {}, {}
+    for on in (True, False):
+        with FuzzWorker(tmp_path / f"child-{on}.log", env=env_for({"onednn": on})) as worker:
+            outcomes[on] = [worker.check(d, ["tfjs"], workdir=tmp_path)[0] for d in (entry.model, separate)]
+            ran_under[on] = worker.conditions
+    assert ran_under[False]["onednn"] is False, ran_under[False]
+    if not ran_under[True]["onednn"]:
+        pytest.skip(f"this TensorFlow cannot turn oneDNN on ({ran_under[True]['onednn_why']}): the fusion needs it")
+    fused, separate_on = outcomes[True]
+    if fused.status == "pass":
+        pytest.fail("Dense + tanh now passes on tfjs with oneDNN on: the converter or tfjs fixed it; move the entry "
+                    "to fixed")
+    for outcome in (fused, separate_on):
+        assert outcome.status == "refused" and outcome.known == entry.name, (outcome.status, outcome.text)
+        assert re.search(entry.symptom, outcome.text), outcome.text
+        assert "hard-swish" not in outcome.text and "TF_ENABLE_ONEDNN_OPTS=0" in outcome.text, outcome.text
+    assert [o.status for o in outcomes[False]] == ["pass", "pass"], [o.text for o in outcomes[False]]
+
+
+def test_the_hard_swish_advice_is_given_only_for_hard_swish():
+    """The tfjs runner's words for a fused activation it lacks (measured: cpu and wasm backends,
+    tanh fused by oneDNN): the export route's hard-swish split is advised only for hard-swish."""
+    from pytest_modelparity.formats.tfjs.errors import classify_runner_error
+
+    for message, backend in (("Activation tanh has not been implemented for the CPU backend.", "cpu"),
+                             ("tanh activation not yet supported for FusedConv2D in the wasm backend.", "wasm")):
+        problem, fix = classify_runner_error(message, backend)
+        assert "'tanh'" in problem and "hard-swish" not in fix and "TF_ENABLE_ONEDNN_OPTS=0" in fix, fix
+        assert "separate Activation layer does not help" in fix
+    problem, fix = classify_runner_error("Activation hardswish has not been implemented for the CPU backend.", "cpu")
+    assert "splits fused hard-swish" in fix, fix
+
+
+@pytest.mark.parametrize("entry", [e for e in CATALOGUE if e.conditions], ids=lambda e: e.name)
+def test_an_entry_with_conditions_does_not_happen_without_them_as_its_advice_says(entry, tmp_path):
+    """The two oneDNN-made tfjs entries under oneDNN off (the advice: TF_ENABLE_ONEDNN_OPTS=0):
+    the plugin passes and the bare converter's file agrees, and that is reported as 'not
+    reproduced under other conditions', never as 'fixed'."""
+    missing = missing_runtime(entry.format, export=True)
+    if missing is not None:
+        pytest.skip(str(missing))
+    opposite = {key: not value for key, value in entry.conditions.items()}
+    assert "TF_ENABLE_ONEDNN_OPTS=0" in entry.advice and opposite == {"onednn": False}
+    off = status_here(entry, str(tmp_path), conditions=opposite)
+    assert off.conditions["onednn"] is False, off
+    assert off.plugin == "pass" and not off.bare, off
+    assert off.verdict.startswith("not reproduced under other conditions than the entry's"), off.verdict

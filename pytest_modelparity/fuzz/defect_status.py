@@ -6,9 +6,13 @@ converter API), while ``known_defects`` only labels failures and ``fuzzing`` use
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Mapping
 
-from .known_defects import KnownDefect
+from .conditions import conditions_here, differences, env_for
+from .known_defects import KnownDefect, by_name
 
 __all__ = ["bare_reproduces", "status_here", "DefectStatus"]
 
@@ -86,9 +90,18 @@ class DefectStatus:
     bare: bool             # the bare converter alone reproduces it
     bare_text: str
     text: str = ""
+    conditions: dict = field(default_factory=dict)  # what it ran under (``conditions_here`` there)
+    unmet: list[str] = field(default_factory=list)  # the entry's conditions this machine could not give
 
     @property
     def verdict(self) -> str:
+        if self.unmet:
+            return "not reproducible here: " + "; ".join(self.unmet)
+        if self.plugin == self.entry.outcome:
+            return "caught"
+        outside = differences(dict(self.entry.conditions), self.conditions)
+        if outside:  # asked for other conditions than the entry's: its absence there proves nothing fixed
+            return f"not reproduced under other conditions than the entry's ({'; '.join(outside)})"
         if self.plugin == self.entry.outcome:
             return "caught"
         if self.plugin == "pass" and not self.bare:
@@ -99,15 +112,41 @@ class DefectStatus:
 
     def __str__(self) -> str:
         label = f"known: {self.label}" if self.label else "no label"
-        return (f"{self.entry.name} ({self.entry.format}, seen with {self.entry.seen_with}): {self.verdict}; "
+        from .conditions import describe
+
+        return (f"{self.entry.name} ({self.entry.format}, seen with {self.entry.seen_with}; run under "
+                f"{describe(self.conditions)}): {self.verdict}; "
                 f"plugin {self.plugin} ({label}); bare converter "
                 f"{'reproduces it' if self.bare else 'does not'}: {self.bare_text}")
 
 
-def status_here(entry: KnownDefect, workdir: str) -> DefectStatus:
-    """Run ``entry``'s model through the plugin (export + default verdict) and the bare converter."""
+def _status_now(name: str, workdir: str) -> tuple[str, str | None, bool, str, str, dict]:
     from .fuzzing import check_model
 
+    entry = by_name(name)
     (outcome,) = check_model(entry.model, [entry.format], workdir=workdir)
     bare, bare_text = bare_reproduces(entry, workdir)
-    return DefectStatus(entry, outcome.status, outcome.known, bare, bare_text, outcome.text)
+    return outcome.status, outcome.known, bare, bare_text, outcome.text, conditions_here()
+
+
+def _set_env(env: dict[str, str]) -> None:
+    import os
+
+    os.environ.update(env)
+
+
+def status_here(entry: KnownDefect, workdir: str, *, conditions: Mapping[str, bool] | None = None) -> DefectStatus:
+    """Run ``entry``'s model through the plugin (export + default verdict) and the bare converter,
+    under the entry's conditions (or ``conditions``): in a new process whose environment gives
+    them (TF_ENABLE_ONEDNN_OPTS set before TensorFlow is imported) when they are not this
+    process's. What that process ran under is read there, after TensorFlow's import; a condition
+    it could not get (oneDNN asked for on a TensorFlow built without it) is in ``unmet``."""
+    wanted = dict(entry.conditions if conditions is None else conditions)
+    if not differences(wanted, conditions_here()):
+        found = _status_now(entry.name, workdir)
+    else:
+        with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=_set_env, initargs=(env_for(wanted),)) as pool:
+            found = pool.submit(_status_now, entry.name, workdir).result()
+    plugin, label, bare, bare_text, text, ran_under = found
+    return DefectStatus(entry, plugin, label, bare, bare_text, text, ran_under, differences(wanted, ran_under))

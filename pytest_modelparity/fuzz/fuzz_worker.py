@@ -35,8 +35,10 @@ MODELS_PER_CHILD = 200
 MODEL_TIMEOUT_S = 600.0
 
 
-def _quiet(log_path: str) -> None:
-    """In the child: its fds 1 and 2 go to the log (TensorFlow writes to them from C++)."""
+def _quiet(log_path: str, env: dict[str, str] | None = None) -> None:
+    """In the child: its fds 1 and 2 go to the log (TensorFlow writes to them from C++), and
+    ``env`` is set before anything imports TensorFlow (which reads TF_ENABLE_ONEDNN_OPTS once)."""
+    os.environ.update(env or {})
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
@@ -45,10 +47,14 @@ def _quiet(log_path: str) -> None:
     sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
 
 
-def _check_in_child(drawn: Any, formats: Sequence[str], workdir: str | None) -> tuple[list[Outcome], float, int]:
-    """``check_model`` in the child, with the child's resident memory after it (MB) and pid."""
+def _check_in_child(drawn: Any, formats: Sequence[str],
+                    workdir: str | None) -> tuple[list[Outcome], float, int, dict[str, object]]:
+    """``check_model`` in the child, with the child's resident memory after it (MB), pid and the
+    conditions it ran under (``conditions_here``, TensorFlow's own word on oneDNN by then)."""
+    from .conditions import conditions_here
+
     outcomes = check_model(drawn, formats, workdir=workdir)
-    return outcomes, _rss_mb(), os.getpid()
+    return outcomes, _rss_mb(), os.getpid(), conditions_here()
 
 
 def _rss_mb() -> float:
@@ -64,8 +70,10 @@ class FuzzWorker:
     after a crash, or after a model that ran past ``timeout_s``."""
 
     def __init__(self, log_path: str | Path, *, models_per_child: int = MODELS_PER_CHILD,
-                 timeout_s: float = MODEL_TIMEOUT_S) -> None:
+                 timeout_s: float = MODEL_TIMEOUT_S, env: dict[str, str] | None = None) -> None:
         self.log_path = str(log_path)
+        self.env = dict(env or {})         # set in each child before TensorFlow is imported
+        self.conditions: dict[str, object] | None = None  # what the last model ran under
         self.models_per_child = models_per_child
         self.timeout_s = timeout_s
         self.children: set[int] = set()    # the pids of the children that checked a model
@@ -75,14 +83,18 @@ class FuzzWorker:
 
     def check(self, drawn: Any, formats: Sequence[str], *, workdir: str | Path | None = None) -> list[Outcome]:
         if getattr(drawn, "base", None) is not None:
-            return check_model(drawn, formats, workdir=workdir)
+            from .conditions import conditions_here
+
+            outcomes = check_model(drawn, formats, workdir=workdir)
+            self.conditions = conditions_here()
+            return outcomes
         if self._models_in_child >= self.models_per_child:
             self._stop()       # what the child grew by ends with it
         pool = self._pool or self._start()
         self._models_in_child += 1
         future = pool.submit(_check_in_child, drawn, list(formats), None if workdir is None else str(workdir))
         try:
-            outcomes, self.rss_mb, pid = future.result(timeout=self.timeout_s)
+            outcomes, self.rss_mb, pid, self.conditions = future.result(timeout=self.timeout_s)
             self.children.add(pid)
             return outcomes
         except BrokenProcessPool:
@@ -95,7 +107,7 @@ class FuzzWorker:
     def _start(self) -> ProcessPoolExecutor:
         Path(self.log_path).parent.mkdir(parents=True, exist_ok=True)
         self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
-                                         initializer=_quiet, initargs=(self.log_path,))
+                                         initializer=_quiet, initargs=(self.log_path, self.env))
         self._models_in_child = 0
         return self._pool
 

@@ -32,6 +32,7 @@ class Outcome:
     text: str = ""              # the verdict text (fail) or the converter's message
     known: str | None = None    # the catalogue entry the failure was proven to be (``label_failure``)
     resembles: str | None = None  # else an entry whose layers it holds, not proven to be it
+    note: str | None = None       # why ``resembles`` did not label it (a condition of the entry's differs here)
     seconds: float = 0.0
     ratio: float | None = None  # worst error / allowed, for a pass or a fail
 
@@ -86,9 +87,11 @@ def check_model(drawn: DrawnModel, formats: Sequence[str], *, workdir: str | Pat
     from .. import errors
     from ..formats import export_model, load_model
     from ..checks.assertions import assert_outputs_close
+    from .conditions import conditions_here
     from .known_defects import label_failure
 
     model = drawn.build()
+    here = conditions_here()  # TensorFlow is imported by now: its own word on oneDNN
     batch = drawn.batch(batch_size, batch_seed)
     inputs = batch if len(batch) > 1 else batch[0]
     outcomes = []
@@ -104,8 +107,9 @@ def check_model(drawn: DrawnModel, formats: Sequence[str], *, workdir: str | Pat
                     return _one(proof, reduced, fmt, root / "proof", inputs, export_model, load_model,
                                 assert_outputs_close, errors).status == "pass"
 
-                label = label_failure(drawn, fmt, outcome.text, outcome.status, passes_without=passes_without)
-                outcome.known, outcome.resembles = label.known, label.resembles
+                label = label_failure(drawn, fmt, outcome.text, outcome.status, passes_without=passes_without,
+                                      conditions=here)
+                outcome.known, outcome.resembles, outcome.note = label.known, label.resembles, label.note
             outcomes.append(outcome)
     finally:
         shutil.rmtree(root, ignore_errors=True)

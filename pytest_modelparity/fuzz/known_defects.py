@@ -3,15 +3,18 @@
 Why: a fuzz run that meets a defect again should say "known: <name>" instead of reporting it
 as new, and a test per entry tells when an upgraded converter has fixed it. Each entry holds
 its minimal model (a ``DrawnModel``, so it is built by the same code a fuzz run uses), the
-versions it was seen on, and a signature over the layers of a failing model and the format.
+versions it was seen on, the conditions it needs (``conditions``: oneDNN on, e.g., for the
+tfjs defects Grappler's oneDNN rewrites make), and a signature over the layers of a failing
+model and the format.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
-from typing import Callable
+from dataclasses import dataclass, field, replace
+from typing import Callable, Mapping
 
+from .conditions import conditions_here, differences
 from .model_draw import DrawnModel, InputKind
 from .model_steps import Act, Conv, ConvTranspose, Dense, DepthwiseConv, Math, Merge, Resize, Shape, Step
 
@@ -42,6 +45,10 @@ class KnownDefect:
     outcome: str                       # what the plugin reports: "fail" (wrong values) or "refused"/"error"
     signature: Callable[[list[Step]], bool]
     symptom: str = ""                  # regex a converter's or runtime's error must match to be this defect
+    # The switches it was seen under and needs (``fuzz/conditions.py``: "onednn", "xnnpack"); a run
+    # where one differs does not label a failure with it. Empty: seen whatever they were.
+    conditions: Mapping[str, bool] = field(default_factory=dict, hash=False)
+    advice: str = ""                   # what works around it, verified (tests/test_known_defects.py)
 
     def matches(self, drawn: DrawnModel, fmt: str) -> bool:
         return fmt.split(":")[0] == self.format and self.signature(drawn.layers)
@@ -67,7 +74,10 @@ CATALOGUE: tuple[KnownDefect, ...] = (
         "tensorflowjs 4.22",
         DrawnModel(InputKind("vector", (8,)), (Dense(4), Merge("Maximum", "scale", 2.0))),
         "fail", lambda layers: any(isinstance(s, Merge) and s.op == "Maximum"
-                                   and ((s.branch == "scale" and s.scale > 1) or s.branch == "double") for s in layers)),
+                                   and ((s.branch == "scale" and s.scale > 1) or s.branch == "double") for s in layers),
+        conditions={"onednn": True},
+        advice="convert with TF_ENABLE_ONEDNN_OPTS=0 set before TensorFlow is imported: Grappler's oneDNN remapper "
+               "makes the LeakyRelu, and without it the Maximum is kept (measured, docs/fuzzing.md)"),
     KnownDefect(
         "tf2onnx-pad-dilated-same-conv", "onnx",
         "ZeroPadding2D then Conv2D(dilation 2, padding='same'): the pad is folded into the conv and SAME "
@@ -109,6 +119,22 @@ CATALOGUE: tuple[KnownDefect, ...] = (
         "tensorflowjs 4.22, @tensorflow/tfjs-core 4.22 (cpu backend)",
         DrawnModel(InputKind("vector", (8,)), (Math("cumsum"),)),
         "fail", lambda layers: any(isinstance(s, Math) and s.op == "cumsum" for s in layers)),
+    KnownDefect(
+        "tfjs-dense-tanh-fused", "tfjs",
+        "Dense + tanh (activation='tanh', or an Activation('tanh') layer after it) is fused by Grappler's oneDNN "
+        "remapper into one _FusedMatMul with fused_ops [BiasAdd, Tanh]; neither tfjs backend runs a fused tanh "
+        "(cpu: \"Activation tanh has not been implemented\", wasm: \"tanh activation not yet supported\"), so the "
+        "plugin's export check refuses the file",
+        "tensorflowjs 4.22, @tensorflow/tfjs 4.22, TF 2.21 with oneDNN on",
+        DrawnModel(InputKind("vector", (8,)), (Dense(4, "tanh"),)),
+        "refused", lambda layers: any(isinstance(s, Dense) and s.activation == "tanh" for s in layers)
+        or _follows(layers, lambda a: isinstance(a, Dense) and a.activation is None,
+                    lambda b: isinstance(b, Act) and b.name == "tanh"),
+        r"activation 'tanh'|Activation tanh has not been implemented|tanh activation not yet supported",
+        conditions={"onednn": True},
+        advice="convert with TF_ENABLE_ONEDNN_OPTS=0 set before TensorFlow is imported (the Tanh then stays its own "
+               "op, which both backends run); a separate Activation('tanh') layer does not help, Grappler fuses it "
+               "all the same"),
 )
 
 
@@ -126,11 +152,14 @@ class Label:
 
     known: str | None = None
     resembles: str | None = None
+    note: str | None = None   # why ``resembles`` did not label it, where a condition differs
 
     def __str__(self) -> str:
         if self.known:
             return f"known: {self.known}"
-        return f"new (resembles {self.resembles})" if self.resembles else "new"
+        if not self.resembles:
+            return "new"
+        return f"new (resembles {self.resembles}" + (f"; {self.note})" if self.note else ")")
 
 
 def without_trigger(entry: KnownDefect, drawn: DrawnModel) -> DrawnModel | None:
@@ -146,7 +175,8 @@ def without_trigger(entry: KnownDefect, drawn: DrawnModel) -> DrawnModel | None:
 
 
 def label_failure(drawn: DrawnModel, fmt: str, text: str = "", status: str | None = None, *,
-                  passes_without: Callable[[DrawnModel], bool] | None = None) -> Label:
+                  passes_without: Callable[[DrawnModel], bool] | None = None,
+                  conditions: Mapping[str, object] | None = None) -> Label:
     """What a failure of ``drawn`` on ``fmt`` (its ``status`` and message ``text``) is.
 
     Known only when proven (issue 46): an entry whose layers the model holds on that format
@@ -154,8 +184,14 @@ def label_failure(drawn: DrawnModel, fmt: str, text: str = "", status: str | Non
     (refusals, errors), and, for wrong values, the model passes with the entry's steps taken out
     (``passes_without(draw)``, one more export; without it nothing is proven). Otherwise the
     failure is new, and ``resembles`` names the entry; a signature matched on layers alone made
-    3.9% of tfjs draws' failures "known", whatever they were."""
-    resembles = None
+    3.9% of tfjs draws' failures "known", whatever they were.
+
+    An entry whose ``conditions`` do not hold in this run (``conditions``, default: this
+    process's, ``conditions_here()``) labels nothing either: the failure is new, resembling it,
+    with a note of the condition that differs (a oneDNN rewrite cannot be why a run with oneDNN
+    off failed)."""
+    resembles, note = None, None
+    here = conditions_here() if conditions is None else conditions
     for entry in CATALOGUE:
         if not entry.matches(drawn, fmt):
             continue
@@ -164,9 +200,14 @@ def label_failure(drawn: DrawnModel, fmt: str, text: str = "", status: str | Non
             continue
         if entry.symptom and not re.search(entry.symptom, text or "", re.IGNORECASE):
             continue
+        differ = differences(entry.conditions, here)
+        if differ:
+            if note is None:  # the entry it would have been: named, with why it is not
+                resembles, note = entry.name, "; ".join(differ)
+            continue
         if entry.outcome == "fail":
             reduced = without_trigger(entry, drawn)
             if reduced is None or passes_without is None or not passes_without(reduced):
                 continue
         return Label(known=entry.name)
-    return Label(resembles=resembles)
+    return Label(resembles=resembles, note=note)

@@ -45,10 +45,16 @@ def versions_here() -> dict[str, str]:
     return found
 
 
-def write_reproducer(out_dir: Path, drawn: Any, outcome: Any) -> Path:
+def write_reproducer(out_dir: Path, drawn: Any, outcome: Any, conditions: dict[str, Any] | None = None) -> Path:
     """``<out_dir>/<format>-<cause>/``: repro.py (plain Keras rebuild), weights.npz, inputs.npz,
-    verdict.txt (the plugin's text and the versions)."""
+    verdict.txt (the plugin's text, the versions and the conditions).
+
+    ``conditions`` (``fuzz/conditions.py``; default: this process's) are the ones the failure was
+    found under: repro.py sets their environment variables (TF_ENABLE_ONEDNN_OPTS) before it
+    imports TensorFlow, so a replay meets them whatever the shell it runs in has set."""
     import numpy as np
+
+    from .conditions import conditions_here, describe, env_for
 
     slug = re.sub(r"[^\w.-]+", "-", f"{outcome.format}-{outcome.known or outcome.status + '-' + outcome.cause}")[:80]
     folder = out_dir / slug.strip("-")
@@ -60,12 +66,34 @@ def write_reproducer(out_dir: Path, drawn: Any, outcome: Any) -> Path:
     versions = versions_here()
     resembles = getattr(outcome, "resembles", None)
     label = f"known: {outcome.known}" if outcome.known else (f"new, resembles {resembles}" if resembles else "new")
+    note = getattr(outcome, "note", None)
+    if note:
+        label += f"; {note}"
+    conditions = conditions_here() if conditions is None else conditions
+    advice = ""
+    if outcome.known:
+        from .known_defects import by_name
+
+        advice = by_name(outcome.known).advice
+    env = env_for({"onednn": bool(conditions["onednn"])}) if "onednn" in conditions else {}
     (folder / "verdict.txt").write_text(f"{outcome.format}: {outcome.status} ({label})\n"
-                                        f"versions: {json.dumps(versions)}\n\n{outcome.text}\n")
+                                        f"versions: {json.dumps(versions)}\n"
+                                        f"conditions: {describe(conditions)}\n"
+                                        f"environment: {json.dumps(env)}\n"
+                                        + (f"workaround: {advice}\n" if advice else "") + f"\n{outcome.text}\n")
+    (folder / "conditions.json").write_text(json.dumps(conditions, indent=1, default=str) + "\n")
     header = (f'"""Reproducer written by pytest-modelparity --modelparity-fuzz: {outcome.format} {outcome.status} '
-              f'({label}).\n\nModel: {drawn!r}\nVersions: {json.dumps(versions)}\nThe verdict is in verdict.txt. '
+              f'({label}).\n\nModel: {drawn!r}\nVersions: {json.dumps(versions)}\n'
+              f'Found under: {describe(conditions)}.\nThe verdict is in verdict.txt. '
               f'Run: python repro.py (exports with the plugin and judges again).\n"""\n')
     body = f'''
+import os
+
+# The conditions the failure was found under, set before TensorFlow is imported (it reads
+# them once): Grappler's oneDNN rewrites change what a converter is given.
+ENVIRONMENT = {env!r}
+os.environ.update(ENVIRONMENT)
+
 from pathlib import Path
 
 import keras

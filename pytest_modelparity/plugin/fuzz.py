@@ -41,6 +41,7 @@ class FuzzResults:
     written: dict[tuple[str, str, str], Path] = field(default_factory=dict)
     shrunk: dict[tuple[str, str, str], tuple[int, int, float]] = field(default_factory=dict)
     stopped_by_budget: bool = False
+    conditions: dict[str, Any] | None = None  # what the models were checked under (fuzz/conditions.py)
 
 
 RESULTS_KEY = pytest.StashKey[FuzzResults]()
@@ -72,7 +73,9 @@ class FuzzRun(pytest.Item):
 
         def visit(drawn: Any) -> None:
             results.models += 1
-            for outcome in worker.check(drawn, self.formats, workdir=root):
+            outcomes = worker.check(drawn, self.formats, workdir=root)
+            results.conditions = worker.conditions or results.conditions
+            for outcome in outcomes:
                 fmt_status = (outcome.format, outcome.status)
                 results.counts[fmt_status] = results.counts.get(fmt_status, 0) + 1
                 if outcome.status == "refused" and not outcome.known:
@@ -90,16 +93,22 @@ class FuzzRun(pytest.Item):
             max_examples=int(options.fuzz or UNTIL_THE_TIME_IS_SPENT),
             deadline=None if budget is None else start + budget, max_layers=MAX_LAYERS)
         results.seconds = time.monotonic() - start
+        if results.conditions is None:  # no model reached a child: this process's, which the child inherits
+            from ..fuzz.conditions import conditions_here
+
+            results.conditions = conditions_here()
         out_dir = fuzz_folder(options)
         for key, (drawn, outcome) in list(results.failures.items()):
             minimal, outcome, steps = shrink_failure(worker, drawn, outcome, root)
             results.failures[key] = (minimal, outcome)
             results.shrunk[key] = (len(drawn.layers), len(minimal.layers), steps)
-            results.written[key] = write_reproducer(out_dir, minimal, outcome)
+            results.written[key] = write_reproducer(out_dir, minimal, outcome, results.conditions)
         new = [k for k, (_, o) in results.failures.items() if not o.known]
         if new:
             raise FuzzFailure("\n".join(
-                f"{o.format}: {o.status} ({o.cause}), shrunk to {len(d.layers)} layer(s): {d!r}\n"
+                f"{o.format}: {o.status} ({o.cause})"
+                + (f", resembles {o.resembles}" + (f" ({o.note})" if o.note else "") if o.resembles else "")
+                + f", shrunk to {len(d.layers)} layer(s): {d!r}\n"
                 f"  reproducer: {results.written[k]}\n" + _indent(o.text, 12)
                 for k, (d, o) in results.failures.items() if k in new))
 
@@ -152,11 +161,14 @@ def report_section(config: pytest.Config) -> dict | None:
         before, after, checks = results.shrunk.get(key, (len(drawn.layers), len(drawn.layers), 0))
         written = results.written.get(key)
         failures.append({"format": outcome.format, "status": outcome.status, "cause": outcome.cause,
-                         "known": outcome.known, "new": not outcome.known, "layers_drawn": before,
+                         "known": outcome.known, "new": not outcome.known,
+                         "resembles": getattr(outcome, "resembles", None), "note": getattr(outcome, "note", None),
+                         "layers_drawn": before,
                          "layers_shrunk": after, "shrink_checks": checks,
                          "reproducer": str(written) if written is not None else None})
     return {"models": results.models, "seconds": round(results.seconds, 1),
             "stopped_by_budget": results.stopped_by_budget,
+            "conditions": results.conditions,
             "outcomes": {fmt: {s: results.counts.get((fmt, s), 0) for s in ("pass", "fail", "error", "refused")}
                          for fmt in formats},
             "refusals": [{"format": fmt, "cause": cause, "models": n}
@@ -171,6 +183,10 @@ def summary_lines(config: pytest.Config) -> list[str]:
         return []
     lines = [f"modelparity fuzz: {results.models} model(s) in {results.seconds:.0f} s"
              + (" (stopped by --modelparity-fuzz-minutes)" if results.stopped_by_budget else "")]
+    if results.conditions:
+        from ..fuzz.conditions import describe
+
+        lines.append(f"  conditions: {describe(results.conditions)}")
     for fmt in sorted({f for f, _ in results.counts}):
         lines.append(f"  {fmt}: {_tallies(results, fmt)}")
     for (fmt, cause), n in sorted(results.refusals.items(), key=lambda kv: -kv[1]):
@@ -178,6 +194,8 @@ def summary_lines(config: pytest.Config) -> list[str]:
     for key, (drawn, outcome) in results.failures.items():
         label = f"known: {outcome.known}" if outcome.known else (
             f"NEW, resembles {outcome.resembles}" if getattr(outcome, "resembles", None) else "NEW")
+        if getattr(outcome, "note", None):
+            label += f"; {outcome.note}"
         before, after, calls = results.shrunk.get(key, (len(drawn.layers), len(drawn.layers), 0))
         lines.append(f"  {outcome.format} {outcome.status} [{label}] shrunk {before} -> {after} layer(s) in {calls} "
                      f"check(s); reproducer: {results.written.get(key, '-')}")
