@@ -42,7 +42,7 @@ def _cpu() -> tuple[str, set[str]]:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
         return platform.processor() or "?", set()
-    name, flags = "?", set()
+    name, flags = "?", set[str]()
     for line in text.splitlines():
         key, _, value = line.partition(":")
         if key.strip() == "model name" and name == "?":
