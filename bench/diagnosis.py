@@ -12,7 +12,7 @@ x1.01 (tflite, onnx, saved_model: named = the layer table at ~1%, or the kernel 
 
 Issue 50's plants: a Dense on patches (Tensordot) kernel x1.01 on saved_model, onnx, tflite; a
 detector's stride-16 conv on onnx (heads of one size on other grids); a Normalization mean
-folded into an exported form's constants; a pixel range either way; an input /255 and /256;
+folded into an exported form's constants, and folded into the next Dense's weights; a pixel range either way; an input /255 and /256;
 a generator's latent x0.5; a weekday id shifted with wrap-around; an int8 file calibrated on the
 data x100. Named = the first hint is the planted cause and holds the words that say which
 (the layer, the factor).
@@ -143,6 +143,11 @@ def _issue50_cases(tmp: Path) -> list[tuple]:
         out.append(("Normalization mean +0.5 std, folded into constants", fmt, "preprocessing_state",
                     lambda fmt=fmt: assert_outputs_close(load_model(export_model(nbug, fmt, tmp / f"norm_{fmt}")),
                                                          nref, inputs=nx), "mean 2 where the reference has 1"))
+    folded = n._folded(nref, [2.0, -2.0, 0.5, 3.0])
+    for fmt in ("tflite", "onnx"):
+        out.append(("Normalization mean +0.5 std, folded into the next Dense", fmt, "preprocessing_state",
+                    lambda fmt=fmt: assert_outputs_close(load_model(export_model(folded, fmt, tmp / f"fold_{fmt}")),
+                                                         nref, inputs=nx), "(folded into `hidden` in the candidate)"))
 
     body = n._body()
     trained_like(body, np.random.default_rng(2).uniform(-1, 1, (16, 16, 16, 3)).astype("float32"))

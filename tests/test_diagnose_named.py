@@ -147,3 +147,41 @@ def test_a_normalization_mean_shift_is_read_back_from_an_exported_form(fmt, tmp_
     hint = _first(info, "preprocessing_state")
     assert "Normalization `norm` runs in the candidate with mean 2 where the reference has 1" in hint.message, hint
     assert "0.5 of a standard deviation" in hint.message and "look at its configuration" not in hint.message
+
+
+def _folded(reference, mean):
+    """``reference`` (tests/models.normalized_tabular) with its Normalization folded into the Dense
+    after it, as a port that fuses it would hold it: W / s, b - W^T (mean / s); ``mean`` may be
+    another than the reference's."""
+    import keras
+
+    std = np.sqrt([4.0, 1.0, 9.0, 0.25])
+    kernel, bias = reference.get_layer("hidden").get_weights()
+    x = keras.Input((4,), name="features")
+    h = keras.layers.Dense(8, activation="relu", name="hidden")(x)
+    folded = keras.Model(x, keras.layers.Dense(2, name="out")(h), name="tabular_folded")
+    folded.get_layer("hidden").set_weights([kernel / std[:, None], bias - (np.asarray(mean) / std) @ kernel])
+    folded.get_layer("out").set_weights(reference.get_layer("out").get_weights())
+    return folded
+
+
+@pytest.mark.parametrize("fmt", ["tflite", "onnx"])
+def test_a_normalization_folded_into_the_next_dense_has_its_shift_read_back(fmt, tmp_path):
+    """The candidate has no Normalization tensor (folded into `hidden`'s weights): its statistics
+    are solved from a plane fitted per unit of `hidden`, so the shift is named, not "its input
+    `norm` could not be compared". The fold itself, with the reference's mean, passes."""
+    from models import skip_unless_exportable
+    from pytest_modelparity import export_model, load_model
+
+    skip_unless_exportable([fmt])
+    reference = _tabular([1.0, -2.0, 0.5, 3.0])
+    x = np.random.default_rng(3).normal(size=(8, 4)).astype("float32") * 2
+    assert_outputs_close(load_model(export_model(_folded(reference, [1.0, -2.0, 0.5, 3.0]), fmt, tmp_path / "ok")),
+                         reference, inputs=x)
+    shifted = load_model(export_model(_folded(reference, [2.0, -2.0, 0.5, 3.0]), fmt, tmp_path / "port"))
+    with pytest.raises(ParityError) as info:
+        assert_outputs_close(shifted, reference, inputs=x)
+    hint = _first(info, "preprocessing_state")
+    assert "Normalization `norm` (folded into `hidden` in the candidate) runs in the candidate with mean 2 where " \
+           "the reference has 1 (0.5 of a standard deviation) on feature 0" in hint.message, hint
+    assert "1 of 4 features differ" in hint.evidence, hint

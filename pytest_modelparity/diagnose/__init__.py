@@ -35,7 +35,8 @@ from .localize import DIVERGE_REL, MAX_ROWS as LOCALIZE_ROWS, LayerDiff, first_d
 from .quantization import cost_hint, float16_weights_hint
 from .outputs import output_swap
 from .config import configuration_hint
-from .preprocessing import normalization_read_back, preprocessing_hint, preprocessing_layers
+from .preprocessing import (fused_normalization_read_back, normalization_read_back, preprocessing_hint,
+                            preprocessing_layers)
 from .noise import accumulation_noise, noise_hint, reduction_length
 from .random_ops import RandomOp, describe_ops, find_random_ops
 from .inputs import input_transform
@@ -410,6 +411,14 @@ def _localize_hint(ref: Any, cand: Any, inputs: Any, rel: float = DIVERGE_REL) -
         if read is not None:
             cause, message, evidence = read
             return Hint(cause, message, evidence + "\n" + format_rows(diffs))
+    if row.op == "Dense" and row.value is not None:  # a Normalization folded into it: its statistics, read back
+        for d in diffs:
+            if d.layer in (row.inputs or ()) and d.op == "Normalization" and d.max_abs is None:
+                read = _safe([], lambda name=d.layer: fused_normalization_read_back(
+                    ref, name, row.layer, rows(inputs, slice(0, LOCALIZE_ROWS)), row.value))
+                if read is not None:
+                    cause, message, evidence = read
+                    return Hint(cause, message, evidence + "\n" + format_rows(diffs))
     fused: list[str] = []
     if row.inputs:  # each input the reference's graph names, as the table found it
         by_layer = {d.layer: d for d in diffs}

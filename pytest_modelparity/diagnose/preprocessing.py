@@ -135,6 +135,93 @@ def preprocessing_layers(model: Any) -> set[str]:
     return set(preprocessing_state(model))
 
 
+def _stats_of(layer: Any, feats: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """A Normalization layer's mean and standard deviation, one per last-axis feature."""
+    mean, var = _array(getattr(layer, "mean", None)), _array(getattr(layer, "variance", None))
+    if mean is None or var is None:
+        return None
+    r_mean = np.broadcast_to(mean.reshape(-1)[-feats:] if mean.size >= feats else mean.reshape(-1), (feats,))
+    r_var = np.broadcast_to(var.reshape(-1)[-feats:] if var.size >= feats else var.reshape(-1), (feats,))
+    return r_mean, np.sqrt(np.maximum(r_var, 1e-12))
+
+
+def _said(layer_name: str, c_mean: np.ndarray, c_std: np.ndarray, r_mean: np.ndarray, r_std: np.ndarray,
+          where: str, fit: str) -> tuple[str, str, str] | None:
+    feats = len(r_mean)
+    shift = np.abs(c_mean - r_mean) / r_std
+    ratio = c_std / r_std
+    off = [f for f in range(feats) if shift[f] > 1e-3 or abs(ratio[f] - 1) > 1e-3]
+    if not off:
+        return None
+    f = max(off, key=lambda i: shift[i] + abs(ratio[i] - 1))
+    what = (f"mean {c_mean[f]:.4g} where the reference has {r_mean[f]:.4g} ({shift[f]:.2g} of a standard deviation)"
+            if shift[f] > 1e-3 else f"standard deviation {c_std[f]:.4g} where the reference has {r_std[f]:.4g}")
+    return ("preprocessing_state",
+            f"the preprocessing state differs: Normalization `{layer_name}`{where} runs in the candidate with {what} "
+            f"on feature {f}, read back from what the candidate computes",
+            f"{fit} gives mean {np.round(c_mean, 4).tolist()[:8]}, std {np.round(c_std, 4).tolist()[:8]}; the "
+            f"reference's mean {np.round(r_mean, 4).tolist()[:8]}, std {np.round(r_std, 4).tolist()[:8]}; "
+            f"{len(off)} of {feats} features differ")
+
+
+def fused_normalization_read_back(reference: Any, norm_name: str, dense_name: str, batch: Any,
+                                  candidate_out: np.ndarray) -> tuple[str, str, str] | None:
+    """A Normalization the candidate folded into the Dense after it (no tensor of its own): the
+    candidate's Dense computes act(W^T (x - m) / s + b) with the reference's W and b, so a line
+    fitted per unit to (the Normalization's input, the candidate's pre-activation, where a ReLU
+    passes it) gives W^T diag(1/s) and b - W^T (m/s), from which s and m are solved. Said only
+    when every fit is exact and the statistics differ."""
+    native = native_of(reference)
+    if not is_keras_model(native):
+        return None
+    by_name = {lay.name: lay for lay in all_layers(native)}
+    norm, dense = by_name.get(norm_name), by_name.get(dense_name)
+    if norm is None or dense is None or type(norm).__name__ != "Normalization" or type(dense).__name__ != "Dense":
+        return None
+    act = getattr(getattr(dense, "activation", None), "__name__", "")
+    if act not in ("linear", "relu") or len(dense.get_weights()) != 2:
+        return None
+    import keras
+
+    from ._util import fit_inputs
+
+    kernel, bias = (np.asarray(w, np.float64) for w in dense.get_weights())
+    struct = getattr(native, "_inputs_struct", None)
+    probe = keras.Model(native.inputs if struct is None else struct, norm.input)
+    x = np.asarray(probe(fit_inputs(native, batch), training=False), np.float64)
+    y = np.asarray(candidate_out, np.float64)
+    if x.ndim != 2 or y.ndim != 2 or y.shape != (x.shape[0], kernel.shape[1]) or x.shape[1] != kernel.shape[0]:
+        return None
+    feats = x.shape[1]
+    stats = _stats_of(norm, feats)
+    if stats is None:
+        return None
+    slopes, offsets, used = [], [], []
+    for j in range(kernel.shape[1]):
+        live = y[:, j] > 0 if act == "relu" else np.ones(len(y), bool)
+        if live.sum() < feats + 2:
+            continue  # too few rows where this unit's pre-activation shows
+        design = np.hstack([x[live], np.ones((int(live.sum()), 1))])
+        coef, *_ = np.linalg.lstsq(design, y[live, j], rcond=None)
+        if np.max(np.abs(design @ coef - y[live, j])) > 1e-4 * max(np.max(np.abs(y[live, j])), 1e-12):
+            return None  # not affine in the input there: not (only) the statistics
+        slopes.append(coef[:feats])
+        offsets.append(coef[feats])
+        used.append(j)
+    if len(used) < feats:
+        return None
+    a, w = np.array(slopes), kernel[:, used]  # a[j, f] = w[f, j] / s'[f]
+    denom = np.sum(w.T * a, axis=0)
+    if np.any(np.abs(denom) <= 1e-12):
+        return None
+    c_std = np.sum(w.T ** 2, axis=0) / denom
+    u, *_ = np.linalg.lstsq(w.T, bias[used] - np.array(offsets), rcond=None)  # u = m' / s'
+    c_mean = u * c_std
+    return _said(norm_name, c_mean, c_std, *stats, where=f" (folded into `{dense_name}` in the candidate)",
+                 fit=f"a plane fitted per unit of `{dense_name}` to (the Normalization's input, the candidate's "
+                     f"output) on {len(used)} units")
+
+
 def normalization_read_back(reference: Any, layer_name: str, batch: Any, candidate_out: np.ndarray
                             ) -> tuple[str, str, str] | None:
     """(cause, message, evidence) for a Normalization the candidate runs with other statistics,
@@ -148,9 +235,6 @@ def normalization_read_back(reference: Any, layer_name: str, batch: Any, candida
     layer = next((lay for lay in all_layers(native) if lay.name == layer_name), None)
     if layer is None or type(layer).__name__ != "Normalization":
         return None
-    mean, var = _array(getattr(layer, "mean", None)), _array(getattr(layer, "variance", None))
-    if mean is None or var is None:
-        return None
     import keras
 
     from ._util import fit_inputs
@@ -162,10 +246,10 @@ def normalization_read_back(reference: Any, layer_name: str, batch: Any, candida
     if x.shape != y.shape or x.ndim < 2:
         return None
     feats = x.shape[-1]
+    stats = _stats_of(layer, feats)
+    if stats is None:
+        return None
     xs, ys = x.reshape(-1, feats), y.reshape(-1, feats)
-    r_mean = np.broadcast_to(mean.reshape(-1)[-feats:] if mean.size >= feats else mean.reshape(-1), (feats,))
-    r_std = np.sqrt(np.maximum(np.broadcast_to(var.reshape(-1)[-feats:] if var.size >= feats else var.reshape(-1),
-                                               (feats,)), 1e-12))
     c_mean, c_std = np.empty(feats), np.empty(feats)
     for f in range(feats):
         a, b = xs[:, f], ys[:, f]
@@ -175,17 +259,4 @@ def normalization_read_back(reference: Any, layer_name: str, batch: Any, candida
         if not slope or np.max(np.abs(slope * a + intercept - b)) > 1e-4 * max(np.max(np.abs(b)), 1e-12):
             return None  # not an affine map of this input: not (only) the statistics
         c_std[f], c_mean[f] = 1.0 / slope, -intercept / slope
-    shift = np.abs(c_mean - r_mean) / r_std
-    ratio = c_std / r_std
-    off = [f for f in range(feats) if shift[f] > 1e-3 or abs(ratio[f] - 1) > 1e-3]
-    if not off:
-        return None
-    f = max(off, key=lambda i: shift[i] + abs(ratio[i] - 1))
-    what = (f"mean {c_mean[f]:.4g} where the reference has {r_mean[f]:.4g} ({shift[f]:.2g} of a standard deviation)"
-            if shift[f] > 1e-3 else f"standard deviation {c_std[f]:.4g} where the reference has {r_std[f]:.4g}")
-    return ("preprocessing_state",
-            f"the preprocessing state differs: Normalization `{layer_name}` runs in the candidate with {what} on "
-            f"feature {f}, read back from what the candidate computes",
-            f"a line fitted per feature to (input, candidate output) gives mean {np.round(c_mean, 4).tolist()[:8]}, "
-            f"std {np.round(c_std, 4).tolist()[:8]}; the reference's mean {np.round(r_mean, 4).tolist()[:8]}, std "
-            f"{np.round(r_std, 4).tolist()[:8]}; {len(off)} of {feats} features differ")
+    return _said(layer_name, c_mean, c_std, *stats, where="", fit="a line fitted per feature to (input, candidate output)")
