@@ -412,13 +412,13 @@ def _localize_hint(ref: Any, cand: Any, inputs: Any, rel: float = DIVERGE_REL) -
             cause, message, evidence = read
             return Hint(cause, message, evidence + "\n" + format_rows(diffs))
     if row.op == "Dense" and row.value is not None:  # a Normalization folded into it: its statistics, read back
-        for d in diffs:
-            if d.layer in (row.inputs or ()) and d.op == "Normalization" and d.max_abs is None:
-                read = _safe([], lambda name=d.layer: fused_normalization_read_back(
-                    ref, name, row.layer, rows(inputs, slice(0, LOCALIZE_ROWS)), row.value))
-                if read is not None:
-                    cause, message, evidence = read
-                    return Hint(cause, message, evidence + "\n" + format_rows(diffs))
+        folded = [r.layer for r in diffs if r.layer in row.inputs and r.op == "Normalization" and r.max_abs is None]
+        for norm in folded:
+            read = _safe([], lambda: fused_normalization_read_back(ref, norm, row.layer,
+                                                                   rows(inputs, slice(0, LOCALIZE_ROWS)), row.value))
+            if read is not None:
+                cause, message, evidence = read
+                return Hint(cause, message, evidence + "\n" + format_rows(diffs))
     fused: list[str] = []
     if row.inputs:  # each input the reference's graph names, as the table found it
         by_layer = {d.layer: d for d in diffs}
