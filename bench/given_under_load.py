@@ -22,17 +22,8 @@ import textwrap
 import time
 from pathlib import Path
 
-CONFTEST = textwrap.dedent('''
-    import pytest
-
-    @pytest.fixture(scope="session")
-    def modelparity_source():
-        import keras
-        keras.utils.set_random_seed(4)
-        x = keras.Input((12,), name="features")
-        h = keras.layers.Dense(32, activation="relu", name="hidden")(x)
-        return keras.Model(x, keras.layers.Dense(3, name="logits")(h), name="small_mlp")
-''')
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from test_given_under_load import CONFTEST  # noqa: E402  (the same tiny MLP as the suite's test)
 
 GIVEN = textwrap.dedent('''
     from hypothesis import given, settings, strategies as st
