@@ -53,11 +53,11 @@ _CONDITIONAL = [e for e in CATALOGUE if e.conditions]
 
 
 def _symptom(entry) -> str:
-    return {"tfjs-dense-tanh-fused": "Activation tanh has not been implemented for the CPU backend."}.get(entry.name, "")
+    return ""  # the one conditional entry today fails on values: no message to match
 
 
 def test_the_catalogue_states_the_conditions_measured():
-    assert {e.name for e in _CONDITIONAL} >= {"tfjs-maximum-as-leakyrelu", "tfjs-dense-tanh-fused"}
+    assert {e.name for e in _CONDITIONAL} >= {"tfjs-maximum-as-leakyrelu"}
     assert all(dict(e.conditions) == {"onednn": True} for e in _CONDITIONAL)
 
 

@@ -160,8 +160,8 @@ def test_the_fuzz_child_is_replaced_every_n_models_and_a_crash_costs_one_model(t
 
 def test_a_reproducer_replays_under_the_conditions_it_was_found_under(tmp_path) -> None:
     """repro.py sets TF_ENABLE_ONEDNN_OPTS before it imports TensorFlow, whatever the shell has:
-    written for oneDNN on, the Dense + tanh model is refused on tfjs when replayed from a shell
-    with oneDNN off; written for oneDNN off, it passes from a shell with oneDNN on. Real
+    written for oneDNN on, the maximum(2x, x) model is read as LeakyRelu(2) on tfjs and fails when
+    replayed from a shell with oneDNN off; written for oneDNN off, it passes from a shell with oneDNN on. Real
     converter, real Node tfjs, each replay a fresh `python repro.py`."""
     import os
     import subprocess
@@ -176,11 +176,11 @@ def test_a_reproducer_replays_under_the_conditions_it_was_found_under(tmp_path) 
     missing = missing_runtime("tfjs", export=True)
     if missing is not None:
         pytest.skip(str(missing))
-    entry = by_name("tfjs-dense-tanh-fused")
+    entry = by_name("tfjs-maximum-as-leakyrelu")
     replays = {}
     for on in (True, False):
         found_under = conditions_here({ONEDNN_VAR: "1" if on else "0"})
-        outcome = Outcome("tfjs", "refused", "unsupported ops: tanh", "the refusal", known=entry.name)
+        outcome = Outcome("tfjs", "fail", "1 of 1 output differs", "the failure", known=entry.name)
         folder = write_reproducer(tmp_path / str(on), entry.model, outcome, found_under)
         source = (folder / "repro.py").read_text()
         assert source.index(f"'{ONEDNN_VAR}': '{int(on)}'") < source.index("import keras")
@@ -192,6 +192,6 @@ def test_a_reproducer_replays_under_the_conditions_it_was_found_under(tmp_path) 
     on, off = replays[True], replays[False]
     assert off.returncode == 0 and "the converted model agrees" in off.stdout, off.stdout + off.stderr[-2000:]
     if on.returncode == 0:
-        pytest.skip("the Dense + tanh fusion did not happen with oneDNN on here (fixed, or a TensorFlow without "
-                    "oneDNN): the replay under oneDNN on could not be told apart")
-    assert "Activation tanh has not been implemented" in on.stderr, on.stderr[-2000:]
+        pytest.skip("the maximum -> LeakyRelu rewrite did not happen with oneDNN on here (fixed, or a TensorFlow "
+                    "without oneDNN): the replay under oneDNN on could not be told apart")
+    assert "ParityError" in on.stderr and "differs" in on.stderr, on.stderr[-2000:]

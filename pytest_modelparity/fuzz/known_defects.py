@@ -119,22 +119,6 @@ CATALOGUE: tuple[KnownDefect, ...] = (
         "tensorflowjs 4.22, @tensorflow/tfjs-core 4.22 (cpu backend)",
         DrawnModel(InputKind("vector", (8,)), (Math("cumsum"),)),
         "fail", lambda layers: any(isinstance(s, Math) and s.op == "cumsum" for s in layers)),
-    KnownDefect(
-        "tfjs-dense-tanh-fused", "tfjs",
-        "Dense + tanh (activation='tanh', or an Activation('tanh') layer after it) is fused by Grappler's oneDNN "
-        "remapper into one _FusedMatMul with fused_ops [BiasAdd, Tanh]; neither tfjs backend runs a fused tanh "
-        "(cpu: \"Activation tanh has not been implemented\", wasm: \"tanh activation not yet supported\"), so the "
-        "plugin's export check refuses the file",
-        "tensorflowjs 4.22, @tensorflow/tfjs 4.22, TF 2.21 with oneDNN on",
-        DrawnModel(InputKind("vector", (8,)), (Dense(4, "tanh"),)),
-        "refused", lambda layers: any(isinstance(s, Dense) and s.activation == "tanh" for s in layers)
-        or _follows(layers, lambda a: isinstance(a, Dense) and a.activation is None,
-                    lambda b: isinstance(b, Act) and b.name == "tanh"),
-        r"activation 'tanh'|Activation tanh has not been implemented|tanh activation not yet supported",
-        conditions={"onednn": True},
-        advice="convert with TF_ENABLE_ONEDNN_OPTS=0 set before TensorFlow is imported (the Tanh then stays its own "
-               "op, which both backends run); a separate Activation('tanh') layer does not help, Grappler fuses it "
-               "all the same"),
 )
 
 

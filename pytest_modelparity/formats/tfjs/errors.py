@@ -45,19 +45,19 @@ def classify_runner_error(message: str, backend: str) -> tuple[str, str]:
         op = activation.group(1) or activation.group(2)
         problem = (f"tfjs's {backend} backend lacks the fused activation {op!r} in a fused conv/matmul op "
                    f"({msg})")
-        if "swish" in op.lower():  # the one fused activation the plugin's export splits (formats/tfjs/rewrite.py)
-            return (problem,
-                    "export the Keras model with export_model(model, 'tfjs', dir): it splits fused hard-swish into "
-                    "ops tfjs has; for a model.json converted elsewhere, convert it again that way (or with "
-                    "TF_ENABLE_ONEDNN_OPTS=0 set before TensorFlow is imported, which stops the fusion)")
-        # Measured (docs/fuzzing.md, known: tfjs-dense-tanh-fused): Grappler's oneDNN remapper fuses
-        # Dense + tanh into one _FusedMatMul; with oneDNN off the Tanh stays its own op and both
-        # backends run it. A separate Activation layer does not help: the fusion is on the graph.
-        return (problem + "; Grappler fused it into the op before the converter saw the graph (a tanh only with "
-                "TensorFlow's oneDNN rewrites on, measured; known: tfjs-dense-tanh-fused)",
-                "convert (or run the test session) with TF_ENABLE_ONEDNN_OPTS=0 set in the environment before "
-                "TensorFlow is imported, which keeps a tanh its own op (e.g. TF_ENABLE_ONEDNN_OPTS=0 pytest ...); "
-                "moving it into a separate Activation layer does not help, the fusion is made on the graph")
+        if "swish" in op.lower() or op.lower() == "tanh":  # the fused activations the plugin's export splits
+            why = ("" if "swish" in op.lower() else
+                   "; Grappler's oneDNN remapper fused Dense/Conv + tanh into the op before the converter saw the "
+                   "graph (TensorFlow's default on CPUs with AVX512_VNNI, AVX512_BF16, AVX_VNNI or AMX)")
+            return (problem + why,
+                    f"export the Keras model with export_model(model, 'tfjs', dir): it splits a fused "
+                    f"{'hard-swish' if 'swish' in op.lower() else 'tanh'} into ops tfjs has (formats/tfjs/rewrite.py); "
+                    "for a model.json converted elsewhere, convert it again that way, or with "
+                    "TF_ENABLE_ONEDNN_OPTS=0 set before TensorFlow is imported, which stops the fusion (a separate "
+                    "Activation layer does not help: the fusion is made on the graph)")
+        return (problem, "try the other backend (backend='cpu' or 'wasm'); for a model.json converted elsewhere, "
+                         "convert it with TF_ENABLE_ONEDNN_OPTS=0 set before TensorFlow is imported, which keeps "
+                         "activations their own ops")
     kernel = re.search(r"[Kk]ernel '(\w+)' not registered for backend '(\w+)'", msg)
     if kernel:
         return (f"tfjs's {kernel.group(2)} backend has no kernel for op {kernel.group(1)!r} ({msg})",

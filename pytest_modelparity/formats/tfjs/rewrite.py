@@ -72,8 +72,9 @@ def rewrite_erfc(graph_def: Any) -> int:
     return count
 
 
-def split_fused_hard_swish(graph_def: Any) -> int:
-    """Split fused ops ending in ``_FusedHardSwish`` into the fused op and plain hard-swish ops.
+def split_fused_hard_swish(graph_def: Any, activation: str = "_FusedHardSwish") -> int:
+    """Split fused ops ending in ``_FusedHardSwish`` (or ``activation``) into the fused op and
+    plain hard-swish ops (a plain ``Tanh`` for ``Tanh``).
 
     The node keeps its name as the hard-swish's result, so its consumers need no change; the
     fused op becomes ``<name>/fused``. Returns how many nodes were split.
@@ -86,7 +87,7 @@ def split_fused_hard_swish(graph_def: Any) -> int:
         if node.op not in _FUSED_OPS or "fused_ops" not in node.attr:
             continue
         fused = [s.decode() if isinstance(s, bytes) else s for s in node.attr["fused_ops"].list.s]
-        if not fused or fused[-1] != "_FusedHardSwish":
+        if not fused or fused[-1] != activation:
             continue
         dtype = node.attr["T"].type
         name = node.name
@@ -96,19 +97,32 @@ def split_fused_hard_swish(graph_def: Any) -> int:
         conv.name = base
         del conv.attr["fused_ops"].list.s[:]
         conv.attr["fused_ops"].list.s.extend([s.encode() for s in fused[:-1]])
-        three = _const(tf, f"{node.name}/hard_swish/three", 3.0, dtype)
-        sixth = _const(tf, f"{node.name}/hard_swish/sixth", 1.0 / 6.0, dtype)
-        add = _op(tf, f"{node.name}/hard_swish/add", "AddV2", [base, three.name], dtype)
-        relu6 = _op(tf, f"{node.name}/hard_swish/relu6", "Relu6", [add.name], dtype)
-        gate = _op(tf, f"{node.name}/hard_swish/gate", "Mul", [relu6.name, sixth.name], dtype)
         controls = [i for i in node.input if i.startswith("^")]
+        if activation == "Tanh":
+            extra, last = [], _op(tf, name, "Tanh", [base] + controls, dtype)
+        else:
+            three = _const(tf, f"{node.name}/hard_swish/three", 3.0, dtype)
+            sixth = _const(tf, f"{node.name}/hard_swish/sixth", 1.0 / 6.0, dtype)
+            add = _op(tf, f"{node.name}/hard_swish/add", "AddV2", [base, three.name], dtype)
+            relu6 = _op(tf, f"{node.name}/hard_swish/relu6", "Relu6", [add.name], dtype)
+            gate = _op(tf, f"{node.name}/hard_swish/gate", "Mul", [relu6.name, sixth.name], dtype)
+            extra, last = [three, sixth, add, relu6, gate], _op(tf, name, "Mul", [base, gate.name] + controls, dtype)
         node.Clear()
-        node.CopyFrom(_op(tf, name, "Mul", [base, gate.name] + controls, dtype))
+        node.CopyFrom(last)
         node.device = conv.device
-        new_nodes += [conv, three, sixth, add, relu6, gate]
+        new_nodes += [conv, *extra]
         count += 1
     graph_def.node.extend(new_nodes)
     return count
+
+
+def split_fused_tanh(graph_def: Any) -> int:
+    """Split fused ops ending in ``Tanh`` into the fused op and a plain ``Tanh``: neither tfjs
+    backend runs a fused tanh ("Activation tanh has not been implemented"), and Grappler's oneDNN
+    remapper fuses Dense + tanh into one ``_FusedMatMul`` wherever oneDNN is on (TensorFlow's
+    default on CPUs with AVX512_VNNI, AVX512_BF16, AVX_VNNI or AMX). Same shape as the hard-swish
+    split: the node keeps its name as the tanh's result."""
+    return split_fused_hard_swish(graph_def, activation="Tanh")
 
 
 _PLAIN_OP = {"_FusedConv2D": "Conv2D", "_FusedMatMul": "MatMul",
@@ -422,6 +436,7 @@ def order_list_writes(graph_def: Any) -> int:
 @contextlib.contextmanager
 def patched_converter(converter: Any, stats: dict[str, int]) -> Iterator[None]:
     """Run the converter with :func:`strip_debug_ops` and :func:`rewrite_erfc` before and :func:`split_fused_hard_swish`,
+    :func:`split_fused_tanh`,
     :func:`unfuse_non_vector_bias` and :func:`rewrite_band_part` after its ``optimize_graph``; ``stats`` receives how many nodes each rewrote."""
     import tensorflow as tf
 
@@ -454,6 +469,7 @@ def patched_converter(converter: Any, stats: dict[str, int]) -> Iterator[None]:
                 tf.graph_util.import_graph_def(graph_def, name="")
         optimized = original(graph, signature_def, *args, **kwargs)
         stats["hard_swish"] = stats.get("hard_swish", 0) + split_fused_hard_swish(optimized)
+        stats["tanh"] = stats.get("tanh", 0) + split_fused_tanh(optimized)
         stats["unfused_bias"] = stats.get("unfused_bias", 0) + unfuse_non_vector_bias(optimized)
         stats["band_part"] = stats.get("band_part", 0) + rewrite_band_part(optimized)
         stats["list_writes"] = stats.get("list_writes", 0) + order_list_writes(optimized)
