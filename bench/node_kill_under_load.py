@@ -1,0 +1,79 @@
+"""A Node.js runner killed between two tests, on a busy machine (issue 49): how many of N child
+sessions pass.
+
+Each repeat: a fresh pytest session in a child process (a tiny MLP exported to tfjs), with
+``--loops`` processes spinning beside it. Its first test compares the tfjs form and then
+SIGKILLs the form's Node.js process, as the OOM killer would, without waiting for the death to
+show; its second test compares again at once. Before issue 49 the second failed at load 16
+(``NodeProcessDied: ... killed by signal SIGKILL while Python waited for its answer``: the kill
+was still in flight when the next call wrote its request). The deterministic form of that race
+is in the suite (tests/test_formats_tfjs.py, ``before_request``).
+
+Run:  .venv/bin/python bench/node_kill_under_load.py [--repeats 10] [--loops 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from test_given_under_load import CONFTEST  # noqa: E402  (the suite's tiny MLP)
+
+TESTS = textwrap.dedent('''
+    import os
+    import signal
+
+    import numpy as np
+    from pytest_modelparity import assert_outputs_close
+
+    def test_compare_then_kill_node(parity_candidate, parity_reference, parity_batch):
+        assert_outputs_close(parity_candidate, parity_reference, inputs=parity_batch)
+        os.kill(parity_candidate.process.pid, signal.SIGKILL)  # not waited for
+
+    def test_compare_again(parity_candidate, parity_reference, parity_batch):
+        assert_outputs_close(parity_candidate, parity_reference, inputs=parity_batch)
+''')
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--loops", type=int, default=4)
+    args = parser.parse_args()
+    passed = 0
+    for i in range(args.repeats):
+        with tempfile.TemporaryDirectory(prefix="node-kill-load-") as tmp:
+            folder = Path(tmp)
+            (folder / "conftest.py").write_text(CONFTEST)
+            (folder / "test_kill.py").write_text(TESTS)
+            loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.loops)]
+            start = time.perf_counter()
+            env = {k: v for k, v in os.environ.items() if k not in ("CI", "BUILD_NUMBER")}
+            try:
+                proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
+                                       "no:randomly", "--modelparity-formats=tfjs",
+                                       f"--modelparity-cache-dir={folder / 'cache'}"],
+                                      cwd=folder, env=env, capture_output=True, text=True, timeout=900)
+            finally:
+                for p in loops:
+                    p.kill()
+                for p in loops:
+                    p.wait()
+            took = time.perf_counter() - start
+            ok = proc.returncode == 0 and "2 passed" in proc.stdout
+            passed += ok
+            tail = "" if ok else " | " + proc.stdout.strip().splitlines()[-1][:300]
+            print(f"repeat {i + 1}: {'PASS' if ok else 'FAIL'} in {took:.0f} s, load {os.getloadavg()[0]:.1f}{tail}",
+                  flush=True)
+    print(f"{passed}/{args.repeats} passed with {args.loops} busy loops beside them")
+
+
+if __name__ == "__main__":
+    main()
