@@ -37,6 +37,29 @@ GIVEN = textwrap.dedent('''
 ''')
 
 
+def session_under_load(files: dict[str, str], options: list[str], loops: int) -> tuple[subprocess.CompletedProcess,
+                                                                                     float]:
+    """Run ``pytest OPTIONS`` in a fresh folder holding ``files``, with ``loops`` busy-looping
+    processes beside it (started before, killed after): the child's result and its wall seconds."""
+    with tempfile.TemporaryDirectory(prefix="under-load-") as tmp:
+        folder = Path(tmp)
+        for name, text in files.items():
+            (folder / name).write_text(text)
+        spinning = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(loops)]
+        start = time.perf_counter()
+        env = {k: v for k, v in os.environ.items() if k not in ("CI", "BUILD_NUMBER")}
+        try:
+            proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                                   f"--modelparity-cache-dir={folder / 'cache'}", *options],
+                                  cwd=folder, env=env, capture_output=True, text=True, timeout=900)
+        finally:
+            for p in spinning:
+                p.kill()
+            for p in spinning:
+                p.wait()
+        return proc, time.perf_counter() - start
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=10)
@@ -44,33 +67,17 @@ def main() -> None:
     args = parser.parse_args()
     passed = 0
     for i in range(args.repeats):
-        with tempfile.TemporaryDirectory(prefix="given-load-") as tmp:
-            folder = Path(tmp)
-            (folder / "conftest.py").write_text(CONFTEST)
-            (folder / "test_given.py").write_text(GIVEN)
-            loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.loops)]
-            start = time.perf_counter()
-            env = {k: v for k, v in os.environ.items() if k not in ("CI", "BUILD_NUMBER")}
-            try:
-                proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                                       "--modelparity-formats=tflite,saved_model",
-                                       f"--modelparity-cache-dir={folder / 'cache'}", "--durations=0"],
-                                      cwd=folder, env=env, capture_output=True, text=True, timeout=900)
-            finally:
-                for p in loops:
-                    p.kill()
-                for p in loops:
-                    p.wait()
-            took = time.perf_counter() - start
-            load = os.getloadavg()[0]
-            out = proc.stdout
-            ok = proc.returncode == 0 and "2 passed" in out
-            passed += ok
-            why = "" if ok else " | " + "; ".join(sorted(set(re.findall(
-                r"(DeadlineExceeded|FailedHealthCheck|Unreliable test timings|FlakyFailure|Error)", out))))
-            calls = re.findall(r"([\d.]+)s call\s+test_given.py::test_random_batches\[(\w+)-cpu\]", out)
-            print(f"repeat {i + 1}: {'PASS' if ok else 'FAIL'} in {took:.0f} s, load {load:.1f}, "
-                  f"calls {', '.join(f'{f} {s} s' for s, f in calls)}{why}", flush=True)
+        proc, took = session_under_load({"conftest.py": CONFTEST, "test_given.py": GIVEN},
+                                        ["--modelparity-formats=tflite,saved_model", "--durations=0"], args.loops)
+        load = os.getloadavg()[0]
+        out = proc.stdout
+        ok = proc.returncode == 0 and "2 passed" in out
+        passed += ok
+        why = "" if ok else " | " + "; ".join(sorted(set(re.findall(
+            r"(DeadlineExceeded|FailedHealthCheck|Unreliable test timings|FlakyFailure|Error)", out))))
+        calls = re.findall(r"([\d.]+)s call\s+test_given.py::test_random_batches\[(\w+)-cpu\]", out)
+        print(f"repeat {i + 1}: {'PASS' if ok else 'FAIL'} in {took:.0f} s, load {load:.1f}, "
+              f"calls {', '.join(f'{f} {s} s' for s, f in calls)}{why}", flush=True)
     print(f"{passed}/{args.repeats} passed with {args.loops} busy loops beside them")
 
 

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
-import tempfile
 import textwrap
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from given_under_load import session_under_load  # noqa: E402
 from test_given_under_load import CONFTEST  # noqa: E402  (the suite's tiny MLP)
 
 TESTS = textwrap.dedent('''
@@ -49,29 +48,13 @@ def main() -> None:
     args = parser.parse_args()
     passed = 0
     for i in range(args.repeats):
-        with tempfile.TemporaryDirectory(prefix="node-kill-load-") as tmp:
-            folder = Path(tmp)
-            (folder / "conftest.py").write_text(CONFTEST)
-            (folder / "test_kill.py").write_text(TESTS)
-            loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.loops)]
-            start = time.perf_counter()
-            env = {k: v for k, v in os.environ.items() if k not in ("CI", "BUILD_NUMBER")}
-            try:
-                proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
-                                       "no:randomly", "--modelparity-formats=tfjs",
-                                       f"--modelparity-cache-dir={folder / 'cache'}"],
-                                      cwd=folder, env=env, capture_output=True, text=True, timeout=900)
-            finally:
-                for p in loops:
-                    p.kill()
-                for p in loops:
-                    p.wait()
-            took = time.perf_counter() - start
-            ok = proc.returncode == 0 and "2 passed" in proc.stdout
-            passed += ok
-            tail = "" if ok else " | " + proc.stdout.strip().splitlines()[-1][:300]
-            print(f"repeat {i + 1}: {'PASS' if ok else 'FAIL'} in {took:.0f} s, load {os.getloadavg()[0]:.1f}{tail}",
-                  flush=True)
+        proc, took = session_under_load({"conftest.py": CONFTEST, "test_kill.py": TESTS},
+                                        ["--modelparity-formats=tfjs"], args.loops)
+        ok = proc.returncode == 0 and "2 passed" in proc.stdout
+        passed += ok
+        tail = "" if ok else " | " + proc.stdout.strip().splitlines()[-1][:300]
+        print(f"repeat {i + 1}: {'PASS' if ok else 'FAIL'} in {took:.0f} s, load {os.getloadavg()[0]:.1f}{tail}",
+              flush=True)
     print(f"{passed}/{args.repeats} passed with {args.loops} busy loops beside them")
 
 
