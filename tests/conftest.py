@@ -55,7 +55,45 @@ def pytester(_heavy_modules_stay_loaded: None, pytester: pytest.Pytester,
     return pytester
 
 
+_PYC_ENV = "MODELPARITY_TESTS_PYCACHE"  # the folder this run's processes keep bytecode in; set by the first
+
+
+def _bytecode_cache_for_children(config: pytest.Config) -> None:
+    """Every Python this run starts (xdist workers, pytester child sessions, export workers,
+    scripts) reads and writes its bytecode in one temporary folder of this run
+    (``PYTHONPYCACHEPREFIX``), not in the clone.
+
+    Why (issue 49): .ci/run and the shells that run the suite set PYTHONDONTWRITEBYTECODE=1 so
+    that a clone gets no ``__pycache__``; then each of the run's hundreds of child Pythons
+    compiled the plugin's modules again, and pytest rewrote the assertions of Hypothesis' and
+    the plugin's modules again (pytest's rewrite honours the same flag): 1.5 CPU-seconds of a
+    child session's 2.7 before any model. With the prefix, the first child compiles and the
+    others read, as on a developer's machine; the clone stays as clean. The folder is made
+    once, by the process that starts the run (xdist's controller, before it starts its
+    workers), handed on through the environment, and removed when that process ends."""
+    if os.environ.get(_PYC_ENV) or hasattr(config, "workerinput"):
+        return  # an xdist worker, or a child session of a test: the run's folder is in use
+    import shutil
+    import tempfile
+
+    before = {k: os.environ.get(k) for k in (_PYC_ENV, "PYTHONPYCACHEPREFIX", "PYTHONDONTWRITEBYTECODE")}
+    folder = tempfile.mkdtemp(prefix="modelparity-tests-pyc-")
+    os.environ[_PYC_ENV] = os.environ["PYTHONPYCACHEPREFIX"] = folder
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
+    def restore() -> None:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        shutil.rmtree(folder, ignore_errors=True)
+
+    config.add_cleanup(restore)
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    _bytecode_cache_for_children(config)
     config.addinivalue_line(
         "markers", "inline_exports: the test's pytester sessions convert in their own process "
         "(--modelparity-export-process=inline through PYTEST_ADDOPTS; an option on the command line still wins). "
