@@ -7,6 +7,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import importlib
 import importlib.util
 import pkgutil
+import sys
 
 import pytest
 
@@ -58,6 +59,49 @@ def pytester(_heavy_modules_stay_loaded: None, pytester: pytest.Pytester,
 _PYC_ENV = "MODELPARITY_TESTS_PYCACHE"  # the folder this run's processes keep bytecode in; set by the first
 
 
+def _link_installed_bytecode(prefix: str) -> None:
+    """Under a ``PYTHONPYCACHEPREFIX`` Python looks for every module's bytecode there only, the
+    installed packages' and the standard library's too: an empty folder had each of the run's
+    first processes compile TensorFlow and Keras from source (13 more CPU-seconds each). So the
+    ``.pyc`` files installed beside them are linked into the folder, where the prefix puts them
+    (``<dir>/__pycache__/m.<tag>.pyc`` as ``<prefix><dir>/m.<tag>.pyc``); the clone's own
+    modules are left out, compiled by the first process that imports them."""
+    from pathlib import Path
+
+    tag = f".{sys.implementation.cache_tag}.pyc"
+    here = Path(__file__).resolve().parents[1]
+    roots = []
+    for entry in sys.path:
+        path = Path(entry or ".").resolve()
+        if path.is_dir() and path != here and here not in path.parents and path not in roots:
+            roots.append(path)
+    stack = [str(r) for r in roots]
+    tops = set(stack)
+    while stack:
+        folder = stack.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            if entry.name == "__pycache__":
+                names = [n for n in os.listdir(entry.path) if n.endswith(tag) and n.count(".") == 2]
+                if names:
+                    target = prefix + folder
+                    os.makedirs(target, exist_ok=True)
+                    for name in names:
+                        try:
+                            os.symlink(os.path.join(entry.path, name), os.path.join(target, name))
+                        except OSError:
+                            pass
+            # packages only: not TensorFlow's C++ headers and other data folders
+            elif folder in tops or os.path.exists(os.path.join(entry.path, "__init__.py")) or \
+                    os.path.isdir(os.path.join(entry.path, "__pycache__")):
+                stack.append(entry.path)
+
+
 def _bytecode_cache_for_children(config: pytest.Config) -> None:
     """Every Python this run starts (xdist workers, pytester child sessions, export workers,
     scripts) reads and writes its bytecode in one temporary folder of this run
@@ -78,6 +122,7 @@ def _bytecode_cache_for_children(config: pytest.Config) -> None:
 
     before = {k: os.environ.get(k) for k in (_PYC_ENV, "PYTHONPYCACHEPREFIX", "PYTHONDONTWRITEBYTECODE")}
     folder = tempfile.mkdtemp(prefix="modelparity-tests-pyc-")
+    _link_installed_bytecode(folder)
     os.environ[_PYC_ENV] = os.environ["PYTHONPYCACHEPREFIX"] = folder
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
