@@ -59,6 +59,19 @@ def pytester(_heavy_modules_stay_loaded: None, pytester: pytest.Pytester,
 _PYC_ENV = "MODELPARITY_TESTS_PYCACHE"  # the folder this run's processes keep bytecode in; set by the first
 
 
+def _installed_roots() -> list[str]:
+    """The folders of sys.path outside the clone: the standard library and the installed packages."""
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parents[1]
+    roots: list[str] = []
+    for entry in sys.path:
+        path = Path(entry or ".").resolve()
+        if path.is_dir() and path != here and here not in path.parents and str(path) not in roots:
+            roots.append(str(path))
+    return roots
+
+
 def _link_installed_bytecode(prefix: str) -> None:
     """Under a ``PYTHONPYCACHEPREFIX`` Python looks for every module's bytecode there only, the
     installed packages' and the standard library's too: an empty folder had each of the run's
@@ -66,16 +79,8 @@ def _link_installed_bytecode(prefix: str) -> None:
     ``.pyc`` files installed beside them are linked into the folder, where the prefix puts them
     (``<dir>/__pycache__/m.<tag>.pyc`` as ``<prefix><dir>/m.<tag>.pyc``); the clone's own
     modules are left out, compiled by the first process that imports them."""
-    from pathlib import Path
-
     tag = f".{sys.implementation.cache_tag}.pyc"
-    here = Path(__file__).resolve().parents[1]
-    roots = []
-    for entry in sys.path:
-        path = Path(entry or ".").resolve()
-        if path.is_dir() and path != here and here not in path.parents and path not in roots:
-            roots.append(path)
-    stack = [str(r) for r in roots]
+    stack = _installed_roots()
     tops = set(stack)
     while stack:
         folder = stack.pop()
@@ -104,26 +109,38 @@ def _link_installed_bytecode(prefix: str) -> None:
 
 def _bytecode_cache_for_children(config: pytest.Config) -> None:
     """Every Python this run starts (xdist workers, pytester child sessions, export workers,
-    scripts) reads and writes its bytecode in one temporary folder of this run
-    (``PYTHONPYCACHEPREFIX``), not in the clone.
+    scripts) reads and writes its bytecode in one folder outside the clone
+    (``PYTHONPYCACHEPREFIX``): ``~/.cache/pytest-modelparity-tests/pycache-<tag>``.
 
     Why (issue 49): .ci/run and the shells that run the suite set PYTHONDONTWRITEBYTECODE=1 so
-    that a clone gets no ``__pycache__``; then each of the run's hundreds of child Pythons
-    compiled the plugin's modules again, and pytest rewrote the assertions of Hypothesis' and
-    the plugin's modules again (pytest's rewrite honours the same flag): 1.5 CPU-seconds of a
-    child session's 2.7 before any model. With the prefix, the first child compiles and the
-    others read, as on a developer's machine; the clone stays as clean. The folder is made
-    once, by the process that starts the run (xdist's controller, before it starts its
-    workers), handed on through the environment, and removed when that process ends."""
+    that a clone gets no ``__pycache__``; then each of the run's child Pythons compiled the
+    plugin's modules again, and pytest rewrote the assertions of Hypothesis' and the plugin's
+    modules again (pytest's rewrite honours the same flag): 2-4 CPU-seconds of a one-test child
+    session with its export worker (14-18 s). With the prefix, the first process compiles and
+    the others read, as on a developer's machine; the clone stays as clean. The folder is kept
+    between runs, like the export cache: linking the installed packages' bytecode into it
+    (``_link_installed_bytecode``) costs 5-15 CPU-seconds on this machine's file system, paid by
+    the first run only (a file named after the linked folders says it was done). Set up once, by
+    the process that starts the run (xdist's controller, before it starts its workers), and
+    handed on through the environment."""
     if os.environ.get(_PYC_ENV) or hasattr(config, "workerinput"):
         return  # an xdist worker, or a child session of a test: the run's folder is in use
-    import shutil
-    import tempfile
+    import hashlib
+    from pathlib import Path
 
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pytest-modelparity-tests"
+    folder = base / f"pycache-{sys.implementation.cache_tag}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        roots = "\n".join(_installed_roots())
+        stamp = folder / f".linked-{hashlib.sha256(roots.encode()).hexdigest()[:16]}"
+        if not stamp.exists():
+            _link_installed_bytecode(str(folder))
+            stamp.write_text(roots + "\n")
+    except OSError:
+        return  # no cache folder here: the children compile, as before
     before = {k: os.environ.get(k) for k in (_PYC_ENV, "PYTHONPYCACHEPREFIX", "PYTHONDONTWRITEBYTECODE")}
-    folder = tempfile.mkdtemp(prefix="modelparity-tests-pyc-")
-    _link_installed_bytecode(folder)
-    os.environ[_PYC_ENV] = os.environ["PYTHONPYCACHEPREFIX"] = folder
+    os.environ[_PYC_ENV] = os.environ["PYTHONPYCACHEPREFIX"] = str(folder)
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
     def restore() -> None:
@@ -132,7 +149,6 @@ def _bytecode_cache_for_children(config: pytest.Config) -> None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-        shutil.rmtree(folder, ignore_errors=True)
 
     config.add_cleanup(restore)
 
