@@ -6,6 +6,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import importlib
 import importlib.util
+import json
 import pkgutil
 import sys
 
@@ -57,6 +58,21 @@ def pytester(_heavy_modules_stay_loaded: None, pytester: pytest.Pytester,
 
 
 _PYC_ENV = "MODELPARITY_TESTS_PYCACHE"  # the folder this run's processes keep bytecode in; set by the first
+_PYC_BEFORE_ENV = "MODELPARITY_TESTS_PYCACHE_BEFORE"  # the two variables as the run was given them (JSON)
+
+
+def environ_as_given() -> dict[str, str]:
+    """``os.environ`` with the bytecode variables as the run was given them, for a child whose
+    memory is the test's subject (``ulimit -v``): compiling and writing bytecode there is not
+    what those tests measured."""
+    env = dict(os.environ)
+    given = json.loads(env.get(_PYC_BEFORE_ENV) or "{}")
+    for key, value in given.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    return env
 
 
 def _installed_roots() -> list[str]:
@@ -139,7 +155,8 @@ def _bytecode_cache_for_children(config: pytest.Config) -> None:
             stamp.write_text(roots + "\n")
     except OSError:
         return  # no cache folder here: the children compile, as before
-    before = {k: os.environ.get(k) for k in (_PYC_ENV, "PYTHONPYCACHEPREFIX", "PYTHONDONTWRITEBYTECODE")}
+    before = {k: os.environ.get(k) for k in (_PYC_ENV, _PYC_BEFORE_ENV, "PYTHONPYCACHEPREFIX", "PYTHONDONTWRITEBYTECODE")}
+    os.environ[_PYC_BEFORE_ENV] = json.dumps({k: before[k] for k in ("PYTHONPYCACHEPREFIX", "PYTHONDONTWRITEBYTECODE")})
     os.environ[_PYC_ENV] = os.environ["PYTHONPYCACHEPREFIX"] = str(folder)
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
