@@ -589,7 +589,7 @@ def _import_keras_without_sklearn() -> None:
 
     blocked = "sklearn" not in sys.modules
     if blocked:
-        sys.modules["sklearn"] = None  # type: ignore[assignment] - `import sklearn` raises ImportError
+        sys.modules["sklearn"] = None  # type: ignore[assignment]  # `import sklearn` now raises ImportError
     try:
         import_keras()
     finally:
