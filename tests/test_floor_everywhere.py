@@ -58,9 +58,11 @@ def _rows(pytester: pytest.Pytester, report: str) -> list[dict]:
     # small inputs (issue 49): InceptionV3 at the smallest it takes (75), MobileNetV2 at 48, where
     # its last blocks still see 2x2 (at 32 they see 1x1 and its float16 file's top-1 is lost on these
     # random-weight rows: a true cost, not the floor this test is about); the depth and every
-    # layer kind are the same at any size
+    # layer kind are the same at any size. InceptionV3 on tflite only: its saved_model gave the
+    # reference's outputs bit for bit (0 error: no floor needed to pass), and cost a third of the
+    # case (a SavedModel trace of its 300 layers); MobileNetV2 keeps saved_model
     ("mobilenetv2", 48, "saved_model,graphdef,tflite,onnx,tfjs,tflite:float16"),
-    ("inceptionv3", 75, "saved_model,tflite"),
+    ("inceptionv3", 75, "tflite"),
 ])
 def test_keras_applications_through_the_fixtures_are_judged_by_their_floor(pytester, name, size, formats):
     from pytest_modelparity.formats import missing_runtime

@@ -34,8 +34,12 @@ def _verdicts(doc: dict) -> tuple[dict, set]:
 def test_two_workers_give_the_serial_verdicts_and_all_rows(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(TINY_SOURCE_CONFTEST)
     pytester.makepyfile(test_suite=SUITE)
-    args = ("--modelparity-formats=keras,saved_model", "-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning")
-    serial = pytester.runpytest_subprocess(*args, "--modelparity-report=serial.json")
+    # exports inline, and the serial run in this process (issue 49): what is compared is the
+    # verdicts and rows of a serial and an xdist run, not the export worker or a fresh Python;
+    # the two xdist workers stay real processes
+    args = ("--modelparity-formats=keras,saved_model", "-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning",
+            "--modelparity-export-process=inline")
+    serial = pytester.runpytest(*args, "--modelparity-report=serial.json")
     serial.assert_outcomes(passed=4, failed=4)
     parallel = pytester.runpytest_subprocess(*args, "-n", "2", "--modelparity-report=xdist.json")
     parallel.assert_outcomes(passed=4, failed=4)

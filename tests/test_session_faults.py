@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import environ_as_given
 from models import CLOSE_SUITE, EXPORT_WORKERS_MODULE, TINY_SOURCE_CONFTEST
 
 KILLED_EXPORT_SUITE = {
@@ -147,7 +148,8 @@ def test_under_ulimit_v_the_session_ends_normally_and_says_it_is_memory(pytester
     pytester.makepyfile(test_memory=textwrap.dedent(MEMORY_SUITE))
     command = (f"ulimit -v 900000 && exec {sys.executable} -m pytest -p no:cacheprovider -p no:randomly "
                f"--modelparity-formats=saved_model --modelparity-cache-dir=cache")
-    proc = subprocess.run(["bash", "-c", command], cwd=pytester.path, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(["bash", "-c", command], cwd=pytester.path, capture_output=True, text=True, timeout=300,
+                          env=environ_as_given())  # bytecode as the run was given it: memory is the subject
     out = proc.stdout + proc.stderr
     assert "INTERNALERROR" not in out, out[-4000:]
     assert proc.returncode == 1, (proc.returncode, out[-4000:])
@@ -199,7 +201,8 @@ def test_under_a_ulimit_v_too_small_for_tensorflow_the_session_ends_and_says_it_
     command = (f"ulimit -v 1100000 && exec {sys.executable} -m pytest -p no:cacheprovider -p no:randomly "
                f"--modelparity-formats=tflite --modelparity-cache-dir=cache")
     try:
-        proc = subprocess.run(["bash", "-c", command], cwd=pytester.path, capture_output=True, text=True, timeout=180)
+        proc = subprocess.run(["bash", "-c", command], cwd=pytester.path, capture_output=True, text=True, timeout=180,
+                              env=environ_as_given())
     except subprocess.TimeoutExpired:
         pytest.fail("the session under `ulimit -v 1100000` did not end in 180 s")
     out = proc.stdout + proc.stderr
