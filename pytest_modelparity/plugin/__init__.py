@@ -531,7 +531,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         from .zero_code import suite_items
 
         items.extend(suite_items(session, state))
-    if state.options.fuzz or state.options.fuzz_minutes:  # minutes alone: fuzz until they are spent
+    if _fuzzed(state):  # minutes alone: fuzz until they are spent
         from .fuzz import fuzz_items
 
         items.extend(fuzz_items(session, state))
@@ -633,11 +633,12 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         doc = build_document(rows=state.rows, tests=state.tests, artifacts=state.artifacts,
                              options=_options_doc(state), workers=state.workers, browsers=state.browsers)
         doc["not_compared"] = as_json(unchecked)  # docs/report-schema.md
-        from .fuzz import report_section
+        if _fuzzed(state):  # imported only then: a session near its memory limit imports nothing more
+            from .fuzz import report_section
 
-        fuzzed = report_section(config)
-        if fuzzed is not None:  # --modelparity-fuzz: models, outcomes, failures, reproducers
-            doc["fuzz"] = fuzzed
+            fuzzed = report_section(config)
+            if fuzzed is not None:  # --modelparity-fuzz: models, outcomes, failures, reproducers
+                doc["fuzz"] = fuzzed
     except (MemoryError, SystemError) as exc:
         _RESERVE.release()
         state.write_errors.append(f"the reports ({', '.join(_report_options(state))}) were not written: the "
@@ -701,10 +702,11 @@ def _terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
             terminalreporter.write_line(line)
         if len(shown) < len(rows):
             terminalreporter.write_line(hidden_rows_line(rows, shown))
-    from .fuzz import summary_lines
+    if _fuzzed(state):
+        from .fuzz import summary_lines
 
-    for line in summary_lines(config):  # --modelparity-fuzz
-        terminalreporter.write_line(line, red="NEW" in line)
+        for line in summary_lines(config):  # --modelparity-fuzz
+            terminalreporter.write_line(line, red="NEW" in line)
     logs = state.logs
     lost = logs.lost_line() if logs is not None else None
     if lost is not None:  # a full disk under the log: one line, not an OSError out of an export
@@ -778,3 +780,11 @@ def _terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     for what, path in (("JSON", state.options.report), ("HTML", state.options.html)):
         if path is not None and Path(path).exists():
             terminalreporter.write_line(f"modelparity: {what} report written to {path}")
+
+
+def _fuzzed(state: Any) -> bool:
+    """Whether this session fuzzes (``--modelparity-fuzz`` or ``--modelparity-fuzz-minutes``): only
+    then are the fuzz modules imported (at the summary too, where a session near its memory
+    limit should import nothing it does not need)."""
+    options = getattr(state, "options", None)
+    return bool(options is not None and (options.fuzz or options.fuzz_minutes))
