@@ -57,7 +57,9 @@ GIVEN = textwrap.dedent('''
 
     @given(n=st.integers(1, 3))
     def test_without_the_plugins_models(n):
-        assert test_without_the_plugins_models._hypothesis_internal_use_settings.deadline is not None
+        used = test_without_the_plugins_models._hypothesis_internal_use_settings
+        assert used.deadline == settings.default.deadline, used  # the active profile's, untouched (CI: none)
+        assert list(used.suppress_health_check) == list(settings.default.suppress_health_check), used
 ''')
 
 
