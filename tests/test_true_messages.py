@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import environ_as_given  # bytecode as the run was given it: memory is the subject
 from pytest_modelparity import ModelLoadError, load_model
 from pytest_modelparity.formats import missing_runtime
 
@@ -55,7 +56,7 @@ def test_a_thread_that_cannot_start_under_ulimit_v_blames_the_address_limit() ->
         print(problem); print(fix)
     ''')
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "PYTHONPATH": HERE}, preexec_fn=lambda: _under_limit(2 << 30))
+                         env={**environ_as_given(), "PYTHONPATH": HERE}, preexec_fn=lambda: _under_limit(2 << 30))
     assert out.returncode == 0, out.stderr
     assert "address-space limit of 2.0 GiB" in out.stdout and "ulimit -v" in out.stdout, out.stdout
     assert "ulimit -u" not in out.stdout, out.stdout
@@ -88,7 +89,7 @@ def test_reports_are_written_under_a_1gb_address_limit(tmp_path: Path) -> None:
                           "--modelparity-report=r.json", "--modelparity-html=r.html",
                           f"--modelparity-cache-dir={tmp_path / 'cache'}"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "PYTHONPATH": HERE}, preexec_fn=lambda: _under_limit(1_000_000_000))
+                         env={**environ_as_given(), "PYTHONPATH": HERE}, preexec_fn=lambda: _under_limit(1_000_000_000))
     text = out.stdout + out.stderr
     assert "Traceback" not in text and "INTERNALERROR" not in text, text[-3000:]
     assert "model parity summary" in text and "1 passed" in text, text[-3000:]
