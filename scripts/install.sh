@@ -45,6 +45,22 @@ else
   echo "install.sh: no Chromium found; the tfjs:webgl formats and the HTML layout tests will be skipped (as root:" \
        "apt-get install chromium; or set MODELPARITY_CHROMIUM=/path/to/chrome)" >&2
 fi
+# The headless shell (Debian's chromium-headless-shell, ~200 MB beside chromium) is what the browser
+# formats prefer: the same engine without the full browser's background services, so a session
+# makes no network request at all (docs/security.md "The browser"). Best effort: without it the
+# full browser runs, and its own services knock at the driver's loopback sink.
+if [ -z "${MODELPARITY_CHROMIUM:-}" ] && ! command -v chromium-headless-shell >/dev/null \
+    && ! command -v chrome-headless-shell >/dev/null && command -v apt-get >/dev/null \
+    && { [ "$(id -u)" = 0 ] || { command -v sudo >/dev/null && sudo -n true 2>/dev/null; }; }; then
+  as_root=""
+  [ "$(id -u)" = 0 ] || as_root="sudo -n"
+  echo "install.sh: installing chromium-headless-shell for the tfjs browser formats (apt-get, ~200 MB)"
+  export DEBIAN_FRONTEND=noninteractive
+  $as_root apt-get install -y -q chromium-headless-shell >/dev/null 2>&1 \
+    || { $as_root apt-get update -q >/dev/null 2>&1; $as_root apt-get install -y -q chromium-headless-shell >/dev/null 2>&1; } \
+    || echo "install.sh: apt-get install chromium-headless-shell failed; the full Chromium will run" \
+            "the browser formats" >&2
+fi
 # pip check: tensorflowjs and tensorflow_hub were installed with --no-deps on purpose, so
 # their unmet pins (jax, flax, tf-keras, tensorflow-decision-forests, packaging~=23.1, ...)
 # are expected: count them in one line; anything else pip reports is shown as it is.

@@ -47,9 +47,16 @@ __all__ = ["BROWSER_JS", "CHROMIUM_HINT", "BrowserHost", "BrowserPage", "Browser
            "shared_browser", "close_shared_browser", "browser_runs", "record_run", "sweep_browser_folders"]
 
 BROWSER_JS = Path(__file__).resolve().parent / "tfjs_runner" / "browser.js"
-CHROMIUM_HINT = ("`apt-get install chromium` as root (Debian; Ubuntu: `apt-get install chromium-browser` or the snap; "
+CHROMIUM_HINT = ("`apt-get install chromium-headless-shell chromium` as root (Debian; Ubuntu: "
+                 "`apt-get install chromium-browser` or the snap; "
                  "scripts/install.sh does it), or set MODELPARITY_CHROMIUM=/path/to/chrome")
-_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
+# The headless shell first (Debian's chromium-headless-shell; Chrome for Testing's
+# chrome-headless-shell): the same Blink, V8 and ANGLE/SwiftShader as the full browser, without
+# its background services. The full browser's GCM check-in and account list ask the network
+# within seconds of start-up, whatever the flags: each goes to the driver's sink, and each runs
+# Chromium's IPv6 reachability probe (a UDP connect() to a public address, no packet) on the way.
+_NAMES = ("chromium-headless-shell", "chrome-headless-shell", "chromium", "chromium-browser", "google-chrome",
+          "google-chrome-stable", "chrome")
 BROWSER_DIR_PREFIX = "modelparity-browser-"
 _BROWSER_DIR = re.compile(r"^modelparity-browser-(?=h[A-Za-z0-9]*-p\d+-)")
 _OLD_PROFILE = re.compile(r"^modelparity-chromium-")  # versions before the session folder: no owner tag

@@ -6,15 +6,21 @@
 // descriptors 3 and 4: NUL-terminated JSON), so no npm package is needed to drive the browser
 // and nothing downloads a browser build: the system Chromium runs (apt-get install chromium).
 // Chromium exits when that pipe closes, so it never outlives this process (nor this process
-// Python: it exits on stdin EOF, and on SIGTERM, Python's death signal). Pages load tfjs from a
-// static server bound to 127.0.0.1 on a free port, which serves only tfjs's browser bundles,
+// Python: it exits on stdin EOF, and on SIGTERM, Python's death signal). Pages load tfjs through
+// this process (relayFetch) from a static server bound to 127.0.0.1 on a free port, which serves
+// only tfjs's browser bundles,
 // page.html/page.js and, per loaded model, its model.json and the weight files its manifest names,
 // each only if, at the request, it is a regular file at that very path inside the model's
 // directory (no link anywhere below it); a request it cannot parse is answered 400.
 //
-// The browser stays home: every flag that stops Chromium's own traffic (updates, variations,
-// network time, DNS and DNS-over-HTTPS, crash upload), host names other than localhost resolve to
-// nothing, and any other request goes to a loopback sink that closes it (CHROMIUM_FLAGS below).
+// The browser stays home: its pages make no network request at all. Each page's requests are
+// paused by the DevTools protocol (Fetch, at the request stage) and answered by this process, which
+// fetches them from the static server itself (relayFetch below): Chromium's network stack never
+// sees them, so it never resolves a host, not even 127.0.0.1, and never runs its IPv6 reachability
+// probe (a UDP connect() to 2001:4860:4860::8888 before any host resolution, which no flag turns
+// off). Every flag that stops Chromium's own traffic (updates, variations, network time, AI-mode
+// eligibility, DNS and DNS-over-HTTPS, crash upload) is set, host names other than localhost
+// resolve to nothing, and any other request goes to a loopback sink that closes it (CHROMIUM_FLAGS).
 // Everything it writes (profile, crash dumps, $HOME and XDG folders, temporaries) goes under the
 // session folder Python made (MODELPARITY_BROWSER_DIR), which this script empties on every exit
 // and Python removes.
@@ -171,6 +177,35 @@ function startSink() {
   });
 }
 
+// A page's paused request, answered from the static server by this process: the server's checks
+// (its origin, the model's token, each file as it is now) decide, its status and bytes go back as
+// they are. Anything not addressed to the server (another origin, another method) fails in the
+// page, as a blocked request, without leaving Chromium.
+function relayFetch(cdp, base, sessionId, params) {
+  const { requestId, request } = params;
+  const answer = (method, extra) => cdp.send(method, Object.assign({ requestId }, extra), sessionId).catch(() => {
+    // the page closed meanwhile: nothing waits for the answer
+  });
+  const blocked = () => answer('Fetch.failRequest', { errorReason: 'BlockedByClient' });
+  const url = String(request.url);
+  if (request.method !== 'GET' || !url.startsWith(`${base}/`)) return blocked();
+  const { hostname, port } = new URL(base);
+  const get = http.get({ host: hostname, port, path: url.slice(base.length), agent: false,
+    headers: { Host: `${hostname}:${port}` } }, (res) => {
+    const chunks = [];
+    res.on('data', (c) => chunks.push(c));
+    res.on('error', blocked);
+    res.on('end', () => {
+      const headers = [];
+      if (res.headers['content-type']) headers.push({ name: 'Content-Type', value: res.headers['content-type'] });
+      headers.push({ name: 'Cache-Control', value: 'no-store' });
+      answer('Fetch.fulfillRequest', { responseCode: res.statusCode, responseHeaders: headers,
+        body: Buffer.concat(chunks).toString('base64') });
+    });
+  });
+  get.on('error', blocked);
+}
+
 // -- the DevTools protocol over a pipe --------------------------------------------------------
 class DevTools {
   constructor(proc) {
@@ -199,6 +234,8 @@ class DevTools {
       this.pending.delete(msg.id);
       if (msg.error) call.reject(new Error(`${call.method}: ${msg.error.message}`));
       else call.resolve(msg.result);
+    } else if (msg.method === 'Fetch.requestPaused' && msg.sessionId) {
+      if (this.onPaused) this.onPaused(msg.sessionId, msg.params);
     } else if (msg.method === 'Inspector.targetCrashed' && msg.sessionId) {
       this.crashed.add(msg.sessionId);
       for (const [id, call] of this.pending) {
@@ -248,7 +285,7 @@ const LEADS_GROUP = process.env.MODELPARITY_BROWSER_GROUP === '1';
 // Chromium phones home despite --disable-background-networking (update.googleapis.com,
 // clients2.google.com, the DNS resolver, a DNS-over-HTTPS server): each of these stops a part of
 // that, and the last three stop whatever is left (no name resolves but localhost; a request for
-// any other host goes to the sink; loopback itself bypasses the proxy, as it always does).
+// any other host goes to the sink). The pages' own requests never get this far: relayFetch.
 function chromiumFlags(dir, sinkPort) {
   return ['--headless=new', '--no-sandbox', '--use-angle=swiftshader', '--enable-unsafe-swiftshader',
     '--remote-debugging-pipe', '--no-first-run', '--no-default-browser-check', '--disable-extensions',
@@ -260,7 +297,7 @@ function chromiumFlags(dir, sinkPort) {
     '--dns-prefetch-disable',
     '--disable-features=DnsOverHttps,AsyncDns,NetworkTimeServiceQuerying,OptimizationHints,MediaRouter,'
       + 'DialMediaRouteProvider,Translate,AutofillServerCommunication,CertificateTransparencyComponentUpdater,'
-      + 'InterestFeedContentSuggestions,PrivacySandboxSettings4,PreconnectToSearch',
+      + 'InterestFeedContentSuggestions,PrivacySandboxSettings4,PreconnectToSearch,AimEnabled',
     // Google's own endpoints (sign-in, search preconnect, push messaging's check-in) point at the
     // sink: without these, one page and a predict asked the proxy for www.google.com (x4),
     // accounts.google.com (x3) and android.clients.google.com.
@@ -384,6 +421,7 @@ async function main() {
   }
   const { cdp, version } = browser;
   const base = `http://127.0.0.1:${server.address().port}`;
+  cdp.onPaused = (sessionId, params) => relayFetch(cdp, base, sessionId, params);
   sendJSON('H', { chromium: version.product, user_agent: version.userAgent, protocol: version.protocolVersion,
     server: base });
 
@@ -401,6 +439,8 @@ async function main() {
     try {
       ({ sessionId } = await cdp.send('Target.attachToTarget', { targetId, flatten: true }));
       await cdp.send('Inspector.enable', {}, sessionId);
+      // every request of the page, the navigation included, is answered by relayFetch
+      await cdp.send('Fetch.enable', { patterns: [{ urlPattern: '*', requestStage: 'Request' }] }, sessionId);
       await cdp.send('Page.navigate', { url: `${base}/page.html` }, sessionId);
       const deadline = Date.now() + START_MS;
       while (!(await cdp.evaluate(sessionId, 'document.readyState === "complete" && typeof mpLoad === "function"'))) {
