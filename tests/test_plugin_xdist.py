@@ -79,3 +79,31 @@ def test_two_workers_on_a_cold_cache_export_each_format_once(pytester: pytest.Py
     assert any(len(hits) == 2 for hits in by_format.values()), "no format was needed by both workers"
     entries = [p for p in (pytester.path / "cold-cache").glob("*/*") if (p / "meta.json").is_file()]
     assert len(entries) == 3 and not list((pytester.path / "cold-cache").glob("*/.*.lock"))  # no lock left
+
+
+def test_two_popen_gateways_with_their_own_caches_give_one_report(pytester: pytest.Pytester) -> None:
+    """Over ``--tx popen//env:...`` gateways whose caches and homes differ (nothing on a shared
+    disk): every row in the controller's one JSON and HTML report, each worker exporting into
+    its own cache."""
+    pytester.makeconftest(TINY_SOURCE_CONFTEST)
+    pytester.makepyfile(test_suite=SUITE)
+    args = []
+    for i in (1, 2):
+        (pytester.path / f"home{i}").mkdir()
+        args += ["--tx", f"popen//env:MODELPARITY_CACHE_DIR={pytester.path / f'cache{i}'}"
+                         f"//env:HOME={pytester.path / f'home{i}'}"]
+    result = pytester.runpytest_subprocess(
+        "--modelparity-formats=keras,saved_model", "--dist", "load", *args, "-p", "no:cacheprovider",
+        "-W", "ignore::DeprecationWarning", "--modelparity-export-process=inline",
+        "--modelparity-report=xdist.json", "--modelparity-html=xdist.html")
+    result.assert_outcomes(passed=4, failed=4)
+    doc = json.loads((pytester.path / "xdist.json").read_text())
+    assert doc["workers"] == 2 and len(doc["rows"]) == 8
+    html = (pytester.path / "xdist.html").read_text()
+    for test in {r["nodeid"] for r in doc["rows"]}:
+        assert test.split("::")[-1] in html
+    for i in (1, 2):  # each gateway's worker exported what its tests needed into its own cache
+        entries = [p for p in (pytester.path / f"cache{i}").glob("*/*") if (p / "meta.json").is_file()]
+        assert entries, f"cache{i} holds no export"
+    assert not (pytester.path / ".modelparity-cache").exists() or not [
+        p for p in (pytester.path / ".modelparity-cache").glob("*/*") if (p / "meta.json").is_file()]

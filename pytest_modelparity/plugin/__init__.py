@@ -558,9 +558,22 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 # -- pytest-xdist: workers hand their rows to the controller ----------------------------
 
 @pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    state = _state_or_none(node.config)
+    if state is not None and _fuzzed(state):  # the fuzz budget holds for the whole run
+        from .fuzz import configure_node
+
+        configure_node(node, state.options, state.started)
+
+
+@pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: Any) -> None:
     state = _state_or_none(node.config)
     output = getattr(node, "workeroutput", None) or {}
+    if state is not None and _fuzzed(state) and output.get("modelparity_fuzz"):
+        from .fuzz import merge_worker
+
+        merge_worker(node.config, str(getattr(getattr(node, "gateway", None), "id", "?")), output["modelparity_fuzz"])
     payload = output.get(_ROWS_KEY)
     if state is None or not payload:
         return
@@ -612,6 +625,12 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if workeroutput is not None:  # an xdist worker: the controller writes the reports
         workeroutput[_ROWS_KEY] = {"rows": state.rows, "artifacts": state.artifacts, "left_out": state.left_out,
                                    "browsers": state.browsers}
+        if _fuzzed(state):
+            from .fuzz import WORKER_RESULTS_KEY, worker_payload
+
+            fuzzed = worker_payload(config)
+            if fuzzed is not None:
+                workeroutput[WORKER_RESULTS_KEY] = fuzzed
         return
     unchecked = not_compared(state.matrix_outcomes, state.options)
     if state.recorder is not None:  # the run's record of what it recorded, written last; an interrupted run writes none

@@ -8,10 +8,18 @@ failure (format, outcome, known defect or cause) is shrunk by deleting steps, on
 step and only for the failing format (Hypothesis' own shrinker would re-export every format per
 step and stopped at local minima), then written as a standalone reproducer. The item fails
 only on a failure no catalogue entry knows; the end-of-run summary lists everything.
+
+Under pytest-xdist (``-n N``, ``--tx``) the run is one item per worker, ``modelparity-fuzz[gwI]``,
+each drawing its own stream (the seed split by worker: stream 0 is the plain run's), all
+stopping at one deadline the controller set when it started the workers. A failure is shrunk
+on the worker that found it; its reproducer folder travels to the controller with the worker's
+tallies (no shared disk is assumed), and the controller writes the one summary and JSON section.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +37,10 @@ MAX_LAYERS = 6
 UNTIL_THE_TIME_IS_SPENT = 10**9
 # A fuzz run says where it stands this often (models drawn, per-format tallies, failures, time).
 PROGRESS_EVERY_S = 30.0
+# pytest-xdist: the controller's deadline (epoch seconds) in each worker's workerinput, and the
+# key of a worker's results in its workeroutput
+DEADLINE_KEY = "modelparity_fuzz_deadline"
+WORKER_RESULTS_KEY = "modelparity_fuzz"
 
 
 @dataclass
@@ -42,15 +54,25 @@ class FuzzResults:
     shrunk: dict[tuple[str, str, str], tuple[int, int, float]] = field(default_factory=dict)
     stopped_by_budget: bool = False
     conditions: dict[str, Any] | None = None  # what the models were checked under (fuzz/conditions.py)
+    workers: dict[str, int] = field(default_factory=dict)  # xdist worker id -> models it drew (controller)
+
+    def shrunk_of(self, key: tuple[str, str, str]) -> tuple[int, int, float]:
+        """(layers drawn, layers after shrinking, checks): a worker's failure arrives shrunk,
+        without its drawn model."""
+        if key in self.shrunk:
+            return self.shrunk[key]
+        drawn = self.failures[key][0]
+        return (len(drawn.layers), len(drawn.layers), 0)
 
 
 RESULTS_KEY = pytest.StashKey[FuzzResults]()
 
 
 class FuzzRun(pytest.Item):
-    def __init__(self, *, formats: tuple[str, ...], **kwargs: Any) -> None:
+    def __init__(self, *, formats: tuple[str, ...], stream: int = 0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.formats = formats
+        self.stream = stream  # which of the run's draw streams (one per xdist worker)
 
     def runtest(self) -> None:
         from ..fuzz.fuzz_worker import FuzzWorker
@@ -59,6 +81,9 @@ class FuzzRun(pytest.Item):
         results = self.config.stash.setdefault(RESULTS_KEY, FuzzResults())
         start = time.monotonic()
         budget = None if options.fuzz_minutes is None else options.fuzz_minutes * 60.0
+        given = getattr(self.config, "workerinput", {}).get(DEADLINE_KEY)
+        if budget is not None and given is not None:  # the whole run's budget, from when the controller began
+            budget = max(0.0, float(given) - time.time())
         root = Path(options.cache_dir)
         root.mkdir(parents=True, exist_ok=True)
         with FuzzWorker(root / "logs" / "fuzz-child.log") as worker:
@@ -89,7 +114,7 @@ class FuzzRun(pytest.Item):
                 progress.say(tally_line(results, now - start))
 
         results.stopped_by_budget = for_each_drawn(
-            visit, seed=int(self.config.getoption("hypothesis_seed", None) or 0),
+            visit, seed=stream_seed(int(self.config.getoption("hypothesis_seed", None) or 0), self.stream),
             max_examples=int(options.fuzz or UNTIL_THE_TIME_IS_SPENT),
             deadline=None if budget is None else start + budget, max_layers=MAX_LAYERS)
         results.seconds = time.monotonic() - start
@@ -99,6 +124,8 @@ class FuzzRun(pytest.Item):
             results.conditions = conditions_here()
         out_dir = fuzz_folder(options)
         for key, (drawn, outcome) in list(results.failures.items()):
+            if key in results.written:  # shrunk by an earlier stream of this worker
+                continue
             minimal, outcome, steps = shrink_failure(worker, drawn, outcome, root)
             results.failures[key] = (minimal, outcome)
             results.shrunk[key] = (len(drawn.layers), len(minimal.layers), steps)
@@ -123,6 +150,13 @@ class FuzzRun(pytest.Item):
 
 class FuzzFailure(AssertionError):
     pass
+
+
+def stream_seed(seed: int, stream: int) -> int:
+    """Stream 0 draws what a run without xdist draws; each other stream a seed of its own."""
+    if stream == 0:
+        return seed
+    return int.from_bytes(hashlib.sha256(f"modelparity-fuzz/{seed}/{stream}".encode()).digest()[:4], "little")
 
 
 def _indent(text: str, lines: int) -> str:
@@ -158,7 +192,7 @@ def report_section(config: pytest.Config) -> dict | None:
     formats = sorted({f for f, _ in results.counts})
     failures = []
     for key, (drawn, outcome) in results.failures.items():
-        before, after, checks = results.shrunk.get(key, (len(drawn.layers), len(drawn.layers), 0))
+        before, after, checks = results.shrunk_of(key)
         written = results.written.get(key)
         failures.append({"format": outcome.format, "status": outcome.status, "cause": outcome.cause,
                          "known": outcome.known, "new": not outcome.known,
@@ -168,6 +202,7 @@ def report_section(config: pytest.Config) -> dict | None:
                          "reproducer": str(written) if written is not None else None})
     return {"models": results.models, "seconds": round(results.seconds, 1),
             "stopped_by_budget": results.stopped_by_budget,
+            "workers": dict(results.workers),
             "conditions": results.conditions,
             "outcomes": {fmt: {s: results.counts.get((fmt, s), 0) for s in ("pass", "fail", "error", "refused")}
                          for fmt in formats},
@@ -182,7 +217,9 @@ def summary_lines(config: pytest.Config) -> list[str]:
     if results is None:
         return []
     lines = [f"modelparity fuzz: {results.models} model(s) in {results.seconds:.0f} s"
-             + (" (stopped by --modelparity-fuzz-minutes)" if results.stopped_by_budget else "")]
+             + (" (stopped by --modelparity-fuzz-minutes)" if results.stopped_by_budget else "")
+             + (f" over {len(results.workers)} xdist workers (" + ", ".join(f"{w} {n}" for w, n in sorted(results.workers.items())) + ")"
+                if results.workers else "")]
     if results.conditions:
         from ..fuzz.conditions import describe
 
@@ -196,7 +233,7 @@ def summary_lines(config: pytest.Config) -> list[str]:
             f"NEW, resembles {outcome.resembles}" if getattr(outcome, "resembles", None) else "NEW")
         if getattr(outcome, "note", None):
             label += f"; {outcome.note}"
-        before, after, calls = results.shrunk.get(key, (len(drawn.layers), len(drawn.layers), 0))
+        before, after, calls = results.shrunk_of(key)
         lines.append(f"  {outcome.format} {outcome.status} [{label}] shrunk {before} -> {after} layer(s) in {calls} "
                      f"check(s); reproducer: {results.written.get(key, '-')}")
     return lines
@@ -210,4 +247,75 @@ def fuzz_items(session: pytest.Session, state: ParitySession) -> list[FuzzRun]:
         formats = tuple(state.options.formats)
     else:
         formats = tuple(f for f in DEFAULT_FORMATS if f in available_formats())
-    return [FuzzRun.from_parent(session, name=FUZZ_NODEID, nodeid=FUZZ_NODEID, formats=formats)]
+    workers = int(getattr(session.config, "workerinput", {}).get("workercount", 1))
+    if workers <= 1:
+        return [FuzzRun.from_parent(session, name=FUZZ_NODEID, nodeid=FUZZ_NODEID, formats=formats)]
+    # xdist: every worker collects the same items; the scheduler hands one to each (fewer items
+    # than twice the workers go round-robin), and each item draws its own stream
+    return [FuzzRun.from_parent(session, name=f"{FUZZ_NODEID}[gw{i}]", nodeid=f"{FUZZ_NODEID}[gw{i}]",
+                                formats=formats, stream=i) for i in range(workers)]
+
+
+# -- pytest-xdist: the controller sets the deadline and gathers the workers' results ------------
+
+def configure_node(node: Any, options: Any, started: float) -> None:
+    """At the controller, before a worker starts: the run's deadline, so that the budget holds
+    for the whole run however long the workers take to start."""
+    if options.fuzz_minutes is not None:
+        node.workerinput[DEADLINE_KEY] = started + options.fuzz_minutes * 60.0
+
+
+def worker_payload(config: pytest.Config) -> dict | None:
+    """This worker's results for the controller (None when it ran no fuzz item)."""
+    results = config.stash.get(RESULTS_KEY, None)
+    return None if results is None else payload_of(results)
+
+
+def merge_worker(config: pytest.Config, worker: str, payload: dict) -> None:
+    """At the controller: one worker's results into the run's, reproducers into its fuzz folder."""
+    merge_payload(config.stash.setdefault(RESULTS_KEY, FuzzResults()), worker, payload,
+                  fuzz_folder(get_state(config).options))
+
+
+def payload_of(results: FuzzResults) -> dict:
+    """A worker's results as plain data (execnet carries only builtins): tallies, each failure's
+    outcome and shrink figures, and its reproducer folder's files."""
+    failures = []
+    for key, (_, outcome) in results.failures.items():
+        folder = results.written.get(key)
+        files = {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()} if folder else {}
+        failures.append({"outcome": dataclasses.asdict(outcome), "shrunk": list(results.shrunk_of(key)),
+                         "folder": folder.name if folder else None, "files": files})
+    return {"models": results.models, "seconds": results.seconds, "stopped_by_budget": results.stopped_by_budget,
+            "conditions": results.conditions,
+            "counts": [[f, s, n] for (f, s), n in results.counts.items()],
+            "refusals": [[f, c, n] for (f, c), n in results.refusals.items()], "failures": failures}
+
+
+def merge_payload(results: FuzzResults, worker: str, payload: dict, out_dir: Path) -> None:
+    """Add one worker's ``payload_of`` to ``results``, writing each reproducer into ``out_dir``
+    (the controller's own fuzz folder; a failure two workers found is kept once)."""
+    from ..fuzz.fuzzing import Outcome
+
+    results.models += int(payload["models"])
+    results.workers[worker] = results.workers.get(worker, 0) + int(payload["models"])
+    results.seconds = max(results.seconds, float(payload["seconds"]))
+    results.stopped_by_budget = results.stopped_by_budget or bool(payload["stopped_by_budget"])
+    results.conditions = results.conditions or payload.get("conditions")
+    for f, s, n in payload["counts"]:
+        results.counts[(f, s)] = results.counts.get((f, s), 0) + int(n)
+    for f, c, n in payload["refusals"]:
+        results.refusals[(f, c)] = results.refusals.get((f, c), 0) + int(n)
+    for failure in payload["failures"]:
+        outcome = Outcome(**failure["outcome"])
+        if outcome.key in results.failures:
+            continue
+        results.failures[outcome.key] = (None, outcome)
+        before, after, checks = failure["shrunk"]
+        results.shrunk[outcome.key] = (int(before), int(after), checks)
+        if failure["folder"]:
+            folder = out_dir / failure["folder"]
+            folder.mkdir(parents=True, exist_ok=True)
+            for name, data in failure["files"].items():
+                (folder / Path(name).name).write_bytes(data)
+            results.written[outcome.key] = folder
