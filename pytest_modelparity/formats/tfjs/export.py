@@ -290,7 +290,7 @@ def _route(converter_options: dict[str, Any], rewrites: dict[str, int]) -> str:
     names = {"erfc": "erfc->1-erf", "hard_swish": "hard_swish split", "tanh": "fused tanh split", "unfused_bias": "non-vector bias unfused",
              "band_part": "MatrixBandPart written out", "debug_ops": "debug ops stripped (Assert/CheckNumerics/Print)",
              "inlined": "XLA-only functions inlined", "grouped": "grouped conv as depthwise",
-             "list_writes": "RNN step output ordered after its list write"}
+             "list_writes": "RNN step output ordered after its list write", "einsum": "Einsum as matmul"}
     parts = ["control_flow_v2" if converter_options.get("control_flow_v2") else "lowered control flow"]
     parts += [names.get(k, k) + ("" if k.startswith("signature") else f" x{v}") for k, v in rewrites.items() if v]
     return ", ".join(parts)
