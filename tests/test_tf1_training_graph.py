@@ -298,3 +298,24 @@ def test_outputs_are_found_among_cond_bookkeeping_metrics_and_summaries() -> Non
         _acc, _update = v1.metrics.accuracy(tf.argmax(labels, 1), tf.argmax(probs, 1))
         v1.summary.scalar("prob_mean", tf.reduce_mean(probs))
     assert find_outputs(graph) == ["model/Sigmoid:0"]
+
+
+def test_the_output_search_walks_a_graph_deeper_than_pythons_stack() -> None:
+    """EfficientNetB0's frozen graph overflowed the recursive walk (RecursionError in a graphdef
+    export's output search); a chain of 3,000 ops below a metric-read prediction is walked."""
+    import tensorflow as tf
+
+    from pytest_modelparity.formats.tensorflow.graph import find_outputs
+
+    v1 = tf.compat.v1
+    with tf1_training.tf1_graph() as graph:
+        x = v1.placeholder(tf.float32, [None, 4], name="x")
+        h = x
+        for _ in range(3000):
+            h = h * 1.0001
+        probs = tf.nn.sigmoid(h, name="model/Sigmoid")
+        deep = probs
+        for _ in range(3000):  # read only by a summary, through a long chain
+            deep = deep + 0.0
+        v1.summary.scalar("deep", tf.reduce_mean(deep))
+    assert find_outputs(graph) == ["model/Sigmoid:0"]

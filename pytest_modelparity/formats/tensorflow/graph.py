@@ -137,6 +137,30 @@ def _placeholders_above(op: Any, memo: dict[str, frozenset[str]]) -> frozenset[s
     return memo[op.name]
 
 
+def _every_user(op: Any, root: Any, consumers: dict[str, list[Any]], memo: dict[str, bool],
+                user_ok: Any = lambda u: False) -> bool:
+    """``root(op)``, or ``op`` has users and each is ``user_ok`` or, in turn, ``_every_user``;
+    memoised in ``memo``. An op met again on its own path (a TF1 while loop's back edge) reads
+    False. Iterative: a recursive walk overflowed Python's stack on EfficientNetB0's frozen graph
+    (RecursionError in the output search of a graphdef export)."""
+    stack: list[tuple[Any, bool]] = [(op, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if not expanded:
+            if node.name in memo:
+                continue
+            if root(node):
+                memo[node.name] = True
+                continue
+            memo[node.name] = False  # on the path now: a cycle back to it counts as real
+            stack.append((node, True))
+            stack.extend((u, False) for u in consumers[node.name] if u.name not in memo and not user_ok(u))
+            continue
+        users = consumers[node.name]
+        memo[node.name] = bool(users) and all(user_ok(u) or memo.get(u.name, False) for u in users)
+    return memo[op.name]
+
+
 def find_outputs(graph: Any) -> list[str]:
     """Candidate outputs of ``graph``, the likely ones first: tensors of sink ops that no real
     op consumes, read from the inputs.
@@ -156,14 +180,8 @@ def find_outputs(graph: Any) -> list[str]:
             consumers[c.name].append(op)
     aux: dict[str, bool] = {}
 
-    def is_aux(op: Any, depth: int = 0) -> bool:
-        if op.name in aux:
-            return aux[op.name]
-        aux[op.name] = False  # cycles (TF1 while loops) count as real
-        users = consumers[op.name]
-        result = _is_root_aux(op) or (bool(users) and depth < 500 and all(is_aux(u, depth + 1) for u in users))
-        aux[op.name] = result
-        return result
+    def is_aux(op: Any) -> bool:
+        return _every_user(op, _is_root_aux, consumers, aux)
 
     # Ops differentiated by tf.gradients get a "gradients/<op>_grad" scope: a sink with one
     # is a loss, not a prediction.
@@ -172,16 +190,10 @@ def find_outputs(graph: Any) -> list[str]:
                                       or op.name in differentiated or _is_not_output(op))]
     reporting: dict[str, bool] = {}
 
-    def is_reporting(op: Any, depth: int = 0) -> bool:
+    def is_reporting(op: Any) -> bool:
         """Read only by metrics and summaries (and bookkeeping), through any ops."""
-        if op.name in reporting:
-            return reporting[op.name]
-        reporting[op.name] = False
-        users = consumers[op.name]
-        result = "Summary" in op.type or bool(_METRIC_NAMES.search(op.name)) or (
-            bool(users) and depth < 500 and all(is_aux(u) or is_reporting(u, depth + 1) for u in users))
-        reporting[op.name] = result
-        return result
+        return _every_user(op, lambda o: "Summary" in o.type or bool(_METRIC_NAMES.search(o.name)), consumers,
+                           reporting, user_ok=is_aux)
 
     def likely(op: Any) -> bool:
         return op.type in _LIKELY_TYPES or bool(_LIKELY_NAMES.search(op.name))
