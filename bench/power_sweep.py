@@ -57,8 +57,12 @@ def sweep(nets: list[str], forms: list[str]) -> list[dict]:
         names = list(model.output_names)
         clean = {k: np.asarray(v) for k, v in _leaves(model(x, training=False), names).items()}
         bugs = {b: planted(model, b, x) for b in BUGS}
-        reached = {b: [k for k, v in _leaves(bad(x, training=False), names).items() if not np.array_equal(v, clean[k])]
-                   for b, bad in bugs.items()}
+        planted_out = {b: {k: np.asarray(v) for k, v in _leaves(bad(x, training=False), names).items()}
+                       for b, bad in bugs.items()}
+        reached = {b: [k for k, v in out.items() if not np.array_equal(v, clean[k])] for b, out in planted_out.items()}
+        # how far each bug moves the Keras float32 outputs: max |change| / scale, the largest over outputs
+        moves = {b: max((float(np.max(np.abs(out[k].astype(np.float64) - clean[k]))) / (float(np.max(np.abs(clean[k]))) or 1.0)
+                         for k in out), default=0.0) for b, out in planted_out.items()}
         with tempfile.TemporaryDirectory() as t:
             for form in forms:
                 t0 = time.time()
@@ -77,7 +81,7 @@ def sweep(nets: list[str], forms: list[str]) -> list[dict]:
                         continue
                     failed = _failed_outputs(got, bad, x, assert_outputs_close, ParityError)
                     row["bugs"][bug] = "caught" if set(reached[bug]) <= failed else (
-                        f"missed on {sorted(set(reached[bug]) - failed)}")
+                        f"missed on {sorted(set(reached[bug]) - failed)} (moves the outputs by {moves[bug]:.2g} of scale)")
                 same_shape = [(a, b) for i, a in enumerate(names) for b in names[i + 1:] if clean[a].shape == clean[b].shape]
                 if same_shape:
                     a, b = same_shape[0]
@@ -142,7 +146,9 @@ def table(rows: list[dict], conditions: dict) -> str:
 
 
 def _short(v: str) -> str:
-    return "caught" if v == "caught" else "n/r" if v == "not reached" else "-" if v == "-" else "MISSED"
+    if v.startswith("missed"):
+        return "MISSED" + (f" ({v.split('by ')[1].split(' of')[0]})" if "moves the outputs by" in v else "")
+    return "caught" if v == "caught" else "n/r" if v == "not reached" else "-" if v == "-" else v
 
 
 def main() -> None:
