@@ -35,6 +35,15 @@ def test_two_workers_draw_their_own_streams_to_one_deadline(pytester: pytest.Pyt
                      text), text
 
 
+def test_a_model_count_is_shared_by_the_streams() -> None:
+    from pytest_modelparity.plugin.fuzz import _share, stream_seed
+
+    assert [_share(7, i, 2) for i in range(2)] == [4, 3]
+    assert sum(_share(10**9, i, 3) for i in range(3)) == 10**9
+    assert [_share(1, i, 2) for i in range(2)] == [1, 0]
+    assert stream_seed(5, 0) == 5 and len({stream_seed(5, i) for i in range(8)}) == 8
+
+
 def test_two_popen_gateways_with_their_own_caches_and_homes(pytester: pytest.Pytester) -> None:
     tx = [f"popen//env:MODELPARITY_CACHE_DIR={pytester.path / f'cache{i}'}//env:HOME={pytester.path / f'home{i}'}"
           for i in (1, 2)]

@@ -69,10 +69,11 @@ RESULTS_KEY = pytest.StashKey[FuzzResults]()
 
 
 class FuzzRun(pytest.Item):
-    def __init__(self, *, formats: tuple[str, ...], stream: int = 0, **kwargs: Any) -> None:
+    def __init__(self, *, formats: tuple[str, ...], stream: int = 0, streams: int = 1, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.formats = formats
         self.stream = stream  # which of the run's draw streams (one per xdist worker)
+        self.streams = streams
 
     def runtest(self) -> None:
         from ..fuzz.fuzz_worker import FuzzWorker
@@ -113,10 +114,12 @@ class FuzzRun(pytest.Item):
                 said[0] = now
                 progress.say(tally_line(results, now - start))
 
-        results.stopped_by_budget = for_each_drawn(
-            visit, seed=stream_seed(int(self.config.getoption("hypothesis_seed", None) or 0), self.stream),
-            max_examples=int(options.fuzz or UNTIL_THE_TIME_IS_SPENT),
-            deadline=None if budget is None else start + budget, max_layers=MAX_LAYERS)
+        share = _share(int(options.fuzz or UNTIL_THE_TIME_IS_SPENT), self.stream, self.streams)
+        if share:  # more workers than --modelparity-fuzz models: this one draws none
+            results.stopped_by_budget = for_each_drawn(
+                visit, seed=stream_seed(int(self.config.getoption("hypothesis_seed", None) or 0), self.stream),
+                max_examples=share, deadline=None if budget is None else start + budget,
+                max_layers=MAX_LAYERS) or results.stopped_by_budget
         results.seconds = time.monotonic() - start
         if results.conditions is None:  # no model reached a child: this process's, which the child inherits
             from ..fuzz.conditions import conditions_here
@@ -150,6 +153,11 @@ class FuzzRun(pytest.Item):
 
 class FuzzFailure(AssertionError):
     pass
+
+
+def _share(models: int, stream: int, streams: int) -> int:
+    """``--modelparity-fuzz=N`` over several streams: N in all, the first N % streams one more."""
+    return models // streams + (1 if stream < models % streams else 0)
 
 
 def stream_seed(seed: int, stream: int) -> int:
@@ -253,7 +261,7 @@ def fuzz_items(session: pytest.Session, state: ParitySession) -> list[FuzzRun]:
     # xdist: every worker collects the same items; the scheduler hands one to each (fewer items
     # than twice the workers go round-robin), and each item draws its own stream
     return [FuzzRun.from_parent(session, name=f"{FUZZ_NODEID}[gw{i}]", nodeid=f"{FUZZ_NODEID}[gw{i}]",
-                                formats=formats, stream=i) for i in range(workers)]
+                                formats=formats, stream=i, streams=workers) for i in range(workers)]
 
 
 # -- pytest-xdist: the controller sets the deadline and gathers the workers' results ------------
