@@ -43,6 +43,26 @@ def test_band_part_rewrite_matches_tensorflow_band_part(lower, upper, shape):
     np.testing.assert_array_equal(got, tf.linalg.band_part(x, lower, upper).numpy())
 
 
+def test_a_bool_band_is_written_as_a_logical_and() -> None:
+    """Keras' causal mask is a bool band_part; tfjs-backend-wasm 4.22 computes ``where`` between
+    bool tensors wrong, so a bool band is ``LogicalAnd(in_band, a)``, checked here in TensorFlow."""
+    from pytest_modelparity.formats.tfjs.rewrite import rewrite_band_part
+
+    fn = tf.function(lambda x: tf.linalg.band_part(x, -1, 0))
+    graph_def = fn.get_concrete_function(tf.TensorSpec([None, 5, 5], tf.bool)).graph.as_graph_def()
+    assert rewrite_band_part(graph_def) == 1
+    ops = {n.op for n in graph_def.node}
+    assert "MatrixBandPart" not in ops and "SelectV2" not in ops and "LogicalAnd" in ops
+    placeholder = next(n.name for n in graph_def.node if n.op == "Placeholder")
+    output = next(n.name for n in graph_def.node if n.op == "Identity")
+    x = np.random.default_rng(0).uniform(size=(2, 5, 5)) > 0.3
+    with tf.Graph().as_default():
+        tf.graph_util.import_graph_def(graph_def, name="")
+        with tf.compat.v1.Session() as session:
+            got = session.run(f"{output}:0", {f"{placeholder}:0": x})
+    np.testing.assert_array_equal(got, tf.linalg.band_part(x, -1, 0).numpy())
+
+
 needs_tfjs = pytest.mark.skipif(importlib.util.find_spec("tensorflowjs") is None,
                                 reason="the tensorflowjs converter is not installed: "
                                        "pip install --no-deps tensorflowjs==4.22.0 tensorflow_hub==0.16.1")

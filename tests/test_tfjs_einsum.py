@@ -92,7 +92,7 @@ needs_tfjs = pytest.mark.skipif(importlib.util.find_spec("tensorflowjs") is None
 def _patch_attention():
     """MobileViT's block in small: a conv, the feature map unfolded into 2x2 patches, attention
     over the patches of each position (4-D MultiHeadAttention), folded back; beside it a sequence
-    with 3-D attention and an EinsumDense."""
+    with 3-D attention, causal attention and an EinsumDense."""
     import keras
 
     keras.utils.set_random_seed(3)
@@ -108,6 +108,8 @@ def _patch_attention():
     y = keras.layers.GlobalAveragePooling2D()(y)
     tokens = keras.Input((6, 8), name="tokens")
     t = tokens + keras.layers.MultiHeadAttention(2, 4)(tokens, tokens)
+    # causal: a bool band_part, which wasm selected wrong once Einsum let it run attention at all
+    t = t + keras.layers.MultiHeadAttention(2, 4)(t, t, use_causal_mask=True)
     t = keras.layers.EinsumDense("abc,cd->abd", output_shape=(None, 5), bias_axes="d")(t)
     t = keras.layers.GlobalAveragePooling1D()(t)
     model = keras.Model([image, tokens], keras.layers.Concatenate(name="out")([y, t]))

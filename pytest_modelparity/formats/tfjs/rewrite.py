@@ -200,7 +200,7 @@ def _strided_last(tf: Any, name: str, shape: str, axis: int) -> list[Any]:
 
 def rewrite_band_part(graph_def: Any) -> int:
     """Replace every ``MatrixBandPart(a, lower, upper)`` by ``SelectV2(in_band, a, zeros_like(a))``
-    with ``in_band[m, n] = (lower < 0 or m - n <= lower) and (upper < 0 or n - m <= upper)``,
+    (``LogicalAnd(in_band, a)`` for a bool ``a``: the wasm backend selects bool tensors wrong) with ``in_band[m, n] = (lower < 0 or m - n <= lower) and (upper < 0 or n - m <= upper)``,
     TensorFlow's definition, in ops tfjs 4.22 maps right. The node keeps its name (its consumers
     need no change); returns how many were rewritten."""
     import tensorflow as tf
@@ -245,11 +245,18 @@ def rewrite_band_part(graph_def: Any) -> int:
             nodes += [unbounded, within, ok]
             tests.append(ok.name)
         in_band = tf.compat.v1.NodeDef(name=f"{p}/in_band", op="LogicalAnd", input=tests)
-        zeros = _op(tf, f"{p}/zeros", "ZerosLike", [a], dtype)
-        nodes += [in_band, zeros]
+        nodes.append(in_band)
         device = node.device
         node.Clear()
-        node.CopyFrom(_op(tf, name, "SelectV2", [in_band.name, a, zeros.name] + controls, dtype))
+        if dtype == tf.bool.as_datatype_enum:
+            # Keras' causal mask is a bool band_part; tfjs-backend-wasm 4.22 selects between bool
+            # tensors wrong (where(c, ones, zeros) of a lower triangle gave 111100000, cpu 100110111),
+            # so a bool band is the logical and, which it computes right
+            node.CopyFrom(tf.compat.v1.NodeDef(name=name, op="LogicalAnd", input=[in_band.name, a] + controls))
+        else:
+            zeros = _op(tf, f"{p}/zeros", "ZerosLike", [a], dtype)
+            nodes.append(zeros)
+            node.CopyFrom(_op(tf, name, "SelectV2", [in_band.name, a, zeros.name] + controls, dtype))
         node.device = device
         new_nodes += nodes
         count += 1
