@@ -245,7 +245,7 @@ class ExportCache:
         if format.split(":")[0] == "tfjs":  # its model.json carries the output record (issue 36): older entries lack it
             _feed(h, ("tfjs output record", 1))
             # older entries run Einsum (slow on cpu, absent on wasm) and select a bool band on wasm wrong
-            _feed(h, ("tfjs Einsum as matmul, bool band as LogicalAnd", 1))
+            _feed(h, ("tfjs Einsum as matmul, bool band as LogicalAnd, Softsign written out", 1))
         if isinstance(model, (str, os.PathLike)):  # a SavedModel folder, a frozen .pb, a TF1 checkpoint
             _feed(h, ("model files", 1))
             _feed(h, _source_files(Path(model)))  # by content: not its path, not its times

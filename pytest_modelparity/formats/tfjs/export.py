@@ -287,7 +287,7 @@ def write_output_record(model_json: Path, converted: dict[str, str]) -> dict[str
 
 def _route(converter_options: dict[str, Any], rewrites: dict[str, int]) -> str:
     """How the export went, e.g. ``control_flow_v2, erfc->1-erf x1, hard_swish split x10``."""
-    names = {"erfc": "erfc->1-erf", "hard_swish": "hard_swish split", "tanh": "fused tanh split", "unfused_bias": "non-vector bias unfused",
+    names = {"erfc": "erfc->1-erf", "softsign": "softsign->x/(1+|x|)", "hard_swish": "hard_swish split", "tanh": "fused tanh split", "unfused_bias": "non-vector bias unfused",
              "band_part": "MatrixBandPart written out", "debug_ops": "debug ops stripped (Assert/CheckNumerics/Print)",
              "inlined": "XLA-only functions inlined", "grouped": "grouped conv as depthwise",
              "list_writes": "RNN step output ordered after its list write", "einsum": "Einsum as matmul"}
