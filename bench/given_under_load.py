@@ -21,6 +21,7 @@ import tempfile
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from test_given_under_load import CONFTEST  # noqa: E402  (the same tiny MLP as the suite's test)
@@ -60,26 +61,32 @@ def session_under_load(files: dict[str, str], options: list[str], loops: int) ->
         return proc, time.perf_counter() - start
 
 
-def main() -> None:
+def repeat_under_load(files: dict[str, str], options: list[str], describe: Any) -> None:
+    """``--repeats`` sessions of ``files`` beside ``--loops`` busy loops (the command line's): a
+    PASS or FAIL line each, ``describe(stdout, passed)`` added to it, then the count passed."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--loops", type=int, default=4)
     args = parser.parse_args()
     passed = 0
     for i in range(args.repeats):
-        proc, took = session_under_load({"conftest.py": CONFTEST, "test_given.py": GIVEN},
-                                        ["--modelparity-formats=tflite,saved_model", "--durations=0"], args.loops)
-        load = os.getloadavg()[0]
-        out = proc.stdout
-        ok = proc.returncode == 0 and "2 passed" in out
+        proc, took = session_under_load(files, options, args.loops)
+        ok = proc.returncode == 0 and "2 passed" in proc.stdout
         passed += ok
+        print(f"repeat {i + 1}: {'PASS' if ok else 'FAIL'} in {took:.0f} s, load {os.getloadavg()[0]:.1f}"
+              f"{describe(proc.stdout, ok)}", flush=True)
+    print(f"{passed}/{args.repeats} passed with {args.loops} busy loops beside them")
+
+
+def main() -> None:
+    def describe(out: str, ok: bool) -> str:
         why = "" if ok else " | " + "; ".join(sorted(set(re.findall(
             r"(DeadlineExceeded|FailedHealthCheck|Unreliable test timings|FlakyFailure|Error)", out))))
         calls = re.findall(r"([\d.]+)s call\s+test_given.py::test_random_batches\[(\w+)-cpu\]", out)
-        print(f"repeat {i + 1}: {'PASS' if ok else 'FAIL'} in {took:.0f} s, load {load:.1f}, "
-              f"calls {', '.join(f'{f} {s} s' for s, f in calls)}{why}", flush=True)
-    print(f"{passed}/{args.repeats} passed with {args.loops} busy loops beside them")
+        return f", calls {', '.join(f'{f} {s} s' for s, f in calls)}{why}"
 
+    repeat_under_load({"conftest.py": CONFTEST, "test_given.py": GIVEN},
+                      ["--modelparity-formats=tflite,saved_model", "--durations=0"], describe)
 
 if __name__ == "__main__":
     main()

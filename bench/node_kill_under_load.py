@@ -14,15 +14,13 @@ Run:  .venv/bin/python bench/node_kill_under_load.py [--repeats 10] [--loops 4]
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 import textwrap
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from given_under_load import session_under_load  # noqa: E402
+from given_under_load import repeat_under_load  # noqa: E402
 from test_given_under_load import CONFTEST  # noqa: E402  (the suite's tiny MLP)
 
 TESTS = textwrap.dedent('''
@@ -42,21 +40,8 @@ TESTS = textwrap.dedent('''
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--loops", type=int, default=4)
-    args = parser.parse_args()
-    passed = 0
-    for i in range(args.repeats):
-        proc, took = session_under_load({"conftest.py": CONFTEST, "test_kill.py": TESTS},
-                                        ["--modelparity-formats=tfjs"], args.loops)
-        ok = proc.returncode == 0 and "2 passed" in proc.stdout
-        passed += ok
-        tail = "" if ok else " | " + proc.stdout.strip().splitlines()[-1][:300]
-        print(f"repeat {i + 1}: {'PASS' if ok else 'FAIL'} in {took:.0f} s, load {os.getloadavg()[0]:.1f}{tail}",
-              flush=True)
-    print(f"{passed}/{args.repeats} passed with {args.loops} busy loops beside them")
-
+    repeat_under_load({"conftest.py": CONFTEST, "test_kill.py": TESTS}, ["--modelparity-formats=tfjs"],
+                      lambda out, ok: "" if ok else " | " + out.strip().splitlines()[-1][:300])
 
 if __name__ == "__main__":
     main()

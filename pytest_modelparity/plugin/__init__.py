@@ -570,10 +570,10 @@ def pytest_configure_node(node: Any) -> None:
 def pytest_testnodedown(node: Any, error: Any) -> None:
     state = _state_or_none(node.config)
     output = getattr(node, "workeroutput", None) or {}
-    if state is not None and _fuzzed(state) and output.get("modelparity_fuzz"):
+    if state is not None and _fuzzed(state):
         from .fuzz import merge_worker
 
-        merge_worker(node.config, str(getattr(getattr(node, "gateway", None), "id", "?")), output["modelparity_fuzz"])
+        merge_worker(node.config, str(getattr(getattr(node, "gateway", None), "id", "?")), output)
     payload = output.get(_ROWS_KEY)
     if state is None or not payload:
         return

@@ -279,8 +279,12 @@ def worker_payload(config: pytest.Config) -> dict | None:
     return None if results is None else payload_of(results)
 
 
-def merge_worker(config: pytest.Config, worker: str, payload: dict) -> None:
-    """At the controller: one worker's results into the run's, reproducers into its fuzz folder."""
+def merge_worker(config: pytest.Config, worker: str, output: dict) -> None:
+    """At the controller: one worker's results (in its ``workeroutput``, when it fuzzed) into the
+    run's, reproducers into its fuzz folder."""
+    payload = output.get(WORKER_RESULTS_KEY)
+    if not payload:
+        return
     merge_payload(config.stash.setdefault(RESULTS_KEY, FuzzResults()), worker, payload,
                   fuzz_folder(get_state(config).options))
 

@@ -49,53 +49,49 @@ def _op(tf: Any, name: str, op: str, inputs: list[str], dtype: Any) -> Any:
     return node
 
 
-def rewrite_erfc(graph_def: Any) -> int:
-    """Replace every ``Erfc(x)`` of the graph by ``1 - Erf(x)`` in place; return how many."""
+def _rewrite_each(graph_def: Any, op: str, build: Any) -> int:
+    """Rewrite every ``op`` node of the graph in place: ``build(tf, node, x, controls, dtype)``
+    returns (the node's new op, its new inputs, the nodes those need); the node keeps its name,
+    so its consumers need no change. Returns how many."""
     import tensorflow as tf
 
     count = 0
     new_nodes = []
     for node in graph_def.node:
-        if node.op != "Erfc":
+        if node.op != op:
             continue
         dtype = node.attr["T"].type
         data_inputs = [i for i in node.input if not i.startswith("^")]
         controls = [i for i in node.input if i.startswith("^")]
-        erf = _op(tf, f"{node.name}/erf", "Erf", data_inputs[:1] + controls, dtype)
-        one = _const(tf, f"{node.name}/one", 1.0, dtype)
-        node.op = "Sub"
+        node.op, inputs, added = build(tf, node, data_inputs[0], controls, dtype)
         del node.input[:]
-        node.input.extend([one.name, erf.name])
-        new_nodes += [erf, one]
+        node.input.extend(inputs)
+        new_nodes += added
         count += 1
     graph_def.node.extend(new_nodes)
     return count
+
+
+def rewrite_erfc(graph_def: Any) -> int:
+    """Replace every ``Erfc(x)`` of the graph by ``1 - Erf(x)`` in place; return how many."""
+    def build(tf: Any, node: Any, x: str, controls: list[str], dtype: Any) -> tuple[str, list[str], list[Any]]:
+        erf = _op(tf, f"{node.name}/erf", "Erf", [x] + controls, dtype)
+        one = _const(tf, f"{node.name}/one", 1.0, dtype)
+        return "Sub", [one.name, erf.name], [erf, one]
+
+    return _rewrite_each(graph_def, "Erfc", build)
 
 
 def rewrite_softsign(graph_def: Any) -> int:
     """Replace every ``Softsign(x)`` by ``x / (1 + |x|)`` in place (tfjs 4.22 has no Softsign:
     "Unsupported Ops ... Softsign", 8 of 697 drawn models of a fuzz run); return how many."""
-    import tensorflow as tf
-
-    count = 0
-    new_nodes = []
-    for node in graph_def.node:
-        if node.op != "Softsign":
-            continue
-        dtype = node.attr["T"].type
-        data_inputs = [i for i in node.input if not i.startswith("^")]
-        controls = [i for i in node.input if i.startswith("^")]
-        x = data_inputs[0]
+    def build(tf: Any, node: Any, x: str, controls: list[str], dtype: Any) -> tuple[str, list[str], list[Any]]:
         magnitude = _op(tf, f"{node.name}/abs", "Abs", [x] + controls, dtype)
         one = _const(tf, f"{node.name}/one", 1.0, dtype)
         denominator = _op(tf, f"{node.name}/one_plus_abs", "AddV2", [one.name, magnitude.name], dtype)
-        node.op = "RealDiv"
-        del node.input[:]
-        node.input.extend([x, denominator.name])
-        new_nodes += [magnitude, one, denominator]
-        count += 1
-    graph_def.node.extend(new_nodes)
-    return count
+        return "RealDiv", [x, denominator.name], [magnitude, one, denominator]
+
+    return _rewrite_each(graph_def, "Softsign", build)
 
 
 def split_fused_hard_swish(graph_def: Any, activation: str = "_FusedHardSwish") -> int:
