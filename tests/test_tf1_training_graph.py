@@ -43,7 +43,10 @@ def test_loads_with_feeds_only_and_finds_its_output(shipped, slash: str) -> None
         assert [s.name for s in model.inputs] == ["x"]  # not is_training, not labels
         assert [s.name for s in model.outputs] == ["predictions"]
         assert "_output_shapes" in (model.load_route or "")
-        np.testing.assert_array_equal(model.predict(tf1_training.batch())["predictions"], truth)
+        # the inference branch's values; not bit for bit: with oneDNN on (TensorFlow's default on
+        # Intel CPUs with AVX512_VNNI/AMX) the pruned graph's kernels round otherwise (3e-8 here),
+        # while the training branch (batch moments, dropout) is 0.29 of scale off
+        np.testing.assert_allclose(model.predict(tf1_training.batch())["predictions"], truth, rtol=1e-6, atol=0)
 
 
 def test_only_the_taken_branch_and_used_outputs_are_sink_candidates(shipped) -> None:
