@@ -174,7 +174,10 @@ def test_tf1_clean_graph_is_deterministic_and_forms_agree(tf1_dir, form):
     runs = [loaded.predict({"x:0": x})["predictions"] for _ in range(3)]
     assert all(np.array_equal(runs[0], r) for r in runs)
     other = load_model(pb if form == "checkpoint" else prefix)
-    np.testing.assert_array_equal(other.predict(x)["predictions"], runs[0])
+    # each form is deterministic bit for bit (above); across forms, within float32 rounding: with
+    # oneDNN on (TensorFlow's default on Intel CPUs with AVX512_VNNI/AMX) the checkpoint and the
+    # frozen graph run otherwise fused kernels
+    np.testing.assert_allclose(other.predict(x)["predictions"], runs[0], rtol=1e-6, atol=0)
     assert not any("Random" in node.op for node in loaded.graph_defs()[0].node)
 
 
