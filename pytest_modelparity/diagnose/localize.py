@@ -220,7 +220,11 @@ def _graph_intermediates(graph: Any, sess: Any, feeds: dict[str, np.ndarray], ou
         if op.type in ("Const", "Placeholder", "NoOp", "VarHandleOp", "ReadVariableOp", "Identity") or op.name.endswith("/read"):
             continue
         for t in op.outputs:
-            if t.dtype.is_floating:
+            # An op's later outputs only where something reads them: an inference
+            # FusedBatchNormV3's batch mean/variance are unused, and the session's optimiser
+            # rewrites such a node into a Mul/Add with one output, so fetching output 1 fails
+            # the whole run ("does not have output 1": a trained audio model's table was empty).
+            if t.dtype.is_floating and (t.value_index == 0 or t.consumers()):
                 fetch.append((op.name, op.type, t))
     values = sess.run([t for _, _, t in fetch], feed_dict=feed_dict)
     return [(n, o, np.asarray(v)) for (n, o, _), v in zip(fetch, values)]
@@ -421,6 +425,11 @@ def compare_intermediates(ref: list[Entry], cand: list[Entry], *, rel: float = D
             j = named[-1]
             st = "differs"
             pos = j
+        elif (earlier := _agrees_earlier(r, cand, pos, rel)) is not None:
+            # heads computed in another order (a trained audio model's TFLite file runs `onset`
+            # before `note`, the reference after): the value is there, only earlier, so this
+            # row agrees; the same-shaped tensor after it is the other head's (it was blamed)
+            j, st = earlier, "match"
         elif aligned:
             # never the model's output (or any tensor) merely reshaped to this size
             j = min(aligned, key=lambda k: diffs[k][0])
@@ -674,4 +683,15 @@ def first_divergence(diffs: list[LayerDiff]) -> tuple[LayerDiff, LayerDiff | Non
         if d.max_abs is not None and not d.diverged:
             before = d
             agreeing[d.layer] = d
+    return None
+
+
+def _agrees_earlier(r: np.ndarray, cand: list[Entry], pos: int, rel: float) -> int | None:
+    """The last candidate tensor before ``pos`` of ``r``'s own shape (or its channel move) that
+    agrees with it within ``rel``, or None (the first rows screen each one cheaply)."""
+    diffs = _LazyDiffs(r, cand)
+    for j in range(pos - 1, -1, -1):
+        c = cand[j][2]
+        if c.size == r.size and _aligned(c.shape, r.shape) and diffs.at_least(j) <= rel and diffs[j][1] <= rel:
+            return j
     return None
