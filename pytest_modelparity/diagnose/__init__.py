@@ -35,6 +35,7 @@ from .localize import DIVERGE_REL, MAX_ROWS as LOCALIZE_ROWS, LayerDiff, first_d
 from .quantization import cost_hint, float16_weights_hint
 from .outputs import output_swap
 from .config import configuration_hint
+from .converted_weights import converted_weight_change
 from .preprocessing import (fused_normalization_read_back, normalization_read_back, preprocessing_hint,
                             preprocessing_layers)
 from .noise import accumulation_noise, noise_hint, reduction_length
@@ -195,9 +196,21 @@ def _diagnose_comparison(report: Any, actual: Any, expected: Any, cand_model: An
         w = _safe(hints, lambda: weight_hint_parts(ref_model, cand_model, ignore=skip))
         if w is not None:
             hints.append(_hint(w))
+    # 3b. A converted file (TFLite, ONNX) against a graph reference: a kernel found in the file
+    # changed, confirmed by a run of the reference with it (its constants are laid out and folded
+    # otherwise, so the comparison by name above cannot see it; the layer table pairs a converted
+    # graph's tensors by name, and on a trained audio model paired one head's conv with another's).
+    converted = None
+    if both and w is None and not preprocessing and not nondeterministic:
+        failing = [(o.path, pick(flat_a, o.path), pick(flat_e, o.path), o.tolerance) for o, _, _ in pairs]
+        converted = _safe(hints, lambda: converted_weight_change(
+            ref_model, cand_model, inputs, failing, lambda: budget.allows("converted weights", runs=1)))
+        if converted is not None:
+            hints.append(_hint(converted))
     weights_agree = w is None and all(_safe(hints, lambda: weights_of(m)) for m in (ref_model, cand_model)) \
         if cand_model is not None and ref_model is not None else False
-    explained = nondeterministic or preprocessing or calibration  # the checks below would only blur the cause
+    # the checks below would only blur the cause (a converted weight is confirmed by a rerun)
+    explained = nondeterministic or preprocessing or calibration or converted is not None
 
     # 4. Input transforms (both models), then output transforms (arrays only).
     input_found = False

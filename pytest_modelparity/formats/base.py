@@ -186,6 +186,12 @@ class LoadedModel(abc.ABC):
         """``(layer or tensor name, op type, value)`` in execution order, if the form can expose them."""
         return None
 
+    def predict_with_weights(self, batch: Any, values: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+        """The outputs for ``batch`` with the weights named in ``values`` (names as ``weights()``
+        gives them) replaced by those arrays for this one run, the model left as it was; None
+        when the form cannot (a converted file, whose constants are not its source's)."""
+        return None
+
     # -- lifetime ---------------------------------------------------------------------
     def close(self) -> None:
         """Release processes, sessions or interpreters held by this model."""

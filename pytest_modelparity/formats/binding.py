@@ -420,6 +420,10 @@ class BoundModel(LoadedModel):
     def intermediates(self, batch: Any) -> list[tuple[str, str, np.ndarray]] | None:
         return self.inner.intermediates(self._inner_batch(batch))
 
+    def predict_with_weights(self, batch: Any, values: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+        out = self.inner.predict_with_weights(self._inner_batch(batch), values)
+        return None if out is None else {self._to_reference[k]: v for k, v in out.items() if k in self._to_reference}
+
     def _inner_batch(self, batch: Any) -> dict[str, np.ndarray]:
         return {self._to_other[k]: v for k, v in self.prepare_batch(batch).items()}
 

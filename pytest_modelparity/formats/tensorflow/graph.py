@@ -405,6 +405,16 @@ class SessionModel(LoadedModel):
     def weights(self) -> dict[str, np.ndarray] | None:
         return self._weights_fn() if self._weights_fn is not None else None
 
+    def predict_with_weights(self, batch: Any, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """One run with the named weights (a frozen graph's constants, a checkpoint's variables)
+        fed in place of their own values: a session feeds any tensor, the graph is not changed."""
+        feeds = self.prepare_batch(batch)
+        feed_dict = {t: feeds[s.name] for t, s in zip(self._in, self.inputs)}
+        for name, value in values.items():
+            feed_dict[self.graph.get_tensor_by_name(tensor_name(name))] = value
+        values_out = self.session.run(self._out, feed_dict=feed_dict)
+        return {s.name: np.asarray(v) for s, v in zip(self.outputs, values_out)}
+
     def frozen_graph(self) -> Any:
         """The graph with its variables (restored in the session) as constants, for the graph twin."""
         inputs, outputs = [t.name for t in self._in], [t.name for t in self._out]
@@ -603,6 +613,27 @@ def _tidy_frozen_functions(graph_def: Any) -> None:
                 del arg.handle_data[:]
         for key in [k for k, v in function.arg_attr.items() if not v.attr]:
             del function.arg_attr[key]
+
+
+def run_with_constants(graph_def: Any, inputs: Mapping[str, str], outputs: Mapping[str, str],
+                       feeds: Mapping[str, np.ndarray], values: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``graph_def`` run once in a session of its own, ``feeds`` (by the keys of ``inputs``, which
+    map a key to a tensor name) fed, the Const nodes named in ``values`` fed those arrays instead
+    of their own: ``{key of outputs: value}``. Raises KeyError for a name that is no Const."""
+    tf = import_tf()
+    consts = {node.name for node in graph_def.node if node.op == "Const"}
+    unknown = sorted(set(values) - consts)
+    if unknown:
+        raise KeyError(f"no Const node named {unknown[0]!r} in the graph")
+    graph = tf.Graph()
+    with graph.as_default(), quiet():
+        tf.graph_util.import_graph_def(graph_def, name="")
+    feed_dict = {graph.get_tensor_by_name(inputs[k]): v for k, v in feeds.items()}
+    feed_dict.update({graph.get_tensor_by_name(f"{name}:0"): v for name, v in values.items()})
+    keys = list(outputs)
+    with new_session(graph) as session:
+        got = session.run([graph.get_tensor_by_name(outputs[k]) for k in keys], feed_dict=feed_dict)
+    return {k: np.asarray(v) for k, v in zip(keys, got)}
 
 
 def wrap_frozen(graph_def: Any, inputs: Mapping[str, str], outputs: Mapping[str, str],

@@ -98,6 +98,21 @@ class SavedModelModel(LoadedModel):
             out[name] = np.asarray(v.numpy())
         return out
 
+    def predict_with_weights(self, batch: Any, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """One run with the named variables holding ``values``, restored afterwards."""
+        by_name = {(v.name[:-2] if v.name.endswith(":0") else v.name): v for v in self.native.variables}
+        missing = sorted(set(values) - set(by_name))
+        if missing:
+            raise KeyError(f"no variable named {missing[0]!r}")
+        saved = {name: by_name[name].numpy() for name in values}
+        try:
+            for name, value in values.items():
+                by_name[name].assign(value)
+            return self.predict(batch)
+        finally:
+            for name, value in saved.items():
+                by_name[name].assign(value)
+
 
 def load(source: Any, *, device: str = "cpu", signature: str | None = None,
          tags: Sequence[str] | None = None, trusted: bool | None = None) -> SavedModelModel:
@@ -214,8 +229,9 @@ class FrozenSignatureModel(SavedModelModel):
     output dict, so exporters, the graph twin and the predict path treat it as any other."""
 
     def __init__(self, holder: Any, fn: Any, signature: str, *, device: str, source: Path,
-                 graph_def: Any, note: str) -> None:
+                 graph_def: Any, note: str, wiring: tuple[dict[str, str], dict[str, str]] | None = None) -> None:
         self._frozen_def = graph_def
+        self._wiring = wiring  # ({input key: tensor name}, {output key: tensor name}) in graph_def
         self.load_note = note
         super().__init__(holder, fn, signature, device=device, source=source)
 
@@ -223,6 +239,16 @@ class FrozenSignatureModel(SavedModelModel):
         from .graph import const_weights
 
         return const_weights(self._frozen_def)
+
+    def predict_with_weights(self, batch: Any, values: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+        """One run of the frozen graph with the named constants fed ``values``."""
+        from .graph import run_with_constants
+
+        if self._wiring is None:
+            return None
+        ins, outs = self._wiring
+        got = run_with_constants(self._frozen_def, ins, outs, self.prepare_batch(batch), values)
+        return {s.name: got[s.name] for s in self.outputs}
 
 
 def _load_signature_v1(path: Path, tags: Sequence[str] | None, signature: str | None, *, device: str,
@@ -270,7 +296,8 @@ def _load_signature_v1(path: Path, tags: Sequence[str] | None, signature: str | 
                              {k: shape for k, (_, shape) in outs.items()})
     note = f"loaded by the v1 loader (signature {signature!r}, frozen): {problem}"
     _log.info("saved_model %s: %s", path, note)
-    return FrozenSignatureModel(holder, fn, signature, device=device, source=path, graph_def=frozen, note=note)
+    return FrozenSignatureModel(holder, fn, signature, device=device, source=path, graph_def=frozen, note=note,
+                                wiring=(ins, {k: name for k, (name, _) in outs.items()}))
 
 
 def export(model: Any, path: Path, **options: Any) -> Path:
