@@ -125,3 +125,25 @@ def test_the_layer_table_of_a_correct_form_against_the_graph_reference(graph_ref
     rows = localize_divergence(load_model(graph_reference), load_model(converted[fmt][0]), _rows(2))
     assert any(r.op == "FusedBatchNormV3" for r in rows), [(r.layer, r.op) for r in rows]
     assert not any(r.diverged for r in rows), [(r.layer, r.max_rel) for r in rows if r.diverged]
+
+
+@pytest.mark.parametrize("kind", ["saved_model", "graphdef", "checkpoint"])
+def test_predict_with_weights_on_every_graph_form(kind, tmp_path):
+    """A TF2 SavedModel's variables, a frozen graph's constants, a checkpoint's (resource)
+    variables: replaced for one run, as they were after it."""
+    from tests import tf1_graphs
+    from tests.models import images, tiny_cnn
+
+    if kind == "saved_model":
+        model, x = load_model(export_model(tiny_cnn(0), "saved_model", tmp_path / "sm")), images(2)
+    else:
+        writer = tf1_graphs.freeze if kind == "graphdef" else tf1_graphs.save_checkpoint
+        model, x = load_model(writer(tmp_path / "g", dropout=False, seed=0), kind), tf1_graphs.features(3)
+    weights = model.weights()
+    name = next(n for n, v in weights.items() if v.ndim >= 2)
+    before = model.predict(x)
+    changed = model.predict_with_weights(x, {name: np.zeros_like(weights[name])})
+    assert any(not np.allclose(changed[k], before[k]) for k in before), name
+    after = model.predict(x)
+    for k in before:
+        np.testing.assert_array_equal(after[k], before[k])

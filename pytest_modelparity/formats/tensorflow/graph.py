@@ -406,13 +406,24 @@ class SessionModel(LoadedModel):
         return self._weights_fn() if self._weights_fn is not None else None
 
     def predict_with_weights(self, batch: Any, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """One run with the named weights (a frozen graph's constants, a checkpoint's variables)
-        fed in place of their own values: a session feeds any tensor, the graph is not changed."""
+        """One run with the named weights replaced: a frozen graph's constants fed in place of
+        their own values (a session feeds any tensor), a checkpoint's variables loaded and
+        loaded back afterwards (a resource variable's handle cannot be fed)."""
         feeds = self.prepare_batch(batch)
         feed_dict = {t: feeds[s.name] for t, s in zip(self._in, self.inputs)}
-        for name, value in values.items():
-            feed_dict[self.graph.get_tensor_by_name(tensor_name(name))] = value
-        values_out = self.session.run(self._out, feed_dict=feed_dict)
+        with self.graph.as_default():  # a variable loads in graph mode only
+            variables = {v.op.name: v for v in import_tf().compat.v1.global_variables()}
+            saved = {name: self.session.run(variables[name]) for name in values if name in variables}
+            try:
+                for name, value in values.items():
+                    if name in variables:
+                        variables[name].load(value, self.session)
+                    else:
+                        feed_dict[self.graph.get_tensor_by_name(tensor_name(name))] = value
+                values_out = self.session.run(self._out, feed_dict=feed_dict)
+            finally:
+                for name, value in saved.items():
+                    variables[name].load(value, self.session)
         return {s.name: np.asarray(v) for s, v in zip(self.outputs, values_out)}
 
     def frozen_graph(self) -> Any:
