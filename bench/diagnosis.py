@@ -14,10 +14,16 @@ Issue 50's plants: a Dense on patches (Tensordot) kernel x1.01 on saved_model, o
 detector's stride-16 conv on onnx (heads of one size on other grids); a Normalization mean
 folded into an exported form's constants, and folded into the next Dense's weights; a pixel range either way; an input /255 and /256;
 a generator's latent x0.5; a weekday id shifted with wrap-around; an int8 file calibrated on the
-data x100. Named = the first hint is the planted cause and holds the words that say which
-(the layer, the factor).
+data x100; a trained audio model's late conv kernel (`conv2d_5`, basic-pitch 0.4.0's shipped
+SavedModel, a graph reference loaded by the v1 loader) x1.01 in a copy of the SavedModel's
+variables and of its shipped TFLite and ONNX files. Named = the first hint is the planted cause
+and holds the words that say which (the layer, the factor).
 
-Run:  .venv/bin/python bench/diagnosis.py [--no-zoo | --only-50]
+The basic-pitch wheel is downloaded with pip (`pip download basic-pitch==0.4.0 --no-deps`, 2 MB,
+said on stderr) into BASIC_PITCH_CACHE (default: <tmp>/modelparity-bench-basic-pitch) when it is
+not there yet; without network its rows read n/a.
+
+Run:  .venv/bin/python bench/diagnosis.py [--no-zoo | --only-50] [--match TEXT]
       (2 cores: 39 s with the earlier zoo; a case that cannot run here, e.g. tfjs without Node.js, reads n/a)
 """
 
@@ -39,6 +45,7 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(1, str(ROOT))  # the zoo imports `tests.tf1_graphs`, `tests.models`
+sys.path.insert(2, str(ROOT / "bench"))  # fuzz.plant_in_file
 
 from pytest_modelparity import (ParityError, assert_batch_invariant, assert_deterministic,  # noqa: E402
                                 assert_outputs_close, export_model, load_model)
@@ -195,7 +202,90 @@ def _issue50_cases(tmp: Path) -> list[tuple]:
         assert_outputs_close(q, model, inputs=x_test[:32])
     out.append(("int8 calibrated on data x100 (digits CNN)", "tflite:int8", "calibration_range_mismatch", x100,
                 "times wider"))
-    return out
+    return out + _basic_pitch_cases(tmp)
+
+
+BASIC_PITCH = "basic-pitch==0.4.0"
+PITCH_KERNEL = "layer_with_weights-8/kernel/.ATTRIBUTES/VARIABLE_VALUE"  # conv2d_5, the onset head's last conv
+
+
+def basic_pitch_models() -> Path:
+    """basic-pitch's ``saved_models/icassp_2022`` folder, its wheel downloaded with pip (and said
+    so) when the cache does not hold it."""
+    import subprocess
+    import zipfile
+
+    cache = Path(os.environ.get("BASIC_PITCH_CACHE", Path(tempfile.gettempdir()) / "modelparity-bench-basic-pitch"))
+    models = cache / "basic_pitch" / "saved_models" / "icassp_2022"
+    if not (models / "nmp" / "saved_model.pb").is_file():
+        cache.mkdir(parents=True, exist_ok=True)
+        print(f"downloading the {BASIC_PITCH} wheel with pip into {cache} (its trained model's files)", file=sys.stderr)
+        subprocess.run([sys.executable, "-m", "pip", "download", BASIC_PITCH, "--no-deps", "-q", "-d", str(cache)],
+                       check=True, timeout=300)
+        wheel = next(cache.glob("basic_pitch-*.whl"))
+        with zipfile.ZipFile(wheel) as z:
+            z.extractall(cache, [n for n in z.namelist() if n.startswith("basic_pitch/saved_models/icassp_2022/")])
+    return models
+
+
+def _planted_saved_model(source: Path, dest: Path, key: str, factor: float) -> Path:
+    """A copy of the SavedModel ``source`` whose variable ``key`` (checkpoint key) is x ``factor``:
+    every tensor of its variables read and written again (SaveV2, so the index's checksums hold)."""
+    import shutil
+
+    import tensorflow as tf
+
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(source, dest)
+    reader = tf.train.load_checkpoint(str(source / "variables" / "variables"))
+    names = sorted(reader.get_variable_to_shape_map())
+    values = [reader.get_tensor(n) for n in names]
+    values = [(v * np.asarray(factor, v.dtype)).astype(v.dtype) if n == key else v for n, v in zip(names, values)]
+    for f in (dest / "variables").iterdir():
+        f.unlink()
+    tf.raw_ops.SaveV2(prefix=str(dest / "variables" / "variables"), tensor_names=names,
+                      shape_and_slices=[""] * len(names), tensors=values)
+    return dest
+
+
+def _basic_pitch_cases(tmp: Path) -> list[tuple]:
+    """basic-pitch's late conv kernel x1.01 in a copy of each shipped form, against its SavedModel."""
+    import shutil
+
+    label = "trained audio (basic-pitch) conv2d_5 x1.01"
+    formats = ("saved_model", "tflite", "onnx")
+    try:
+        models = basic_pitch_models()
+    except Exception as exc:  # noqa: BLE001 - no network: the rows say why
+        def unavailable(exc: Exception = exc) -> None:
+            raise RuntimeError(f"basic-pitch not available: {exc}")
+        return [(label, fmt, "weights_differ", unavailable, "conv2d_5/kernel") for fmt in formats]
+    import tensorflow as tf
+    from fuzz import plant_in_file  # bench/fuzz.py: finds a kernel's bytes in a converted file
+
+    reference_dir = models / "nmp"
+    n = 43844  # the model's fixed input length (2 s at 22,050 Hz)
+    t = np.arange(n) / 22050.0
+    noise = np.random.default_rng(0)
+    audio = np.stack([0.3 * np.sin(2 * np.pi * f * t) + 0.01 * noise.normal(size=n)
+                      for f in (220.0, 330.0, 440.0)]).astype("float32")[..., None]
+    kernel = tf.train.load_checkpoint(str(reference_dir / "variables" / "variables")).get_tensor(PITCH_KERNEL)
+
+    def run(fmt: str) -> None:
+        if fmt == "saved_model":
+            candidate = _planted_saved_model(reference_dir, tmp / "pitch_planted_sm", PITCH_KERNEL, 1.01)
+        else:
+            folder = tmp / f"pitch_{fmt}"
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            shutil.copy(models / f"nmp.{fmt}", folder / f"nmp.{fmt}")
+            copy = plant_in_file(folder, fmt, kernel, 1.01)
+            if copy is None:
+                raise RuntimeError(f"conv2d_5's kernel is not in the shipped {fmt} file once")
+            candidate = copy / f"nmp.{fmt}"
+        assert_outputs_close(load_model(candidate), load_model(reference_dir), inputs=audio)
+
+    return [(label, fmt, "weights_differ", lambda fmt=fmt: run(fmt), "conv2d_5/kernel") for fmt in formats]
 
 
 def _zoo_cases(tmp: Path) -> list[tuple[str, str, str, object]]:
@@ -245,6 +335,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--no-zoo", action="store_true", help="only issue 38's and issue 50's planted bugs")
     ap.add_argument("--only-50", action="store_true", help="only issue 50's planted bugs")
+    ap.add_argument("--match", default="", help="only the bugs whose label holds this text (e.g. basic-pitch)")
     args = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as d:
@@ -252,6 +343,7 @@ def main() -> None:
         cases = [] if args.only_50 else [c + ("",) for c in _issue38_cases(tmp)]
         cases += _issue50_cases(tmp)
         cases += [] if args.no_zoo or args.only_50 else [c + ("",) for c in _zoo_cases(tmp)]
+        cases = [c for c in cases if args.match in c[0]]
         for bug, fmt, cause, run, words in cases:
             t0 = time.perf_counter()
             try:
