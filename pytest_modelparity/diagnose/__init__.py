@@ -36,7 +36,7 @@ from .quantization import cost_hint, float16_weights_hint
 from .outputs import output_swap
 from .config import configuration_hint
 from .converted_weights import converted_weight_change
-from .preprocessing import (fused_normalization_read_back, normalization_read_back, preprocessing_hint,
+from .preprocessing import (CONVOLUTIONS, fused_normalization_read_back, normalization_read_back, preprocessing_hint,
                             preprocessing_layers)
 from .noise import accumulation_noise, noise_hint, reduction_length
 from .random_ops import RandomOp, describe_ops, find_random_ops
@@ -424,7 +424,7 @@ def _localize_hint(ref: Any, cand: Any, inputs: Any, rel: float = DIVERGE_REL) -
         if read is not None:
             cause, message, evidence = read
             return Hint(cause, message, evidence + "\n" + format_rows(diffs))
-    if row.op == "Dense" and row.value is not None:  # a Normalization folded into it: its statistics, read back
+    if row.op in ("Dense", *CONVOLUTIONS) and row.value is not None:  # a Normalization folded into it: read back
         folded = [r.layer for r in diffs if r.layer in row.inputs and r.op == "Normalization" and r.max_abs is None]
         for norm in folded:
             read = _safe([], lambda: fused_normalization_read_back(ref, norm, row.layer,

@@ -176,7 +176,11 @@ def fused_normalization_read_back(reference: Any, norm_name: str, dense_name: st
         return None
     by_name = {lay.name: lay for lay in all_layers(native)}
     norm, dense = by_name.get(norm_name), by_name.get(dense_name)
-    if norm is None or dense is None or type(norm).__name__ != "Normalization" or type(dense).__name__ != "Dense":
+    if norm is None or dense is None or type(norm).__name__ != "Normalization":
+        return None
+    if type(dense).__name__ in CONVOLUTIONS:
+        return _conv_read_back(native, norm, dense, batch, candidate_out)
+    if type(dense).__name__ != "Dense":
         return None
     act = getattr(getattr(dense, "activation", None), "__name__", "")
     if act not in ("linear", "relu") or len(dense.get_weights()) != 2:
@@ -220,6 +224,74 @@ def fused_normalization_read_back(reference: Any, norm_name: str, dense_name: st
     return _said(norm_name, c_mean, c_std, *stats, where=f" (folded into `{dense_name}` in the candidate)",
                  fit=f"a plane fitted per unit of `{dense_name}` to (the Normalization's input, the candidate's "
                      f"output) on {len(used)} units")
+
+
+CONVOLUTIONS = ("Conv2D", "DepthwiseConv2D")
+
+
+def _conv_read_back(native: Any, norm: Any, conv: Any, batch: Any, candidate_out: np.ndarray
+                    ) -> tuple[str, str, str] | None:
+    """A Normalization folded into the convolution after it: the candidate computes
+    act(conv(x, K diag(1/s)) + b - sum K (m/s)), so with z_c = conv(x's channel c alone, K) and
+    S_c = conv(ones on channel c, K) (which counts only the taps inside the image, so padding is
+    the candidate's own) its pre-activation is b + sum_c a_c z_c - sum_c u_c S_c, linear in
+    a_c = 1/s_c and u_c = m_c/s_c: one least-squares fit over every position and output channel
+    where a ReLU passes it gives s and m. Said only when the fit is exact and the statistics differ."""
+    import keras
+
+    from ._util import fit_inputs
+
+    act = getattr(getattr(conv, "activation", None), "__name__", "")
+    weights = conv.get_weights()
+    if act not in ("linear", "relu") or not 1 <= len(weights) <= 2 or getattr(conv, "data_format", "") != "channels_last":
+        return None
+    kernel = np.asarray(weights[0], np.float32)
+    bias = np.asarray(weights[1], np.float64) if len(weights) == 2 else 0.0
+    struct = getattr(native, "_inputs_struct", None)
+    probe = keras.Model(native.inputs if struct is None else struct, norm.input)
+    x = np.asarray(probe(fit_inputs(native, batch), training=False), np.float32)
+    y = np.asarray(candidate_out, np.float64)
+    if x.ndim != 4 or y.ndim != 4 or x.shape[0] != y.shape[0]:
+        return None
+    feats = x.shape[-1]
+    stats = _stats_of(norm, feats)
+    if stats is None:
+        return None
+    depthwise = type(conv).__name__ == "DepthwiseConv2D"
+    options = dict(strides=conv.strides, padding=conv.padding, data_format="channels_last",
+                   dilation_rate=conv.dilation_rate)
+
+    def run(image: np.ndarray) -> np.ndarray:
+        op = keras.ops.depthwise_conv if depthwise else keras.ops.conv
+        return np.asarray(keras.ops.convert_to_numpy(op(image, kernel, **options)), np.float64)
+
+    z, ones = [], []
+    for c in range(feats):
+        only = np.zeros_like(x)
+        only[..., c] = x[..., c]
+        z.append(run(only))
+        unit = np.zeros_like(x[:1])
+        unit[..., c] = 1.0
+        ones.append(np.broadcast_to(run(unit), y.shape))
+    if z[0].shape != y.shape:
+        return None
+    live = (y > 0) if act == "relu" else np.ones(y.shape, bool)
+    if live.sum() < 4 * feats:
+        return None
+    target = (y - bias)[live]
+    design = np.stack([zc[live] for zc in z] + [-sc[live] for sc in ones], axis=1)
+    coef, *_ = np.linalg.lstsq(design, target, rcond=None)
+    if np.max(np.abs(design @ coef - target)) > 1e-4 * max(float(np.max(np.abs(y[live]))), 1e-12):
+        return None  # not this affine map of the input: not (only) the statistics
+    a, u = coef[:feats], coef[feats:]
+    if np.any(np.abs(a) <= 1e-12):
+        return None
+    c_std, c_mean = 1.0 / a, u / a
+    kind = "depthwise convolution" if depthwise else "convolution"
+    return _said(norm.name, c_mean, c_std, *stats, where=f" (folded into `{conv.name}` in the candidate)",
+                 fit=f"the {kind} `{conv.name}` refitted to (the Normalization's input, the candidate's output) at "
+                     f"{int(live.sum())} positions x channels, its kernel per input channel scaled by 1/std and its "
+                     f"bias shifted by the kernel times mean/std")
 
 
 def normalization_read_back(reference: Any, layer_name: str, batch: Any, candidate_out: np.ndarray
