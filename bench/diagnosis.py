@@ -12,7 +12,7 @@ x1.01 (tflite, onnx, saved_model: named = the layer table at ~1%, or the kernel 
 
 Issue 50's plants: a Dense on patches (Tensordot) kernel x1.01 on saved_model, onnx, tflite; a
 detector's stride-16 conv on onnx (heads of one size on other grids); a Normalization mean
-folded into an exported form's constants, and folded into the next Dense's weights; a pixel range either way; an input /255 and /256;
+folded into an exported form's constants, and folded into the next Dense's, Conv2D's or DepthwiseConv2D's weights; a pixel range either way; an input /255 and /256;
 a generator's latent x0.5; a weekday id shifted with wrap-around; an int8 file calibrated on the
 data x100; a trained audio model's late conv kernel (`conv2d_5`, basic-pitch 0.4.0's shipped
 SavedModel, a graph reference loaded by the v1 loader) x1.01 in a copy of the SavedModel's
@@ -155,6 +155,18 @@ def _issue50_cases(tmp: Path) -> list[tuple]:
         out.append(("Normalization mean +0.5 std, folded into the next Dense", fmt, "preprocessing_state",
                     lambda fmt=fmt: assert_outputs_close(load_model(export_model(folded, fmt, tmp / f"fold_{fmt}")),
                                                          nref, inputs=nx), "(folded into `hidden` in the candidate)"))
+
+    import test_diagnose_folded_conv as fc
+
+    cx = np.random.default_rng(3).normal(size=(8, 10, 10, 3)).astype("float32") * 2
+    for depthwise, kind in ((False, "Conv2D"), (True, "DepthwiseConv2D")):
+        cref = fc._reference(depthwise)
+        cfold = fc._folded(cref, [2.0, -2.0, 0.5], depthwise)
+        for fmt in ("tflite", "onnx"):
+            out.append((f"Normalization mean +0.5 std, folded into the next {kind}", fmt, "preprocessing_state",
+                        lambda fmt=fmt, cref=cref, cfold=cfold, kind=kind: assert_outputs_close(
+                            load_model(export_model(cfold, fmt, tmp / f"cfold_{kind}_{fmt}")), cref, inputs=cx),
+                        "(folded into `conv` in the candidate) runs in the candidate with mean 2"))
 
     body = n._body()
     trained_like(body, np.random.default_rng(2).uniform(-1, 1, (16, 16, 16, 3)).astype("float32"))
@@ -360,9 +372,10 @@ def main() -> None:
                           and not _corroborates(h, hints[0])]
             rows.append((bug, fmt, cause, "yes" if caught else "NO", "yes" if named else "NO",
                          ", ".join(misleading) or "0", ", ".join(got) or "-", time.perf_counter() - t0))
-    print(f"{'bug':<42} {'format':<12} {'caught':<6} {'named':<6} misleading  hints  (s)")
+    w = max([42] + [len(r[0]) for r in rows])
+    print(f"{'bug':<{w}} {'format':<12} {'caught':<6} {'named':<6} misleading  hints  (s)")
     for bug, fmt, cause, caught, named, mis, got, s in rows:
-        print(f"{bug:<42} {fmt:<12} {caught:<6} {named:<6} {mis:<10} {got}  {s:.1f}")
+        print(f"{bug:<{w}} {fmt:<12} {caught:<6} {named:<6} {mis:<10} {got}  {s:.1f}")
     ran = [r for r in rows if r[3] != "n/a"]
     print(f"\n{len(ran)} bugs run: caught {sum(r[3] == 'yes' for r in ran)}, named {sum(r[4] == 'yes' for r in ran)}, "
           f"misleading hints {sum(r[5] != '0' for r in ran)}")
