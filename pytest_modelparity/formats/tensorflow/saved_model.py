@@ -99,8 +99,23 @@ class SavedModelModel(LoadedModel):
         return out
 
     def predict_with_weights(self, batch: Any, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """One run with the named variables holding ``values``, restored afterwards."""
-        by_name = {(v.name[:-2] if v.name.endswith(":0") else v.name): v for v in self.native.variables}
+        """One run with the named variables holding ``values``, restored afterwards. A name is
+        ``weights()``'s, or where those collide (every kernel ``model/kernel``), the variable's
+        path suffixed ``#2``, ``#3`` in order, as the diagnosis numbers them; a name two
+        variables share is refused, never guessed."""
+        by_name: dict[str, Any] = {}
+        shared: set[str] = set()
+        seen: dict[str, int] = {}
+        for v in self.native.variables:
+            short = v.name[:-2] if v.name.endswith(":0") else v.name
+            if short in by_name:
+                shared.add(short)
+            by_name[short] = v
+            full = getattr(v, "path", None) or v.name
+            seen[full] = seen.get(full, 0) + 1
+            by_name.setdefault(full if seen[full] == 1 else f"{full}#{seen[full]}", v)
+        for name in shared:
+            del by_name[name]
         missing = sorted(set(values) - set(by_name))
         if missing:
             raise KeyError(f"no variable named {missing[0]!r}")
