@@ -202,7 +202,13 @@ def _diagnose_comparison(report: Any, actual: Any, expected: Any, cand_model: An
     # graph's tensors by name, and on a trained audio model paired one head's conv with another's).
     converted = None
     if both and w is None and not preprocessing and not nondeterministic:
-        failing = [(o.path, pick(flat_a, o.path), pick(flat_e, o.path), o.tolerance) for o, _, _ in pairs]
+        failing: list[tuple[str, np.ndarray, np.ndarray, Any]] = []
+        for o, _, _ in pairs:
+            few_a, few_e = pick(flat_a, o.path), pick(flat_e, o.path)
+            if few_a is None or few_e is None:
+                failing = []  # every failing output is reproduced, or nothing is claimed
+                break
+            failing.append((o.path, few_a, few_e, o.tolerance))
         converted = _safe(hints, lambda: converted_weight_change(
             ref_model, cand_model, inputs, failing, lambda: budget.allows("converted weights", runs=1)))
         if converted is not None:

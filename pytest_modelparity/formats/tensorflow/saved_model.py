@@ -98,7 +98,7 @@ class SavedModelModel(LoadedModel):
             out[name] = np.asarray(v.numpy())
         return out
 
-    def predict_with_weights(self, batch: Any, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def predict_with_weights(self, batch: Any, values: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
         """One run with the named variables holding ``values``, restored afterwards. A name is
         ``weights()``'s, or where those collide (every kernel ``model/kernel``), the variable's
         path suffixed ``#2``, ``#3`` in order, as the diagnosis numbers them; a name two
