@@ -46,12 +46,43 @@ def per_file(text: str) -> list[tuple[str, float]]:
     return total.most_common()
 
 
+def print_ledger(ledger: Path, top: int) -> None:
+    """The ledger's CPU by process kind, and the tests whose child Pythons cost most."""
+    import json
+
+    rows = [json.loads(line) for line in ledger.read_text().splitlines() if line.strip()]
+    kinds: collections.Counter = collections.Counter()
+    count: collections.Counter = collections.Counter()
+    by_test: collections.Counter = collections.Counter()
+    for row in rows:
+        argv = " ".join(row["argv"])
+        kind = ("pytest controller" if not row["started_in"] and not row["worker"] and "pytest" in argv
+                else "xdist worker" if not row["started_in"] and row["worker"] and row["argv"][:1] == ["-c"]
+                else "export worker" if "exports.worker" in argv or "exports/worker" in argv
+                else "child pytest" if "pytest" in argv
+                else "other python")
+        kind += " (TensorFlow)" if row["tensorflow"] else ""
+        kinds[kind] += row["cpu"]
+        count[kind] += 1
+        if row["started_in"]:
+            by_test[row["started_in"].rsplit(" (", 1)[0]] += row["cpu"]
+    print(f"{len(rows)} Python processes wrote to the ledger:")
+    for kind, cpu in kinds.most_common():
+        print(f"  {cpu:8.1f} CPU-s  {count[kind]:5d}  {kind}")
+    print(f"the {top} tests whose child Pythons cost most (own CPU of Pythons started during the test):")
+    for test, cpu in by_test.most_common(top):
+        print(f"  {cpu:8.1f} CPU-s  {test}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("files", nargs="*", help="test files (default: the whole suite, README command 2)")
     parser.add_argument("--top", type=int, default=0, help="print the N costliest test files (--durations=0)")
     parser.add_argument("--no-node-modules", action="store_true", help="do not link the installed npm modules")
     parser.add_argument("--log", type=Path, help="write pytest's output here")
+    parser.add_argument("--per-process", type=Path, metavar="LEDGER",
+                        help="every Python of the run appends a JSON line to LEDGER at its exit "
+                             "(bench/suite_cost_probe); then the CPU is summed by test and by process kind")
     args = parser.parse_args(argv)
 
     cache = Path(tempfile.mkdtemp(prefix="suite-cost-cache-"))
@@ -63,6 +94,11 @@ def main(argv: list[str] | None = None) -> int:
         installed = cache_root() / "tfjs-node-modules"
         if installed.is_dir():
             (cache / "tfjs-node-modules").symlink_to(installed, target_is_directory=True)
+    if args.per_process:
+        args.per_process.unlink(missing_ok=True)
+        probe = str(ROOT / "bench" / "suite_cost_probe")
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (probe, env.get("PYTHONPATH", "")) if p)
+        env["MODELPARITY_SUITE_LEDGER"] = str(args.per_process.resolve())
     command = [sys.executable, *README_COMMAND_2, *(["--durations=0"] if args.top else []), *args.files]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.monotonic()
@@ -85,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{spent:.0f} s in all):")
         for name, seconds in files[:args.top]:
             print(f"  {seconds:8.1f} s  {100 * seconds / spent:5.1f}%  {name}")
+    if args.per_process:
+        print_ledger(args.per_process, args.top or 25)
     print(f"wall {wall:.0f} s, CPU {user + system:.0f} s (user {user:.0f} + sys {system:.0f}) of the process tree")
     return done.returncode
 
