@@ -16,6 +16,9 @@ from pytest_modelparity.exports.cache import ExportCache  # noqa: E402
 
 from models import TINY_SOURCE_CONFTEST, mlp  # noqa: E402
 
+pytestmark = [pytest.mark.inline_exports,
+              pytest.mark.usefixtures("_tfjs_converter_loaded")]  # conftest.py: no export worker
+
 
 @pytest.fixture(scope="module")
 def model():

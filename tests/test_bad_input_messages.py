@@ -12,6 +12,9 @@ import pytest
 from pytest_modelparity import ModelLoadError, load_model
 from pytest_modelparity.formats import detect_format, missing_runtime
 
+pytestmark = [pytest.mark.inline_exports,
+              pytest.mark.usefixtures("_tfjs_converter_loaded")]  # conftest.py: no export worker
+
 
 @pytest.mark.parametrize("name, fmt", [("model.keras", "keras"), ("model.h5", "h5"), ("model.tflite", "tflite"),
                                        ("model.onnx", "onnx"), ("model.pb", "graphdef"), ("model.json", "tfjs")])

@@ -113,6 +113,7 @@ def test_a_pairing_by_position_would_have_failed(foreign) -> None:
 
 
 @pytest.mark.usefixtures("_heavy_modules_stay_loaded")
+@pytest.mark.inline_exports  # conftest.py: no export worker (its pairing, not the process, is the subject)
 def test_the_savedmodel_as_a_suites_source_passes_on_its_exports(pytester: pytest.Pytester, foreign) -> None:
     pytester.makeconftest(f'''
         import pytest

@@ -19,6 +19,9 @@ from pytest_modelparity.errors import InvalidArgumentError
 from pytest_modelparity.verdict.formatting import ceil_float, exact_float
 from pytest_modelparity.verdict.tolerances import Tolerance, resolve_tolerance
 
+pytestmark = [pytest.mark.inline_exports,
+              pytest.mark.usefixtures("_tfjs_converter_loaded")]  # conftest.py: no export worker
+
 README = Path(__file__).resolve().parent.parent / "README.md"
 ADVICE = re.compile(r"(atol|rtol)=(\S+) \(with (atol|rtol)=([^;)]+)")
 ADVICE_FULL = re.compile(r"(atol|rtol)=(\S+) \(with (atol|rtol)=([^;)]+)(; vacuous[^)]*)?\)")

@@ -12,7 +12,9 @@ from pytest_modelparity.checks.dataset import as_dataset
 from pytest_modelparity.errors import DatasetMismatch, InvalidArgumentError
 from pytest_modelparity.formats.base import TensorSpec
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+              pytest.mark.inline_exports,
+              pytest.mark.usefixtures("_tfjs_converter_loaded")]  # conftest.py: no export worker
 
 
 def test_the_text_lists_both_sides_and_pairs_an_array_that_fits_by_shape(tmp_path) -> None:

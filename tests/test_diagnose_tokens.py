@@ -10,6 +10,9 @@ import pytest
 
 from pytest_modelparity import ParityError, assert_outputs_close
 
+pytestmark = [pytest.mark.inline_exports,
+              pytest.mark.usefixtures("_tfjs_converter_loaded")]  # conftest.py: no export worker
+
 VOCAB, STEPS = 50, 12
 
 

@@ -19,6 +19,9 @@ import pytest
 from pytest_modelparity.exports.floor_cache import FloorCache
 from pytest_modelparity.exports.floor_seal import KEY_NAME
 
+pytestmark = [pytest.mark.inline_exports,
+              pytest.mark.usefixtures("_tfjs_converter_loaded")]  # conftest.py: no export worker
+
 ERRORS = {"['probs']": 1.5e-7}
 
 

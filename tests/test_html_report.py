@@ -10,7 +10,9 @@ import pytest
 
 from pytest_modelparity.reports.html import histogram_svg, render_html
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+              pytest.mark.inline_exports,
+              pytest.mark.usefixtures("_tfjs_converter_loaded")]  # conftest.py: no export worker
 
 EXTERNAL = re.compile(r"https?:|//[a-z0-9.-]+\.[a-z]{2,}/|<script|<link|<iframe|<img|@import|url\(|\bsrc=|\bhref=",
                       re.IGNORECASE)

@@ -8,7 +8,9 @@ import pytest
 from pytest_modelparity.plugin.matrix import exportable
 from pytest_modelparity.plugin.options import apply_format_words, parse_format_spec
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+              pytest.mark.inline_exports,
+              pytest.mark.usefixtures("_tfjs_converter_loaded")]  # conftest.py: no export worker
 
 
 def _defaults() -> list[str]:

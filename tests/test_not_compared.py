@@ -16,8 +16,10 @@ import pytest
 from models import TINY_SOURCE_CONFTEST
 from tf1_graphs import NAMED_OUTPUT_OPTIONS, TWO_SINKS_CONFTEST
 
+# inline_exports (conftest.py): no export worker; the process is not what these tests are about
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
-              pytest.mark.usefixtures("_heavy_modules_stay_loaded")]
+              pytest.mark.usefixtures("_heavy_modules_stay_loaded"),
+              pytest.mark.inline_exports, pytest.mark.usefixtures("_tfjs_converter_loaded")]
 
 # A frozen graph with two sinks, its output named in modelparity_load_options: the load options
 # reach tflite, onnx and tfjs (compared), keras/h5/saved_model cannot be made from a .pb, and the

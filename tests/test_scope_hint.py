@@ -7,7 +7,9 @@ import pytest
 
 from pytest_modelparity.plugin.scope_hint import scope_mismatch_message
 
-pytestmark = pytest.mark.usefixtures("_heavy_modules_stay_loaded")
+pytestmark = [pytest.mark.usefixtures("_heavy_modules_stay_loaded"),
+              pytest.mark.inline_exports,
+              pytest.mark.usefixtures("_tfjs_converter_loaded")]  # conftest.py: no export worker
 
 
 @pytest.mark.parametrize("scope", ["function", "class"])

@@ -9,7 +9,9 @@ import pytest
 
 from pytest_modelparity.reports.summary import hidden_rows_line
 
-pytestmark = pytest.mark.usefixtures("_heavy_modules_stay_loaded")
+pytestmark = [pytest.mark.usefixtures("_heavy_modules_stay_loaded"),
+              pytest.mark.inline_exports,
+              pytest.mark.usefixtures("_tfjs_converter_loaded")]  # conftest.py: no export worker
 
 
 def _rows(**verdicts: int) -> list[dict]:

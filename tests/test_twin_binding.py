@@ -22,6 +22,9 @@ from pytest_modelparity import export_model, load_model
 from pytest_modelparity.floor import measure as shadow
 from pytest_modelparity.formats.binding import BoundModel, bind_model
 
+pytestmark = [pytest.mark.inline_exports,
+              pytest.mark.usefixtures("_tfjs_converter_loaded")]  # conftest.py: no export worker
+
 pytest.importorskip("tensorflow", reason="the twins need TensorFlow: pip install 'pytest-modelparity[tensorflow]'")
 
 

@@ -69,6 +69,9 @@ SUBCLASSED_CONFTEST = '''
 import numpy as np
 import pytest
 
+pytestmark = [pytest.mark.inline_exports,
+              pytest.mark.usefixtures("_tfjs_converter_loaded")]  # conftest.py: no export worker
+
 def build():
     import keras
 
