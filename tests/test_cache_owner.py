@@ -20,6 +20,9 @@ from pytest_modelparity.exports.cache import ExportCache  # noqa: E402
 
 from models import mlp  # noqa: E402
 
+# inline_exports (conftest.py): no export worker; the process is not what these tests are about
+pytestmark = [pytest.mark.inline_exports, pytest.mark.usefixtures("_tfjs_converter_loaded")]
+
 NOBODY = 65534
 as_root = pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="chown needs root")
 

@@ -10,8 +10,11 @@ import pytest
 from models import TINY_SOURCE_CONFTEST
 from pytest_modelparity.runtime import devices
 
+# inline_exports (conftest.py): no export worker; the process is not what these tests are about
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
-              pytest.mark.usefixtures("_heavy_modules_stay_loaded")]
+              pytest.mark.usefixtures("_heavy_modules_stay_loaded"),
+              pytest.mark.inline_exports,
+              pytest.mark.usefixtures("_tfjs_converter_loaded")]
 
 
 def test_format_aliases_in_the_option_and_the_marker(pytester: pytest.Pytester) -> None:

@@ -10,8 +10,11 @@ from models import TINY_SOURCE_CONFTEST
 from pytest_modelparity.runtime import devices
 from pytest_modelparity.plugin.matrix import left_out_line, nothing_on_gpu_line
 
+# inline_exports (conftest.py): no export worker; the process is not what these tests are about
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
-              pytest.mark.usefixtures("_heavy_modules_stay_loaded")]
+              pytest.mark.usefixtures("_heavy_modules_stay_loaded"),
+              pytest.mark.inline_exports,
+              pytest.mark.usefixtures("_tfjs_converter_loaded")]
 
 PARITY_TEST = """
     from pytest_modelparity import assert_outputs_close

@@ -13,8 +13,11 @@ from pytest_modelparity.runtime.devices import onnx_providers, set_tf32, tf32_en
 
 from models import TINY_SOURCE_CONFTEST
 
+# inline_exports (conftest.py): no export worker; the process is not what these tests are about
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
-              pytest.mark.usefixtures("_heavy_modules_stay_loaded")]
+              pytest.mark.usefixtures("_heavy_modules_stay_loaded"),
+              pytest.mark.inline_exports,
+              pytest.mark.usefixtures("_tfjs_converter_loaded")]
 
 CONFTEST = TINY_SOURCE_CONFTEST
 

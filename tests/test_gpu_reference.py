@@ -19,8 +19,11 @@ from models import TINY_SOURCE_CONFTEST
 from pytest_modelparity import assert_outputs_close
 from pytest_modelparity.formats.base import LoadedModel, TensorSpec
 
+# inline_exports (conftest.py): no export worker; the process is not what these tests are about
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
-              pytest.mark.usefixtures("_heavy_modules_stay_loaded")]
+              pytest.mark.usefixtures("_heavy_modules_stay_loaded"),
+              pytest.mark.inline_exports,
+              pytest.mark.usefixtures("_tfjs_converter_loaded")]
 
 CONFTEST = TINY_SOURCE_CONFTEST
 

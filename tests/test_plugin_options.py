@@ -10,7 +10,10 @@ import pytest
 
 from pytest_modelparity.formats import ALL_FORMATS
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+# inline_exports (conftest.py): no export worker; the process is not what these tests are about
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+              pytest.mark.inline_exports,
+              pytest.mark.usefixtures("_tfjs_converter_loaded")]
 
 
 def test_help_shows_the_group_without_importing_tensorflow(pytester: pytest.Pytester) -> None:

@@ -19,8 +19,11 @@ from models import RECORDED_CONFTEST as CONFTEST
 from pytest_modelparity import ModelLoadError, load_model
 from pytest_modelparity.formats import missing_runtime
 
+# inline_exports (conftest.py): no export worker; the process is not what these tests are about
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
-              pytest.mark.usefixtures("_heavy_modules_stay_loaded")]
+              pytest.mark.usefixtures("_heavy_modules_stay_loaded"),
+              pytest.mark.inline_exports,
+              pytest.mark.usefixtures("_tfjs_converter_loaded")]
 
 RUN = ("-p", "no:cacheprovider", "--modelparity-export-process=inline")
 
