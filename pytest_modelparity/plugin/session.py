@@ -492,8 +492,8 @@ class ParitySession:
             if variant is not None or (src.path is not None and src.path_format == base) or \
                     not hasattr(format_module(base), "export") or missing_runtime(base, export=True) is not None:
                 return
-            if not cache.holds(model, base):
-                exporter.ahead(model, base, ARTIFACT_NAMES.get(base, "model"))
+            if not cache.holds(model, base):  # the same keywords as its own export will carry
+                exporter.ahead(model, base, ARTIFACT_NAMES.get(base, "model"), **cache.conversion_inputs(model, base))
         except Exception:  # noqa: BLE001 - only a head start: the test's own export says what fails
             return
 

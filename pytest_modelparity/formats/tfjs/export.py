@@ -125,13 +125,31 @@ def validate(model_json: Path, *, timeout_s: float = 600.0) -> None:
         model.close()
 
 
+def _write_intermediate(model: Any, saved_model: Path, out_dir: Path) -> None:
+    """The SavedModel the converter reads, written by the saved_model format's exporter: it
+    names the outputs like the Keras model ("probs"), where model.export() says "output_0", so
+    the TFJS outputs then match by name."""
+    from ..tensorflow import saved_model as saved_model_format
+
+    try:
+        with quiet():
+            saved_model_format.export(model, saved_model)
+    except ModelLoadError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - reported with the format and the fix
+        raise ExportError(out_dir, NAME, f"writing the intermediate SavedModel failed ({type(exc).__name__}: "
+                             f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''})",
+                             "export a functional or Sequential Keras model built on keras.Input(...)") from exc
+
+
 def _ops_named(problem: str) -> tuple[str, ...]:
     found = re.search(r"(?:op|activation) '([^']+)'", problem)
     return (found.group(1),) if found else ()
 
 
 def export(model: Any, path: Path, *, quantization: str | None = None, validate_export: bool = True,
-           graph_options: dict[str, Any] | None = None, **converter_options: Any) -> Path:
+           graph_options: dict[str, Any] | None = None, saved_model_of_model: Path | str | None = None,
+           **converter_options: Any) -> Path:
     """Write a tfjs graph model of ``model`` into directory ``path``; return its ``model.json``.
 
     ``model``: a Keras model (exported to a temporary SavedModel with ``model.export``) or the
@@ -145,6 +163,10 @@ def export(model: Any, path: Path, *, quantization: str | None = None, validate_
     (:func:`validate`) before it is moved into ``path``: a failure raises ``ExportError`` naming
     the op, the backend, the fix and the kept log file, and leaves nothing at ``path``. The
     route (``export_route(path)``) says which rewrites applied.
+
+    ``saved_model_of_model``: for a Keras ``model``, a SavedModel the saved_model format's own
+    exporter already wrote of this same model (the export cache's entry): converted as it is,
+    read only, instead of writing the same SavedModel again (MobileNetV2: 14 s of a 27 s export).
     """
 
     path = Path(path)
@@ -184,19 +206,11 @@ def export(model: Any, path: Path, *, quantization: str | None = None, validate_
                                 f"or the path of a SavedModel directory")
             refuse_string_inputs(model, out_dir)
             saved_model = Path(tmp) / "saved_model"
-            try:
-                # The saved_model exporter names the outputs like the Keras model ("probs"),
-                # where model.export() says "output_0": the TFJS outputs then match by name.
-                from ..tensorflow import saved_model as saved_model_format
-
-                with quiet():
-                    saved_model_format.export(model, saved_model)
-            except ModelLoadError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - reported with the format and the fix
-                raise ExportError(out_dir, NAME, f"writing the intermediate SavedModel failed ({type(exc).__name__}: "
-                                     f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''})",
-                                     "export a functional or Sequential Keras model built on keras.Input(...)") from exc
+            if saved_model_of_model is not None and (Path(saved_model_of_model) / "saved_model.pb").is_file():
+                saved_model = Path(saved_model_of_model)  # the converter only reads it
+                rewrites["from the saved_model export of this model"] = 1
+            else:
+                _write_intermediate(model, saved_model, out_dir)
         staged = Path(tmp) / "tfjs"
         log = ConverterLog(NAME)
         converted: dict[str, str] = {}  # the signature's output names -> their tensors in the graph
@@ -292,7 +306,7 @@ def _route(converter_options: dict[str, Any], rewrites: dict[str, int]) -> str:
              "inlined": "XLA-only functions inlined", "grouped": "grouped conv as depthwise",
              "list_writes": "RNN step output ordered after its list write", "einsum": "Einsum as matmul"}
     parts = ["control_flow_v2" if converter_options.get("control_flow_v2") else "lowered control flow"]
-    parts += [names.get(k, k) + ("" if k.startswith("signature") else f" x{v}") for k, v in rewrites.items() if v]
+    parts += [names.get(k, k) + ("" if k.startswith(("signature", "from ")) else f" x{v}") for k, v in rewrites.items() if v]
     return ", ".join(parts)
 
 
