@@ -50,7 +50,9 @@ def print_ledger(ledger: Path, top: int) -> None:
     """The ledger's CPU by process kind, and the tests whose child Pythons cost most."""
     import json
 
-    rows = [json.loads(line) for line in ledger.read_text().splitlines() if line.strip()]
+    lines = [json.loads(line) for line in ledger.read_text().splitlines() if line.strip()]
+    rows = [row for row in lines if row.get("kind") != "test"]
+    tests = [row for row in lines if row.get("kind") == "test"]
     kinds: collections.Counter = collections.Counter()
     count: collections.Counter = collections.Counter()
     by_test: collections.Counter = collections.Counter()
@@ -72,6 +74,18 @@ def print_ledger(ledger: Path, top: int) -> None:
     print(f"the {top} tests whose child Pythons cost most (own CPU of Pythons started during the test):")
     for test, cpu in by_test.most_common(top):
         print(f"  {cpu:8.1f} CPU-s  {test}")
+    if tests:
+        own: collections.Counter = collections.Counter({t["nodeid"]: t["self_cpu"] for t in tests})
+        files: collections.Counter = collections.Counter()
+        for test in tests:
+            files[test["nodeid"].split("::", 1)[0]] += test["self_cpu"]
+        print(f"in the xdist workers' own processes: {sum(own.values()):.1f} CPU-s over {len(tests)} tests "
+              f"(setup + call + teardown, in-process pytester sessions included, children not); "
+              f"the {top} costliest files and tests:")
+        for name, cpu in files.most_common(top):
+            print(f"  {cpu:8.1f} CPU-s  {name}")
+        for name, cpu in own.most_common(top):
+            print(f"  {cpu:8.1f} CPU-s  {name}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,8 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-node-modules", action="store_true", help="do not link the installed npm modules")
     parser.add_argument("--log", type=Path, help="write pytest's output here")
     parser.add_argument("--per-process", type=Path, metavar="LEDGER",
-                        help="every Python of the run appends a JSON line to LEDGER at its exit "
-                             "(bench/suite_cost_probe); then the CPU is summed by test and by process kind")
+                        help="every Python of the run appends a JSON line to LEDGER at its exit, and "
+                             "every test one with its own process's CPU (bench/suite_cost_probe); then the "
+                             "CPU is summed by process kind, by test and by file")
     args = parser.parse_args(argv)
 
     cache = Path(tempfile.mkdtemp(prefix="suite-cost-cache-"))
@@ -99,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         probe = str(ROOT / "bench" / "suite_cost_probe")
         env["PYTHONPATH"] = os.pathsep.join(p for p in (probe, env.get("PYTHONPATH", "")) if p)
         env["MODELPARITY_SUITE_LEDGER"] = str(args.per_process.resolve())
-    command = [sys.executable, *README_COMMAND_2, *(["--durations=0"] if args.top else []), *args.files]
+    command = [sys.executable, *README_COMMAND_2, *(["--durations=0"] if args.top else []),
+               *(["-p", "suite_cost_tests"] if args.per_process else []), *args.files]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.monotonic()
     try:
