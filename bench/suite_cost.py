@@ -6,6 +6,7 @@ tree: pytest, its xdist workers, their export workers, Node.js, Chromium, child 
 .venv/bin/python bench/suite_cost.py                                  # README command 2
 .venv/bin/python bench/suite_cost.py tests/test_power.py tests/test_fuzz_run.py
 .venv/bin/python bench/suite_cost.py --top 25                         # and the costliest files
+.venv/bin/python bench/suite_cost.py --top 25 --per-process /tmp/ledger.jsonl  # and by process and test
 ```
 
 The CPU seconds are ``resource.getrusage(RUSAGE_CHILDREN)`` of this process after pytest has
@@ -14,7 +15,10 @@ suite leaves none). The export cache is a new temporary folder (``MODELPARITY_CA
 a fresh clone; the tfjs runner's npm modules are linked from the installed ones so that the run
 measures the suite, not ``npm ci`` (``--no-node-modules`` leaves them out). ``--top N`` runs with
 ``--durations=0`` and prints the N test files that took the most time (setup + call + teardown
-of their tests, summed per file: wall seconds in a worker, not CPU).
+of their tests, summed per file: wall seconds in a worker, not CPU). ``--per-process LEDGER``
+adds ``bench/suite_cost_probe`` to the run: every Python writes its own CPU to LEDGER at exit
+(by process kind: xdist worker, export worker, child pytest, other; with TensorFlow or not), and
+every test the CPU its xdist worker's own process spent on it, summed per test and per file.
 """
 
 from __future__ import annotations
