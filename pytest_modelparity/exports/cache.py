@@ -193,6 +193,11 @@ def _source_files(path: Path) -> list[tuple[str, int, str]]:
     return [entry(p, p.name) for p in named + extra]
 
 
+def _foreign_problem(entry: Path) -> str | None:
+    """Which file of ``entry`` (itself included) another uid wrote, or None."""
+    return foreign([entry, *sorted(entry.rglob("*"))])
+
+
 def _present(entry: Path) -> bool:
     """An entry folder with its meta.json (written last, so the export finished)."""
     return entry.is_dir() and (entry / _META).exists()
@@ -287,8 +292,7 @@ class ExportCache:
         except UncacheableOption:
             return {}
         entry = self.entry_dir("saved_model", key)
-        if not _present(entry) or foreign([entry, *sorted(entry.rglob("*"))]) is not None or \
-                self._verify(entry) is not None:
+        if not _present(entry) or _foreign_problem(entry) is not None or self._verify(entry) is not None:
             return {}
         return {"saved_model_of_model": str(self.artifact_path("saved_model", key))}
 
@@ -344,7 +348,7 @@ class ExportCache:
         temporary directory, with a note), never removed (it is not ours)."""
         if not _present(final):
             return False
-        problem = foreign([final, *sorted(final.rglob("*"))])
+        problem = _foreign_problem(final)
         if problem is None:
             return False
         self.notes.append(f"export cache: the {format} entry {final} is not yours ({problem}); not used, "
