@@ -196,3 +196,25 @@ def test_a_keras_application_file_session_sends_its_exports_ahead_and_passes(pyt
     rows = json.loads((pytester.path / "r.json").read_text())["rows"]
     assert {r["format"]: r["verdict"] for r in rows} == {"saved_model": "pass", "tflite": "pass", "onnx": "pass"}
     assert all("from a float64 run of its Keras twin" in r["tolerance_source"] for r in rows)
+
+
+@pytest.mark.usefixtures("installed_node_modules")
+def test_a_tfjs_export_sent_ahead_converts_the_saved_model_entry_and_is_taken(pytester: pytest.Pytester) -> None:
+    """saved_model then tfjs through the fixtures, the worker a real child: tfjs is sent ahead
+    once saved_model is in the cache, with the keyword that points it at that entry, so the
+    test's own request is the same and takes it (one tfjs conversion in the worker's log), and
+    the JSON report's tfjs route says it was converted from the saved_model export."""
+    from pytest_modelparity.formats import missing_runtime
+
+    if missing_runtime("tfjs", export=True) is not None:
+        pytest.skip("needs the tfjs converter and Node.js: bash scripts/install.sh installs them")
+    pytester.makeconftest(SESSION_CONFTEST)
+    pytester.makepyfile(test_m=CLOSE_SUITE)
+    result = pytester.runpytest("--modelparity-formats=saved_model,tfjs", "--modelparity-cache-dir=cache",
+                                "--modelparity-report=r.json", "-p", "no:cacheprovider", "-p", "no:randomly")
+    result.assert_outcomes(passed=2)
+    assert (pytester.path / "sent-ahead.txt").read_text().splitlines() == ["tfjs True"]
+    routes = {a["format"]: a.get("route") or "" for a in json.loads((pytester.path / "r.json").read_text())["artifacts"]}
+    assert "from the saved_model export of this model" in routes["tfjs"], routes
+    logs = "".join(p.read_text() for p in (pytester.path / "cache").rglob("*.log"))
+    assert logs.count("== export to tfjs done") == 1, logs[-3000:]
