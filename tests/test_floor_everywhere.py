@@ -88,6 +88,9 @@ def test_keras_applications_through_the_fixtures_are_judged_by_their_floor(pytes
         assert "x the model's own float32 error" in row["tolerance_source"]
         assert "from a float64 run of its Keras twin" in row["tolerance_source"]
     assert "without their noise floor" not in result.stdout.str()
+    if {"saved_model", "tfjs"} <= set(wanted):  # the tfjs form converted the saved_model entry (docs/cache.md)
+        routes = {a["format"]: a.get("route") or "" for a in json.loads((pytester.path / "r.json").read_text())["artifacts"]}
+        assert "from the saved_model export of this model" in routes["tfjs"], routes
 
 
 # -- references without a Keras config ------------------------------------------------------
