@@ -48,6 +48,7 @@ class LayerCost:
     added: float        # error minus the largest error among its inputs
     position: int = 0   # the op's place in execution order
     amplified_by: str = ""  # a weightless op after it whose added error is credited here
+    fed_by: tuple[str, ...] = ()  # ``tensor`` of the measured ops whose outputs it reads
 
     @property
     def layer(self) -> str:
@@ -110,6 +111,7 @@ def _measured(quantized: Any, sibling: Any, inputs: Any) -> tuple[list[LayerCost
     recorded: set[int] = set()
     costs: list[LayerCost] = []
     owners: list[Any] = []
+    tensor_of: dict[int, str] = {}  # id(owner op) -> the tensor its cost is recorded under
     for op in q_ops:
         incoming = max((error.get(name, 0.0) for name in op.inputs), default=0.0)
         # An int8 file names an op's output "...:01" and its DEQUANTIZE's output as the float
@@ -132,9 +134,24 @@ def _measured(quantized: Any, sibling: Any, inputs: Any) -> tuple[list[LayerCost
             error[name] = err
             if owner.op not in _PASS_THROUGH and id(owner) not in recorded:
                 recorded.add(id(owner))
-                costs.append(LayerCost(name, owner.op, err, err - owner_incoming, len(costs)))
+                tensor_of[id(owner)] = name
+                costs.append(LayerCost(name, owner.op, err, err - owner_incoming, len(costs),
+                                       fed_by=_feeders(owner, producer, tensor_of)))
                 owners.append(owner)
     return sorted(_credit_amplified(costs, owners, producer), key=lambda c: c.added, reverse=True), used
+
+
+def _feeders(op: Any, producer: dict[str, Any], tensor_of: dict[int, str]) -> tuple[str, ...]:
+    """The recorded tensors of the ops whose outputs ``op`` reads, through pass-through ops
+    (an int8 file's QUANTIZE/DEQUANTIZE, reshapes)."""
+    found: list[str] = []
+    for name in op.inputs:
+        source = producer.get(name)
+        while source is not None and source.op in _PASS_THROUGH and source.inputs:
+            source = producer.get(source.inputs[0])
+        if source is not None and id(source) in tensor_of and tensor_of[id(source)] not in found:
+            found.append(tensor_of[id(source)])
+    return tuple(found)
 
 
 def _credit_amplified(costs: list[LayerCost], owners: list[Any], producer: dict[str, Any]) -> list[LayerCost]:
@@ -185,14 +202,108 @@ def _top(costs: list[LayerCost]) -> str:
 
 
 def cost_hint(quantized: Any, sibling: Any, inputs: Any, variant: str) -> tuple[str, str, str] | None:
-    """(cause, message, evidence) naming the costliest layers and how to keep them in float."""
+    """(cause, message, evidence) naming the costliest layers and how to keep them in float; for
+    an int8 file the session exported, what keeping them in float gains, measured (``Trial``)."""
     costs, used = _measured(quantized, sibling, inputs)
     if not costs:
         return None
-    fix = advice(variant, costs, source_route(quantized))
-    return ("quantization_cost", f"quantisation costs the most at {_top(costs)}: {fix}",
-            f"each op's output in the tflite:{variant} file vs the same tensor of its float32 sibling (relative "
-            f"RMS over {_rows_said(used)}), costliest first:\n{_rows_text(costs)}")
+    trial = try_keeping(quantized, sibling, inputs, kept_names(costs)) if variant == "int8" else None
+    fix = advice(variant, costs, source_route(quantized), trial)
+    evidence = (f"each op's output in the tflite:{variant} file vs the same tensor of its float32 sibling (relative "
+                f"RMS over {_rows_said(used)}), costliest first:\n{_rows_text(costs)}")
+    if trial is not None:
+        evidence += "\n" + trial.evidence()
+    return ("quantization_cost", f"quantisation costs the most at {_top(costs)}: {fix}", evidence)
+
+
+# Keeping the named ops in float "helps" when the re-quantised file's output error is at most
+# this share of the failing file's (musicnn MTT: the three costliest ops and their feeders
+# took 0.279 to 0.248, which is no fix; one layer whose int8 output range is set by an
+# outlier channel: 1.17 to 0.012, bench/quant_advice.py).
+HELPS = 0.5
+# A re-quantisation is one more int8 conversion: measured when the failing file's own export
+# took at most this long (musicnn: 22 s under load; a 300 k-parameter CNN: 0.3 s).
+REQUANTIZE_BUDGET_S = 60.0
+
+
+def kept_names(costs: list[LayerCost]) -> list[str]:
+    """The ops the advice keeps in float: the costliest, and the measured ops they read. An
+    op's added error is often the int8 rounding of its *input* tensor (an outlier channel
+    sets the range, the small channels round to zero): keeping only the op leaves that tensor
+    int8 and gains nothing; keeping its feeders too keeps the tensor float (measured above)."""
+    names: list[str] = []
+    for cost in _top_costs(costs):
+        for name in (cost.tensor, *cost.fed_by):
+            if name not in names:
+                names.append(name)
+    return names
+
+
+@dataclass(frozen=True)
+class Trial:
+    """The int8 export again with ``names`` in float, and the output's relative RMS error (vs
+    the float32 sibling, the worst output) before and after; ``not_run`` says why it was not."""
+
+    names: tuple[str, ...]
+    before: float | None = None
+    after: float | None = None
+    seconds: float | None = None
+    not_run: str = ""
+
+    @property
+    def helps(self) -> bool:
+        return self.after is not None and self.before is not None and self.after <= HELPS * self.before
+
+    def figures(self) -> str:
+        return (f"re-quantised with these {len(self.names)} op(s) in float, the output's relative RMS error went "
+                f"from {self.before:.3g} to {self.after:.3g}")
+
+    def evidence(self) -> str:
+        if self.after is None:
+            return f"what keeping them in float gains was not measured: {self.not_run}"
+        took = f" ({self.seconds:.1f} s)" if self.seconds is not None else ""
+        return f"measured: {self.figures()}{took}, on the batch's rows, against the float32 sibling"
+
+
+def try_keeping(quantized: Any, sibling: Any, inputs: Any, names: list[str]) -> Trial:
+    """``Trial`` of keeping ``names`` in float, when ``quantized`` can be re-exported (the
+    session attaches ``requantize``: same source, calibration rows and converter options)."""
+    import time
+
+    requantize = getattr(quantized, "requantize", None)
+    if requantize is None:
+        return Trial(tuple(names), not_run="the file was not exported by this session (it cannot be re-quantised "
+                                            "here); run the call below and compare the file it writes")
+    took = getattr(quantized, "requantize_seconds", None)
+    if took is not None and took > REQUANTIZE_BUDGET_S:
+        return Trial(tuple(names), not_run=f"its int8 export took {took:.0f} s, more than the {REQUANTIZE_BUDGET_S:g} s "
+                                            "a diagnosis spends on one re-quantisation")
+    start = time.perf_counter()
+    try:
+        kept = requantize(names)
+    except Exception as exc:  # noqa: BLE001 - the advice is then given unmeasured, with the reason
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        return Trial(tuple(names), not_run=f"the re-quantisation failed ({type(exc).__name__}: {first[:300]})")
+    try:
+        before = _output_error(quantized, sibling, inputs)
+        after = _output_error(kept, sibling, inputs)
+    finally:
+        close = getattr(kept, "close", None)
+        if close is not None:
+            close()
+    return Trial(tuple(names), before, after, time.perf_counter() - start)
+
+
+def _output_error(model: Any, sibling: Any, inputs: Any) -> float:
+    """The worst output's relative RMS error of ``model`` vs ``sibling`` (outputs paired by name)."""
+    from ._util import flatten, run_model
+
+    mine, theirs = flatten(run_model(model, inputs)), flatten(run_model(sibling, inputs))
+    errors = [_rel_rms(np.asarray(mine[k], np.float64), np.asarray(theirs[k], np.float64))
+              for k in mine if k in theirs and np.shape(mine[k]) == np.shape(theirs[k])]
+    if not errors:
+        raise ValueError("no output of the re-quantised file pairs with the sibling's")
+    return max(errors)
 
 
 def source_route(quantized: Any) -> str | None:
@@ -227,9 +338,10 @@ def _export_call(names: list[str], route: str | None) -> str:
             f"(from pytest_modelparity; {what}; ROWS: batches like the model's inputs, as modelparity_dataset gives)")
 
 
-def advice(variant: str, costs: list[LayerCost], route: str | None = None) -> str:
+def advice(variant: str, costs: list[LayerCost], route: str | None = None, trial: Trial | None = None) -> str:
     """How to keep the costliest layers in float, on a route that runs for ``variant``, as code
-    that runs on the source the file was converted from (``route``: its export route)."""
+    that runs on the source the file was converted from (``route``: its export route); for
+    int8, what ``trial`` measured that it gains, and no such advice where it gains little."""
     if variant == "float16":
         return ("float16 weights cost this model more than the float16 budget: keep those layers in float32 "
                 "(compare tflite instead), or loosen the budget if the cost is acceptable")
@@ -239,11 +351,23 @@ def advice(variant: str, costs: list[LayerCost], route: str | None = None) -> st
         return ("dynamic-range quantisation rounds their weights to int8 (tf.lite.experimental.QuantizationDebugger "
                 "does not run on a dynamic-range converter): compare tflite:float16 instead, or quantise int8 with "
                 "a representative dataset and keep them in float there (converter_options float_nodes)")
-    names = [c.tensor for c in _top_costs(costs)]
-    return ("keep them in float: " + _export_call(names, route) + " -- the full tensor names, as written here "
-            "(a layer's short name matches nothing; the plugin runs tf.lite.experimental.QuantizationDebugger with "
-            "denylisted_nodes on the converter it builds); or quantise their weights per channel, or calibrate on "
-            "representative rows (modelparity_dataset)")
+    names = list(trial.names) if trial is not None else kept_names(costs)
+    call = _export_call(names, route) + (" -- the full tensor names, as written here (a layer's short name "
+                                         "matches nothing; the plugin runs tf.lite.experimental.QuantizationDebugger "
+                                         "with denylisted_nodes on the converter it builds)")
+    if trial is not None and trial.after is not None and not trial.helps:
+        spread = sum(1 for c in costs if c.added > 0)
+        return (f"keeping them in float barely helps (measured: {trial.figures()}), so the cost is spread over the "
+                f"graph ({spread} ops add error) and no few ops explain it: compare tflite:dynamic_range or "
+                "tflite:float16 instead, train with quantisation awareness, or loosen the int8 budget "
+                "(--modelparity-quant-budget) if the cost is acceptable. What was measured: " + call)
+    said = f" (measured: {trial.figures()})" if trial is not None and trial.helps else \
+        " (not measured)" if trial is not None else ""
+    extra = len(names) - len(_top_costs(costs))
+    keep = "keep them in float" if extra <= 0 else \
+        f"keep them and the {extra} op{'s' if extra > 1 else ''} whose output{'s' if extra > 1 else ''} they read in float"
+    return (f"{keep}{said}: " + call + "; or quantise their weights per "
+            "channel, or calibrate on representative rows (modelparity_dataset)")
 
 
 def _rows_said(used: int | None) -> str:

@@ -312,6 +312,8 @@ class ParitySession:
             loaded = self._bound(loaded, obj, device, given, elements, bind, None if as_is else path)
             if base == "tflite" and _variant in QUANTIZED_VARIANTS and not as_is:
                 self._attach_sibling(loaded, obj, device, given, conv, elements, dataset, bind)
+            if base == "tflite" and _variant == "int8" and not as_is:
+                self._attach_requantizer(loaded, obj, format, device, given, conv, elements, dataset, bind, path)
             if format == "tfjs:webgl-f16":  # judged against float32 textures (checks/float16_textures.py)
                 self._attach_sibling(loaded, obj, device, given, conv, elements, dataset, bind, sibling="tfjs:webgl")
             return loaded
@@ -363,6 +365,26 @@ class ParitySession:
             loaded.float_sibling = self.candidate(obj, sibling, device, opts, conv, elements, dataset, bind)
         except Exception as exc:  # noqa: BLE001 - the sibling is extra evidence, never a new failure
             loaded.float_sibling_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+    def _attach_requantizer(self, loaded: Any, obj: Any, format: str, device: str, given: dict, conv: dict,
+                            elements: Any, dataset: Any, bind: dict | None, path: Path) -> None:
+        """``loaded.requantize(names)``: the same int8 export (same source, calibration rows and
+        converter options) with ``names`` kept in float, loaded like ``loaded``, so that the
+        quantisation hint measures what its advice gains before giving it
+        (diagnose/quantization.py); ``loaded.requantize_seconds``: what the int8 export cost
+        (None from the cache), which predicts a re-quantisation's."""
+        made = next((a for a in reversed(self.artifacts) if a.get("path") == str(path)), None)
+
+        def requantize(names: list[str]) -> Any:
+            kept = dict(conv)
+            kept["float_nodes"] = list(dict.fromkeys([*(conv.get("float_nodes") or []), *names]))
+            again = self.export(obj, format, given, kept, elements, dataset)
+            base = split_format(format)[0]
+            return self._bound(_load_source(again, base, device, {}), obj, device, given, elements, bind, again)
+
+        with contextlib.suppress(AttributeError):
+            loaded.requantize = requantize
+            loaded.requantize_seconds = None if made is None or made.get("cache_hit") else made.get("seconds")
 
     def export(self, obj: Any, format: str, load_options: dict | None = None,
                converter_options: dict | None = None, elements: Any = None, dataset: Any = None) -> Path:
@@ -438,7 +460,8 @@ class ParitySession:
         cache = self._export_cache()
         hits_before = cache.hits
         try:
-            with progress.step(f"exporting {format}") as step:
+            kept = len((converter_options or {}).get("float_nodes") or [])
+            with progress.step(f"exporting {format}" + (f" with {kept} node(s) kept in float" if kept else "")) as step:
                 path = Path(cache.export(model, base, **options))
                 if cache.hits > hits_before:
                     step.note = "from the export cache, nothing exported"
