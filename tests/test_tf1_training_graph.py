@@ -8,6 +8,7 @@ branches are pruned so it gets a float64 floor; its conversions take the same fe
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
 
@@ -233,6 +234,40 @@ def test_through_the_fixtures_every_conversion_takes_the_feeds(pytester: pytest.
                                 "--modelparity-export-process=inline")
     result.assert_outcomes(passed=4)
     assert "load options do not reach" not in result.stdout.str()
+
+
+INT8_TEST = textwrap.dedent('''
+    from pathlib import Path
+
+    import numpy as np
+    from pytest_modelparity.diagnose import quantization
+    from pytest_modelparity.formats.tflite.load import new_interpreter
+
+    def test_requantize(parity_candidate, parity_batch):
+        sibling = parity_candidate.float_sibling
+        names = quantization.kept_names(quantization.layer_costs(parity_candidate, sibling, parity_batch))
+        trial = quantization.try_keeping(parity_candidate, sibling, parity_batch, names)
+        assert trial.after is not None and not trial.not_run, trial
+        kept = parity_candidate.requantize(names)  # the session's own export, from its cache
+        details = new_interpreter(Path(kept.source).read_bytes()).get_tensor_details()
+        kinds = {d["name"]: np.dtype(d["dtype"]) for d in details}
+        assert all(kinds.get(n) == np.float32 for n in names), {n: kinds.get(n) for n in names}
+''')
+
+
+@pytest.mark.usefixtures("_heavy_modules_stay_loaded")
+def test_the_int8_advice_is_measured_on_the_checkpoint_through_the_fixtures(pytester: pytest.Pytester) -> None:
+    """The session re-quantises a checkpoint source as it exported it (frozen with its feeds):
+    the measured advice runs on the source it was given (issue 50)."""
+    pytester.makeconftest(SUITE)
+    pytester.makepyfile(test_tagger=INT8_TEST)
+    pytester.syspathinsert(Path(__file__).parent)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--modelparity-formats=tflite:int8",
+                                "--modelparity-export-process=inline", "--modelparity-report=r.json")
+    result.assert_outcomes(passed=1)
+    routes = [a.get("route", "") for a in json.loads((pytester.path / "r.json").read_text())["artifacts"]]
+    kept = [r for r in routes if "kept in float" in r]
+    assert len(kept) == 1 and "TF1 checkpoint frozen" in kept[0] and "is_training" in kept[0], routes
 
 
 def _keep_prob_graph(path: Path) -> Path:
