@@ -338,3 +338,28 @@ def test_tensor_spec_takes_any_dtype_and_negative_numpy_dims():
     spec = TensorSpec("x", np.array([-1, 3]), "float32")
     assert spec.shape == (None, 3) and spec.dtype == np.dtype("float32")
     assert TensorSpec("x", (None, np.int64(4)), np.float16).shape == (None, 4)
+
+
+def test_freeze_shortcut_and_the_public_freeze_give_the_same_graph(monkeypatch):
+    """freeze_concrete takes convert_variables_to_constants_v2's private first step where
+    TensorFlow has it (no wrap back into a function), the public function where it does not:
+    the same inputs, outputs, op types and float64 twin outputs either way."""
+    import collections
+
+    from models import mlp
+    from pytest_modelparity.floor import graph_twin
+    from pytest_modelparity.formats.tensorflow import graph
+
+    def no_shortcut(*_):  # as on a TensorFlow without the private step
+        raise graph._NoShortcut()
+
+    fn = load_model(mlp(seed=4)).traced_function()
+    shortcut = graph.freeze_concrete(fn)
+    monkeypatch.setattr(graph, "_frozen_graph_def", no_shortcut)
+    public = graph.freeze_concrete(fn)
+    assert (shortcut.inputs, shortcut.outputs) == (public.inputs, public.outputs)
+    assert collections.Counter(n.op for n in shortcut.graph_def.node) == \
+        collections.Counter(n.op for n in public.graph_def.node)
+    x = np.random.default_rng(0).normal(size=(3, 16)).astype("float32")
+    a, b = graph_twin.build(shortcut, "float64").run([x]), graph_twin.build(public, "float64").run([x])
+    assert all(np.array_equal(p, q) for p, q in zip(a, b)) and a[0].dtype == np.float64
