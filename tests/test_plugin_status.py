@@ -15,6 +15,7 @@ pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
               pytest.mark.usefixtures("_heavy_modules_stay_loaded")]
 
 
+@pytest.mark.inline_exports  # conftest.py: the status lines, not the export process, are the subject
 def test_an_export_is_said_as_it_happens_and_quiet_under_q(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(TINY_SOURCE_CONFTEST)
     pytester.makepyfile(test_close=CLOSE_SUITE)

@@ -11,7 +11,9 @@ import pytest
 
 from models import TINY_SOURCE_CONFTEST
 
-pytestmark = pytest.mark.usefixtures("_heavy_modules_stay_loaded")
+# Exports inline (conftest.py): the first-use install is the subject, not the export process,
+# whose worker would import TensorFlow once more.
+pytestmark = [pytest.mark.usefixtures("_heavy_modules_stay_loaded", "_tfjs_converter_loaded"), pytest.mark.inline_exports]
 
 
 @pytest.mark.skipif(shutil.which("npm") is None or importlib.util.find_spec("tensorflowjs") is None,

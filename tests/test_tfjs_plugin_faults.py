@@ -69,12 +69,16 @@ KILL_SUITE = textwrap.dedent('''
 ''')
 
 
+# Node.js deaths are the subject, not the export process: its worker would import TensorFlow once more.
+INLINE = "--modelparity-export-process=inline"
+
+
 def test_killing_node_mid_session_fails_only_a_call_it_died_in_twice(pytester: pytest.Pytester) -> None:
     """A death before any byte of the answer is retried on a new process, so it fails no test;
     two deaths on one call fail that test naming both; a death between tests fails none."""
     pytester.makeconftest(TINY_SOURCE_CONFTEST)
     pytester.makepyfile(test_kill=KILL_SUITE)
-    result = pytester.runpytest_subprocess("--modelparity-formats=tfjs", "--modelparity-cache-dir=cache",
+    result = pytester.runpytest_subprocess("--modelparity-formats=tfjs", "--modelparity-cache-dir=cache", INLINE,
                                            "-p", "no:cacheprovider", "-p", "no:randomly", timeout=600)
     result.assert_outcomes(passed=4, failed=1)
     result.stdout.fnmatch_lines(["*test_3_node_dies_on_every_predict*",
@@ -101,7 +105,7 @@ def test_a_node_that_never_answers_ends_the_run_fast_naming_node(pytester: pytes
     ''')
     monkeypatch.setenv("PATH", f"{fake_bin}{os.pathsep}{os.environ['PATH']}")
     start = time.monotonic()
-    result = pytester.runpytest_subprocess("--modelparity-formats=tfjs", "--modelparity-cache-dir=cache",
+    result = pytester.runpytest_subprocess("--modelparity-formats=tfjs", "--modelparity-cache-dir=cache", INLINE,
                                            "-p", "no:cacheprovider", timeout=600)
     took = time.monotonic() - start
     assert result.ret != 0
