@@ -41,7 +41,7 @@ CALIBRATED_MULTIPLE = 8.0
 # every other implementation's rounding a failure.
 CALIBRATED_MIN_FLOOR_EPS = 8.0
 # tolerance="calibrated": rows of the batch run one at a time to measure the reference's
-# drift (one call each). Not the int8 calibration rows of plugin/session.INT8_CALIBRATION_ROWS.
+# drift (one call each). Not the int8 calibration rows of plugin/variants.INT8_CALIBRATION_ROWS.
 CALIBRATED_SINGLE_ROWS = 64
 
 

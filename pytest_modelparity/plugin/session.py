@@ -28,15 +28,11 @@ from ..runtime import progress
 from .options import RUNTIME_VARIANTS, ParityOptions, split_format
 from .advice import without_failed_advice
 from .causes import cause_head, cause_key, model_reason
+from .variants import QUANTIZED_VARIANTS, dataset_key, variant_options
 
 STATE_KEY = pytest.StashKey["ParitySession"]()
 BATCH_SIZE = 4
 BATCH_SEED = 0
-# A tflite:int8 candidate calibrates on rows drawn like parity_batch (another seed), so its
-# quantisation ranges fit the inputs the tests feed it (the exporter's own default, uniform
-# [0, 1), would clip every negative input).
-INT8_CALIBRATION_ROWS = 100
-INT8_CALIBRATION_SEED = 1
 
 class NotExportable(ValueError):
     """The selected format has no exporter (e.g. TF1 checkpoints are load-only)."""
@@ -319,7 +315,7 @@ class ParitySession:
             return loaded
 
         return self._once(self.candidates, (id(obj), format, device, _options_key(opts), _options_key(conv),
-                                            repr(elements), _dataset_key(dataset), repr(bind)),
+                                            repr(elements), dataset_key(dataset), repr(bind)),
                           self._quietly(f"exporting to {format} and loading on {device}", build))
 
     def _note_itself(self, obj: Any, src: Source, format: str, device: str, path: Path) -> None:
@@ -396,7 +392,7 @@ class ParitySession:
         if variant in RUNTIME_VARIANTS.get(base, ()):
             format = base  # tfjs:webgl runs tfjs's own model.json: one export for every browser
         return self._once(self.exports, (id(obj), format, _options_key(opts), _options_key(conv), repr(elements),
-                                         _dataset_key(dataset)),
+                                         dataset_key(dataset)),
                           lambda: self._export(obj, src, format, given, conv, elements, dataset))
 
     def _export_subject(self, obj: Any, src: Source, given: dict) -> Any:
@@ -434,7 +430,7 @@ class ParitySession:
             raise missing
         self.prestart_worker([base])
         model = self._export_subject(obj, src, given)
-        options, calibration = _variant_options(model, variant, elements, dataset,
+        options, calibration = variant_options(model, variant, elements, dataset,
                                                 specs=lambda: self.reference(obj, "cpu", given))
         if calibration is not None:
             self.calibrations[format] = calibration
@@ -731,53 +727,6 @@ def resolve_source(obj: Any, *, format: str | None = None, _depth: int = 0) -> S
         f"modelparity_source returned {type(obj).__name__}; return a Keras model, a zero-argument "
         "factory returning one, or a path to a saved model (.keras, .h5, SavedModel dir, .pb, "
         ".tflite, model.json, .onnx)")
-
-
-def _variant_options(model: Any, variant: str | None, elements: Any = None, dataset: Any = None,
-                     specs: Any = None) -> tuple[dict[str, Any], dict | None]:
-    """Export options of a format variant: ``quantization=<variant>``, and for int8 the
-    calibration rows (arrays, so the export cache keys them by content), with how they were
-    chosen: the ``modelparity_dataset``'s first rows, else rows drawn like ``parity_batch``
-    (``modelparity_elements``) and said to be default rows. A path source (a SavedModel
-    directory) calibrates the same way, on its loaded form's inputs (``specs()``)."""
-    if variant is None:
-        return {}, None
-    options: dict[str, Any] = {"quantization": variant}
-    if variant != "int8":
-        return options, None
-    from ..checks.dataset import as_dataset
-    from ..formats.tensorflow.keras_specs import input_specs
-    from ..checks.strategies import seeded_batch, specs_of
-
-    if isinstance(model, (str, Path)):
-        shaped = specs() if specs is not None else model
-    else:
-        shaped = input_specs(model, action="export")
-    data = as_dataset(dataset)
-    # By input name: the converter's input order is not the model's (tflite._representative).
-    if data is not None:
-        rows = data.calibration(specs_of(shaped))
-        info = {"rows": len(next(iter(rows.values()))), "source": f"the first rows of modelparity_dataset {data.label}",
-                "default": False}
-    else:
-        rows = dict(seeded_batch(shaped, batch_size=INT8_CALIBRATION_ROWS, seed=INT8_CALIBRATION_SEED,
-                                 elements=elements))
-        where = "modelparity_elements" if elements is not None else "each input dtype's default range"
-        info = {"rows": INT8_CALIBRATION_ROWS, "default": True,
-                "source": f"seeded random rows drawn from {where}, like parity_batch (no modelparity_dataset)"}
-    options["representative_data"] = [rows]
-    return options, info
-
-
-# Variants of a tflite candidate judged against their float32 sibling (checks/quantized.py).
-QUANTIZED_VARIANTS = ("float16", "dynamic_range", "int8")
-
-
-def _dataset_key(dataset: Any) -> str | None:
-    from ..checks.dataset import as_dataset
-
-    data = as_dataset(dataset)
-    return data.digest() if data is not None else None
 
 
 def _options_key(options: dict) -> str:
