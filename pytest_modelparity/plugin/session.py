@@ -374,7 +374,11 @@ class ParitySession:
         def requantize(names: list[str]) -> Any:
             kept = dict(conv)
             kept["float_nodes"] = list(dict.fromkeys([*(conv.get("float_nodes") or []), *names]))
-            again = self.export(obj, format, given, kept, elements, dataset)
+            failed_before = dict(self.export_failures)
+            try:
+                again = self.export(obj, format, given, kept, elements, dataset)
+            finally:  # the diagnosis's export failing is not the format's (export_failures drops advice)
+                self.export_failures = failed_before
             base = split_format(format)[0]
             return self._bound(_load_source(again, base, device, {}), obj, device, given, elements, bind, again)
 
