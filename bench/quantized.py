@@ -188,7 +188,9 @@ def markdown(results: list[dict]) -> str:
 
 
 def tabular(name: str):
-    """(model, x_train, x_test) of an MLP trained on a bundled scikit-learn dataset (standardised)."""
+    """(model, x_train, x_test) of an MLP trained on a bundled scikit-learn dataset (standardised).
+    scikit-learn is not in the test venv (tests/data/README.md): ``pip install scikit-learn`` or
+    ``PYTHONPATH=.venv/aside-sklearn`` (scripts/install.sh keeps a copy there)."""
     import keras
     from sklearn import datasets
 

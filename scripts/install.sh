@@ -14,6 +14,16 @@ PY=${PYTHON:-python3}
 # with its legacy optimizer, as many trained models in the wild were written. --no-deps: its pin
 # on `tensorflow` would pull a second TensorFlow over tensorflow-cpu. The plugin never imports it.
 .venv/bin/python -m pip install -q --no-deps 'tf_keras==2.21.0'
+# scikit-learn beside the venv, not in it: Keras imports it (and SciPy) in every process that
+# imports TensorFlow when it is installed, 1.3 CPU-s each over the suite's ~100 such processes.
+# One test needs a user environment that has it (tests/test_session_faults.py: SciPy's OpenBLAS
+# under `ulimit -v`) and puts this folder on its session's PYTHONPATH. Constrained to the venv's
+# versions, so the numpy it brings along is the venv's own.
+ASIDE=.venv/aside-sklearn
+if [ ! -d "$ASIDE/sklearn" ]; then
+  .venv/bin/python -m pip list --format=freeze > .venv/aside-constraints.txt
+  .venv/bin/python -m pip install -q --target "$ASIDE" -c .venv/aside-constraints.txt 'scikit-learn>=1.3'
+fi
 # The Node.js side of the TFJS format: npm ci into the runner cache ahead of time (it would
 # otherwise run on first use). Skipped, with a note, where Node.js/npm are missing.
 if command -v node >/dev/null && command -v npm >/dev/null; then

@@ -1,4 +1,6 @@
-"""A small CNN trained on scikit-learn's bundled digits (8x8, 1,797 images, no download).
+"""A small CNN trained on the UCI handwritten digits (8x8, 1,797 images, no download): the copy
+scikit-learn bundles, kept in tests/data/digits.csv.gz (tests/data/README.md), so the suite does
+not install scikit-learn, whose import Keras makes in every TensorFlow process (1.3 CPU-s each).
 
 Why a trained model: what quantisation costs depends on the weights and the data; random
 weights on random rows say little about it (notes/quantization.md). Training takes a few
@@ -8,17 +10,18 @@ seconds on two CPU cores. Inputs are pixels scaled to [0, 1]; outputs are 10 log
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import numpy as np
+
+DIGITS_CSV = Path(__file__).parent / "data" / "digits.csv.gz"  # scikit-learn's copy, byte for byte
 
 
 def digits_data(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(x_train, y_train, x_test, y_test): images (n, 8, 8, 1) in [0, 1], labels 0..9."""
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    x = (digits.images / 16.0).astype("float32")[..., None]
-    y = digits.target.astype("int64")
+    table = np.loadtxt(DIGITS_CSV, delimiter=",")  # 64 pixels in 0..16, then the label, per row
+    x = (table[:, :-1].reshape(-1, 8, 8) / 16.0).astype("float32")[..., None]
+    y = table[:, -1].astype("int64")
     order = np.random.default_rng(seed).permutation(len(x))
     x, y = x[order], y[order]
     cut = 1400

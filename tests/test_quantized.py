@@ -10,8 +10,6 @@ import warnings
 import numpy as np
 import pytest
 
-pytest.importorskip("sklearn", reason="scikit-learn (a test dependency: pip install -e .[test]) trains the digits model")
-
 from pytest_modelparity import ParityError, assert_outputs_close, export_model, load_model  # noqa: E402
 from digits import digits_conftest  # noqa: E402
 from pytest_modelparity.checks import quantized

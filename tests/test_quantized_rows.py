@@ -13,8 +13,6 @@ import pytest
 from pytest_modelparity.checks import acceptance, quantized
 from pytest_modelparity.verdict.tolerances import Tolerance
 
-pytest.importorskip("sklearn", reason="scikit-learn (a test dependency: pip install -e .[test]) trains the digits model")
-
 from digits import digits_conftest  # noqa: E402
 from test_plugin_report import check_document  # noqa: E402
 

@@ -186,23 +186,33 @@ def test_a_converter_out_of_memory_says_so_with_the_fix_and_the_log_does_not_say
 
 
 def test_under_a_ulimit_v_too_small_for_tensorflow_the_session_ends_and_says_it_is_memory(pytester: pytest.Pytester) -> None:
-    """1.1 GB: more than the 900 MB above, less than TensorFlow's import maps (1.2 GB). SciPy's
-    OpenBLAS (loaded by Keras through scikit-learn) sized a buffer per thread and spun at 100% CPU
-    when they did not fit: the session never ended. The plugin caps OpenBLAS at one thread under
-    an address-space limit, and the session ends in seconds with the out-of-memory report."""
+    """1.1 GB: more than the 900 MB above, less than TensorFlow's import maps with scikit-learn
+    installed (1.2 GB). SciPy's OpenBLAS (loaded by Keras through scikit-learn) sized a buffer per
+    thread and spun at 100% CPU when they did not fit: the session never ended. The plugin caps
+    OpenBLAS at one thread under an address-space limit, and the session ends in seconds with the
+    out-of-memory report. The suite's venv has no scikit-learn (Keras would import it in every
+    TensorFlow process): this session gets the copy scripts/install.sh keeps beside it."""
     import shutil
     import subprocess
     import sys
 
     if shutil.which("bash") is None:
         pytest.skip("bash is needed for `ulimit -v`")
+    aside = Path(sys.prefix) / "aside-sklearn"
+    if not (aside / "sklearn").is_dir():
+        pytest.skip(f"no scikit-learn beside the venv ({aside}): bash scripts/install.sh puts it there")
+    found = subprocess.run([sys.executable, "-c", "import scipy.special, sklearn; print(sklearn.__file__)"],
+                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(aside)})
+    assert found.returncode == 0 and str(aside) in found.stdout, found.stderr[-2000:]  # the user environment with it
     pytester.makeconftest(TINY_SOURCE_CONFTEST)
     pytester.makepyfile(test_m=CLOSE_SUITE)
     command = (f"ulimit -v 1100000 && exec {sys.executable} -m pytest -p no:cacheprovider -p no:randomly "
                f"--modelparity-formats=tflite --modelparity-cache-dir=cache")
     try:
+        env = environ_as_given()
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(aside), env.get("PYTHONPATH")]))
         proc = subprocess.run(["bash", "-c", command], cwd=pytester.path, capture_output=True, text=True, timeout=180,
-                              env=environ_as_given())
+                              env=env)
     except subprocess.TimeoutExpired:
         pytest.fail("the session under `ulimit -v 1100000` did not end in 180 s")
     out = proc.stdout + proc.stderr
