@@ -157,3 +157,12 @@ def test_the_session_measures_its_advice_on_its_own_int8_export(pytester, reques
     assert f"exporting tflite:int8 with {kept} node(s) kept in float" in text  # the status line says why
     routes = [a.get("route", "") for a in json.loads((pytester.path / "r.json").read_text())["artifacts"]]
     assert any(f"kept in float: {kept} node(s)" in r for r in routes), routes
+
+
+def test_float_nodes_that_match_no_tensor_are_refused(tmp_path):
+    """QuantizationDebugger ignores a name it does not find and writes the int8 file as without
+    it; the export says so instead, naming what to pass."""
+    with pytest.raises(ValueError, match=r"float_nodes: 1 of 1 name\(s\) match no tensor of the int8 file.*\['d3'\]"
+                                         r".*full tensor names the quantisation hint prints"):
+        export_model(quant_models.outlier_mlp(), "tflite", tmp_path / "short.tflite", quantization="int8",
+                     representative_data=CALIBRATION, converter_options={"float_nodes": ["d3"]})

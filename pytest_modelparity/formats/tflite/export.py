@@ -221,8 +221,9 @@ def _convert(serving: Any, concrete: Any, route: str, batch: int, variant: str, 
 
     if options.get("float_nodes"):
         # The quantisation hint's fix: the named nodes kept in float (selective quantisation).
-        return _float_quantized(converter(), nodes=options["float_nodes"]), (
-            f"kept in float: {len(options['float_nodes'])} node(s) named by converter_options float_nodes")
+        content = _float_quantized(converter(), nodes=options["float_nodes"])
+        _check_float_nodes(content, options["float_nodes"])
+        return content, f"kept in float: {len(options['float_nodes'])} node(s) named by converter_options float_nodes"
     content = converter().convert()
     divisions = int8_divisions(content) if variant == "int8" else []
     if divisions and io_dtype != "float32":
@@ -232,6 +233,18 @@ def _convert(serving: Any, concrete: Any, route: str, batch: int, variant: str, 
     if divisions:
         return _float_divisions(converter()), FLOAT_DIV_ROUTE
     return content, ""
+
+
+def _check_float_nodes(content: bytes, nodes: list[str]) -> None:
+    """Refuse ``float_nodes`` names that match no tensor of the file: QuantizationDebugger
+    ignores them without a word, and the file came out as int8 as without them (measured)."""
+    names = {str(d["name"]) for d in new_interpreter(content).get_tensor_details()}
+    unmatched = [n for n in nodes if n not in names]
+    if unmatched:
+        raise ValueError(
+            f"converter_options float_nodes: {len(unmatched)} of {len(nodes)} name(s) match no tensor of the int8 "
+            f"file, so nothing would be kept in float for them: {unmatched[:5]!r}; use the full tensor names the "
+            "quantisation hint prints (a layer's short name, 'conv1', matches nothing)")
 
 
 class FloatDivisionNeeded(Exception):
