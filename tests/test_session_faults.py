@@ -151,10 +151,13 @@ def test_under_ulimit_v_the_session_ends_normally_and_says_it_is_memory(pytester
     proc = subprocess.run(["bash", "-c", command], cwd=pytester.path, capture_output=True, text=True, timeout=300,
                           env=environ_as_given())  # bytecode as the run was given it: memory is the subject
     out = proc.stdout + proc.stderr
-    assert "INTERNALERROR" not in out, out[-4000:]
-    assert proc.returncode == 1, (proc.returncode, out[-4000:])
-    assert "pytest ran out of memory while formatting this failure's traceback" in out, out[-4000:]
-    assert "1 failed" in out and "1 error" in out, out[-2000:]
+    # Both ends of the output: a fresh-clone run once failed here with only "MemoryError:" lines
+    # in its last 4000 characters, and could not be reproduced (22 runs, quiet and under load).
+    shown = out if len(out) < 8000 else f"{out[:4000]}\n[... {len(out) - 8000} characters ...]\n{out[-4000:]}"
+    assert "INTERNALERROR" not in out, shown
+    assert proc.returncode == 1, (proc.returncode, shown)
+    assert "pytest ran out of memory while formatting this failure's traceback" in out, shown
+    assert "1 failed" in out and "1 error" in out, shown
 
 
 def test_a_converter_out_of_memory_says_so_with_the_fix_and_the_log_does_not_say_done(tmp_path: Path) -> None:
