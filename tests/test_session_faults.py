@@ -152,7 +152,7 @@ def test_under_ulimit_v_the_session_ends_normally_and_says_it_is_memory(pytester
                           env=environ_as_given())  # bytecode as the run was given it: memory is the subject
     out = proc.stdout + proc.stderr
     # Both ends of the output: a fresh-clone run once failed here with only "MemoryError:" lines
-    # in its last 4000 characters, and could not be reproduced (22 runs, quiet and under load).
+    # in its last 4000 characters, and could not be reproduced (21 runs, quiet and under load).
     shown = out if len(out) < 8000 else f"{out[:4000]}\n[... {len(out) - 8000} characters ...]\n{out[-4000:]}"
     assert "INTERNALERROR" not in out, shown
     assert proc.returncode == 1, (proc.returncode, shown)
