@@ -78,9 +78,11 @@ def run(name: str, musicnn: str | None) -> str:
     sibling = export_model(source, "tflite", where / "f32.tflite", **opts)
     quantized = int8("int8")
     with load_model(sibling) as f:
+        reference = qz._flat_outputs(f, held_out)
+
         def error(path: Path) -> float:
             with load_model(path) as m:
-                return qz._output_error(m, f, held_out)
+                return qz._output_error(qz._flat_outputs(m, held_out), reference)
 
         with load_model(quantized) as q:
             costs = qz.layer_costs(q, f, held_out[:qz.LAYER_ROWS])

@@ -16,6 +16,7 @@ what they received.
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -268,8 +269,6 @@ class Trial:
 def try_keeping(quantized: Any, sibling: Any, inputs: Any, names: list[str]) -> Trial:
     """``Trial`` of keeping ``names`` in float, when ``quantized`` can be re-exported (the
     session attaches ``requantize``: same source, calibration rows and converter options)."""
-    import time
-
     requantize = getattr(quantized, "requantize", None)
     if requantize is None:
         return Trial(tuple(names), not_run="the file was not exported by this session (it cannot be re-quantised "
@@ -285,8 +284,9 @@ def try_keeping(quantized: Any, sibling: Any, inputs: Any, names: list[str]) -> 
         first = str(exc).splitlines()[0] if str(exc) else ""
         return Trial(tuple(names), not_run=f"the re-quantisation failed ({type(exc).__name__}: {first[:300]})")
     try:
-        before = _output_error(quantized, sibling, inputs)
-        after = _output_error(kept, sibling, inputs)
+        reference = _flat_outputs(sibling, inputs)
+        before = _output_error(_flat_outputs(quantized, inputs), reference)
+        after = _output_error(_flat_outputs(kept, inputs), reference)
     finally:
         close = getattr(kept, "close", None)
         if close is not None:
@@ -294,11 +294,14 @@ def try_keeping(quantized: Any, sibling: Any, inputs: Any, names: list[str]) -> 
     return Trial(tuple(names), before, after, time.perf_counter() - start)
 
 
-def _output_error(model: Any, sibling: Any, inputs: Any) -> float:
-    """The worst output's relative RMS error of ``model`` vs ``sibling`` (outputs paired by name)."""
+def _flat_outputs(model: Any, inputs: Any) -> dict[str, np.ndarray]:
     from ._util import flatten, run_model
 
-    mine, theirs = flatten(run_model(model, inputs)), flatten(run_model(sibling, inputs))
+    return flatten(run_model(model, inputs))
+
+
+def _output_error(mine: dict[str, np.ndarray], theirs: dict[str, np.ndarray]) -> float:
+    """The worst output's relative RMS error of ``mine`` vs ``theirs`` (outputs paired by name)."""
     errors = [_rel_rms(np.asarray(mine[k], np.float64), np.asarray(theirs[k], np.float64))
               for k in mine if k in theirs and np.shape(mine[k]) == np.shape(theirs[k])]
     if not errors:

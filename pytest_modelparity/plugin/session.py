@@ -435,7 +435,7 @@ class ParitySession:
         self.prestart_worker([base])
         model = self._export_subject(obj, src, given)
         options, calibration = variant_options(model, variant, elements, dataset,
-                                                specs=lambda: self.reference(obj, "cpu", given))
+                                               specs=lambda: self.reference(obj, "cpu", given))
         if calibration is not None:
             self.calibrations[format] = calibration
         for rows in options.get("representative_data") or []:

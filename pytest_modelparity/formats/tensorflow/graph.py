@@ -518,34 +518,35 @@ def freeze_concrete(fn: Any, input_order: list[int] | None = None) -> FrozenGrap
     import_tf()
     try:
         with quiet():
-            return _frozen_graph_def(fn, input_order)
-    except _NoShortcut:
-        pass
+            try:
+                graph_def, frozen_inputs, outputs = _frozen_graph_def(fn)
+            except _NoShortcut:
+                graph_def, frozen_inputs, outputs = _frozen_by_public_function(fn)
     except Exception as exc:  # noqa: BLE001 - any failure: no graph twin
         raise GraphUnavailable(f"freezing the graph failed ({first_line(exc)})") from exc
-    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
-
-    try:
-        with quiet():
-            frozen = convert_variables_to_constants_v2(fn, lower_control_flow=False)
-    except Exception as exc:  # noqa: BLE001 - any failure: no graph twin
-        raise GraphUnavailable(f"freezing the graph failed ({first_line(exc)})") from exc
-    graph_def = frozen.graph.as_graph_def()
-    inputs = [t.name for t in frozen.inputs if t.dtype.name != "resource"]
+    inputs = [t.name for t in frozen_inputs if t.dtype.name != "resource"]
     if input_order is not None:
         inputs = [inputs[i] for i in input_order]
-    return FrozenGraph(graph_def, inputs, [t.name for t in frozen.outputs],
-                       tables=lookup_tables(fn, frozen.inputs, graph_def))
+    return FrozenGraph(graph_def, inputs, outputs, tables=lookup_tables(fn, frozen_inputs, graph_def))
 
 
 class _NoShortcut(Exception):
     """This TensorFlow lacks the private first step of ``convert_variables_to_constants_v2``."""
 
 
-def _frozen_graph_def(fn: Any, input_order: list[int] | None) -> FrozenGraph:
-    """``freeze_concrete`` by ``convert_variables_to_constants_v2``'s own first step: the GraphDef
-    with every variable a constant, and the inputs it keeps (its ``_construct_concrete_function``
-    keeps the function's inputs that were not converted, and its outputs, by name)."""
+def _frozen_by_public_function(fn: Any) -> tuple[Any, list[Any], list[str]]:
+    """(GraphDef, input tensors, output names) of ``convert_variables_to_constants_v2``'s function."""
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+    frozen = convert_variables_to_constants_v2(fn, lower_control_flow=False)
+    return frozen.graph.as_graph_def(), list(frozen.inputs), [t.name for t in frozen.outputs]
+
+
+def _frozen_graph_def(fn: Any) -> tuple[Any, list[Any], list[str]]:
+    """(GraphDef, input tensors, output names) by ``convert_variables_to_constants_v2``'s own
+    first step: the GraphDef with every variable a constant, and the inputs it keeps (its
+    ``_construct_concrete_function`` keeps the function's inputs that were not converted, and
+    its outputs, by name)."""
     try:
         from tensorflow.python.framework import convert_to_constants as c2c
 
@@ -563,10 +564,7 @@ def _frozen_graph_def(fn: Any, input_order: list[int] | None) -> FrozenGraph:
     # (a mask's unused ops, an RNN's unused TensorList) would count among the graph's op types.
     graph_def = tf.compat.v1.graph_util.extract_sub_graph(
         graph_def, list(dict.fromkeys(t.name.split(":")[0] for t in [*fn.outputs, *kept])))
-    inputs = [t.name for t in kept if t.dtype.name != "resource"]
-    if input_order is not None:
-        inputs = [inputs[i] for i in input_order]
-    return FrozenGraph(graph_def, inputs, [t.name for t in fn.outputs], tables=lookup_tables(fn, kept, graph_def))
+    return graph_def, kept, [t.name for t in fn.outputs]
 
 
 def lookup_tables(fn: Any, frozen_inputs: list[Any], graph_def: Any) -> dict[str, tuple[np.ndarray, np.ndarray]]:
