@@ -166,3 +166,17 @@ def test_float_nodes_that_match_no_tensor_are_refused(tmp_path):
                                          r".*full tensor names the quantisation hint prints"):
         export_model(quant_models.outlier_mlp(), "tflite", tmp_path / "short.tflite", quantization="int8",
                      representative_data=CALIBRATION, converter_options={"float_nodes": ["d3"]})
+
+
+def test_a_requantised_file_that_cannot_run_on_the_batch_keeps_the_hint_unmeasured(tmp_path):
+    """The re-export exists but does not run on the failing batch (here another net, 8 inputs
+    wide): the cost hint is still given, its advice said to be unmeasured, with the error."""
+    from models import mlp
+
+    quantized, sibling = _files(quant_models.outlier_mlp(), tmp_path)
+    other = export_model(mlp(seed=2, inputs=8), "tflite", tmp_path / "other.tflite")
+    with load_model(quantized) as q, load_model(sibling) as f:
+        q.requantize = lambda names: load_model(other)
+        cause, message, evidence = quantization.cost_hint(q, f, quant_models.rows(32, 99), "int8")
+    assert cause == "quantization_cost" and "(not measured)" in message, message
+    assert "running the re-quantised file failed (" in evidence, evidence

@@ -287,6 +287,9 @@ def try_keeping(quantized: Any, sibling: Any, inputs: Any, names: list[str]) -> 
         reference = _flat_outputs(sibling, inputs)
         before = _output_error(_flat_outputs(quantized, inputs), reference)
         after = _output_error(_flat_outputs(kept, inputs), reference)
+    except Exception as exc:  # noqa: BLE001 - the cost hint stays, its advice unmeasured
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        return Trial(tuple(names), not_run=f"running the re-quantised file failed ({type(exc).__name__}: {first[:300]})")
     finally:
         close = getattr(kept, "close", None)
         if close is not None:
