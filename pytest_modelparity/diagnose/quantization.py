@@ -364,8 +364,9 @@ def advice(variant: str, costs: list[LayerCost], route: str | None = None, trial
     if trial is not None and trial.after is not None and not trial.helps:
         spread = sum(1 for c in costs if c.added > 0)
         return (f"keeping them in float barely helps (measured: {trial.figures()}), so the cost is spread over the "
-                f"graph ({spread} ops add error) and no few ops explain it: compare tflite:dynamic_range or "
-                "tflite:float16 instead, train with quantisation awareness, or loosen the int8 budget "
+                f"graph ({spread} ops add error) and no few ops explain it: calibrate on rows like the inputs "
+                "(modelparity_dataset: a calibration on another range costs every op), compare tflite:dynamic_range "
+                "or tflite:float16 instead, train with quantisation awareness, or loosen the int8 budget "
                 "(--modelparity-quant-budget) if the cost is acceptable. What was measured: " + call)
     said = f" (measured: {trial.figures()})" if trial is not None and trial.helps else \
         " (not measured)" if trial is not None else ""
