@@ -194,7 +194,9 @@ def test_under_a_ulimit_v_too_small_for_tensorflow_the_session_ends_and_says_it_
     thread and spun at 100% CPU when they did not fit: the session never ended. The plugin caps
     OpenBLAS at one thread under an address-space limit, and the session ends in seconds with the
     out-of-memory report. The suite's venv has no scikit-learn (Keras would import it in every
-    TensorFlow process): this session gets the copy scripts/install.sh keeps beside it."""
+    TensorFlow process) and keeps ml_dtypes below 0.7 (its import is dearer): this session gets
+    the copy scripts/install.sh keeps beside it, with the ml_dtypes a user's pip resolves (0.7.0),
+    the environment this limit was measured in."""
     import shutil
     import subprocess
     import sys
@@ -204,9 +206,12 @@ def test_under_a_ulimit_v_too_small_for_tensorflow_the_session_ends_and_says_it_
     aside = Path(sys.prefix) / "aside-sklearn"
     if not (aside / "sklearn").is_dir():
         pytest.skip(f"no scikit-learn beside the venv ({aside}): bash scripts/install.sh puts it there")
-    found = subprocess.run([sys.executable, "-c", "import scipy.special, sklearn; print(sklearn.__file__)"],
+    found = subprocess.run([sys.executable, "-c", "import scipy.special, sklearn, ml_dtypes; "
+                            "print(sklearn.__file__, ml_dtypes.__file__, ml_dtypes.__version__)"],
                            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(aside)})
-    assert found.returncode == 0 and str(aside) in found.stdout, found.stderr[-2000:]  # the user environment with it
+    # the user environment with them
+    assert found.returncode == 0 and found.stdout.count(str(aside)) == 2, (found.stdout, found.stderr[-2000:])
+    assert found.stdout.split()[-1] == "0.7.0", found.stdout
     pytester.makeconftest(TINY_SOURCE_CONFTEST)
     pytester.makepyfile(test_m=CLOSE_SUITE)
     command = (f"ulimit -v 1100000 && exec {sys.executable} -m pytest -p no:cacheprovider -p no:randomly "
