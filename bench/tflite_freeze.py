@@ -1,0 +1,89 @@
+"""Bench: the tflite export's converter input, the serving function with its variables frozen
+(an empty holder to save) against the function with its variable holder (the converter saves
+every variable as a SavedModel first, tracing a save and a restore function over them).
+
+For each net and variant both ways run in one process, alternating, ``--repeats`` times; the
+figure is the median CPU seconds (``time.process_time``) of ``TFLiteConverter.convert`` plus the
+freeze, and both files are run in LiteRT on the same batch: outputs bitwise equal or not, and
+the signature (input and output names) the same or not.
+
+    .venv/bin/python bench/tflite_freeze.py [--repeats 3] [--nets mobilenetv2,inceptionv3,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+NETS = {
+    "mobilenetv2": lambda: __import__("models").keras_app("mobilenetv2", 48),
+    "inceptionv3": lambda: __import__("models").keras_app("inceptionv3", 75),
+    "mobilenetv3small": lambda: __import__("families").mobilenet_v3_small(),
+    "gelu_encoder": lambda: __import__("families").gelu_encoder(),
+    "gpt_decoder": lambda: __import__("families").gpt_decoder(),
+    "two_input": lambda: __import__("families").two_input(),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--nets", default=",".join(NETS))
+    parser.add_argument("--variants", default="float32,float16,dynamic_range")
+    args = parser.parse_args(argv)
+
+    import numpy as np
+    import tensorflow as tf
+    from ai_edge_litert.interpreter import Interpreter
+
+    from pytest_modelparity.formats.tensorflow.serving import converter_holder, serving_function
+    from pytest_modelparity.formats.tflite.export import _dynamic_function
+
+    def convert(fn, holder, variant):
+        made = tf.lite.TFLiteConverter.from_concrete_functions([fn], holder)
+        if variant != "float32":
+            made.optimizations = [tf.lite.Optimize.DEFAULT]
+        if variant == "float16":
+            made.target_spec.supported_types = [tf.float16]
+        return made.convert()
+
+    def run(content, batch):
+        runner = Interpreter(model_content=content).get_signature_runner()
+        names = list(runner.get_input_details())
+        feeds = batch if isinstance(batch, dict) else dict(zip(names, batch if isinstance(batch, (list, tuple))
+                                                                 else [batch]))
+        return runner(**{k: np.asarray(v) for k, v in feeds.items()})
+
+    print(f"{'net':18s} {'variant':14s} {'holder CPU-s':>12s} {'frozen CPU-s':>12s} {'ratio':>6s}  outputs  signature")
+    for name in args.nets.split(","):
+        model, batch = NETS[name]()
+        serving = serving_function(model)
+        concrete = serving.function.get_concrete_function()
+        for variant in args.variants.split(","):
+            spent: dict[str, list[float]] = {"holder": [], "frozen": []}
+            files: dict[str, bytes] = {}
+            for _ in range(args.repeats):
+                start = time.process_time()
+                files["holder"] = convert(concrete, converter_holder(serving, concrete), variant)
+                spent["holder"].append(time.process_time() - start)
+                start = time.process_time()
+                files["frozen"] = convert(*_dynamic_function(serving, concrete), variant)
+                spent["frozen"].append(time.process_time() - start)
+            a, b = (run(files[k], batch) for k in ("holder", "frozen"))
+            same = sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) for k in a)
+            sig = (Interpreter(model_content=files["holder"]).get_signature_list()
+                   == Interpreter(model_content=files["frozen"]).get_signature_list())
+            h, f = statistics.median(spent["holder"]), statistics.median(spent["frozen"])
+            print(f"{name:18s} {variant:14s} {h:12.2f} {f:12.2f} {h / f:6.2f}  {'equal' if same else 'DIFFER':7s}  "
+                  f"{'same' if sig else 'DIFFERS'}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
