@@ -1,13 +1,16 @@
 """Bench: the tflite export's converter input, the serving function with its variables frozen
 (an empty holder to save) against the function with its variable holder (the converter saves
 every variable as a SavedModel first, tracing a save and a restore function over them).
+Tried in the fifth round of issue 49 and not taken: MobileNetV2 converted 2.2-2.5x faster, but
+InceptionV3 at 75 px 0.82-0.91x (its freeze costs more than the save it spares); figures in
+docs/performance.md.
 
 For each net and variant both ways run in one process, alternating, ``--repeats`` times; the
 figure is the median CPU seconds (``time.process_time``) of ``TFLiteConverter.convert`` plus the
 freeze, and both files are run in LiteRT on the same batch: outputs bitwise equal or not, and
 the signature (input and output names) the same or not.
 
-    .venv/bin/python bench/tflite_freeze.py [--repeats 3] [--nets mobilenetv2,inceptionv3,...]
+    .venv/bin/python bench/tflite_freeze.py [--repeats 3] [--nets mobilenetv2,inceptionv3,...] [--variants int8,...]
 """
 
 from __future__ import annotations
@@ -35,15 +38,26 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--nets", default=",".join(NETS))
-    parser.add_argument("--variants", default="float32,float16,dynamic_range")
+    parser.add_argument("--variants", default="float32,float16,dynamic_range,int8")
     args = parser.parse_args(argv)
 
     import numpy as np
     import tensorflow as tf
     from ai_edge_litert.interpreter import Interpreter
 
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
     from pytest_modelparity.formats.tensorflow.serving import converter_holder, serving_function
-    from pytest_modelparity.formats.tflite.export import _dynamic_function
+
+    def frozen_function(serving, concrete):
+        """The serving function with its variables frozen (functional control flow kept,
+        outputs keeping their names), and an empty holder: nothing left for the save."""
+        frozen = convert_variables_to_constants_v2(concrete, lower_control_flow=False)
+
+        def serve(*xs):
+            return tf.nest.pack_sequence_as(concrete.structured_outputs, tf.nest.flatten(frozen(*xs)))
+
+        return tf.function(serve, input_signature=serving.specs, autograph=False).get_concrete_function(), tf.Module()
 
     def convert(fn, holder, variant):
         made = tf.lite.TFLiteConverter.from_concrete_functions([fn], holder)
@@ -51,6 +65,10 @@ def main(argv: list[str] | None = None) -> int:
             made.optimizations = [tf.lite.Optimize.DEFAULT]
         if variant == "float16":
             made.target_spec.supported_types = [tf.float16]
+        if variant == "int8":  # calibrated on the batch's rows, one at a time, float inputs and outputs
+            rows = list(batch.values()) if isinstance(batch, dict) else [batch]
+            made.representative_dataset = lambda: ([np.asarray(r[i:i + 1]) for r in rows]
+                                                   for i in range(len(rows[0])))
         return made.convert()
 
     def run(content, batch):
@@ -73,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
                 files["holder"] = convert(concrete, converter_holder(serving, concrete), variant)
                 spent["holder"].append(time.process_time() - start)
                 start = time.process_time()
-                files["frozen"] = convert(*_dynamic_function(serving, concrete), variant)
+                files["frozen"] = convert(*frozen_function(serving, concrete), variant)
                 spent["frozen"].append(time.process_time() - start)
             a, b = (run(files[k], batch) for k in ("holder", "frozen"))
             same = sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) for k in a)

@@ -202,7 +202,7 @@ def _convert(serving: Any, concrete: Any, route: str, batch: int, variant: str, 
     if route == "static_batch":
         concrete, holder = _static_batch_function(serving, concrete, batch)
     else:
-        (concrete, holder), batch = _dynamic_function(serving, concrete), 1
+        holder, batch = converter_holder(serving, concrete), 1
 
     def converter() -> Any:  # a TFLiteConverter converts once: a second pass needs a new one
         made = tf.lite.TFLiteConverter.from_concrete_functions([concrete], holder)
@@ -320,31 +320,6 @@ def _apply_options(converter: Any, options: dict[str, Any]) -> None:
             raise TypeError(f"unknown converter_options key {key!r} for format 'tflite'; known: route, "
                             "static_batch, supported_ops, supported_types, lower_tensor_list_ops, float_nodes, or an "
                             "attribute of tf.lite.TFLiteConverter")
-
-
-def _dynamic_function(serving: Any, concrete: Any) -> tuple[Any, Any]:
-    """The serving function with its variables frozen, and an empty holder, where it captures
-    variables only: the converter saves its holder as a SavedModel before converting, and
-    saving every variable traced a save and a restore function over all of them (MobileNetV2 at
-    48 px: 5.6-6.7 -> 2.1-2.5 CPU-s per conversion, the file's outputs bitwise equal,
-    bench/tflite_freeze.py). A function that also captures a table or another resource keeps
-    ``converter_holder``'s holder, which saves it. Control flow stays functional (If, While), as
-    the SavedModel route has it; outputs keep their names."""
-    import tensorflow as tf
-    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
-
-    holder = converter_holder(serving, concrete)
-    variables = {id(v.handle) for v in getattr(holder, "variables_", []) if hasattr(v, "handle")}
-    captured = [t for t in concrete.captured_inputs if t.dtype == tf.resource]
-    if (not captured or getattr(holder, "model", None) is not None or getattr(holder, "resources_", None)
-            or any(id(t) not in variables for t in captured)):
-        return concrete, holder
-    frozen = convert_variables_to_constants_v2(concrete, lower_control_flow=False)
-
-    def serve(*xs: Any) -> Any:
-        return tf.nest.pack_sequence_as(concrete.structured_outputs, tf.nest.flatten(frozen(*xs)))
-
-    return tf.function(serve, input_signature=serving.specs, autograph=False).get_concrete_function(), tf.Module()
 
 
 def _static_batch_function(serving: Any, concrete: Any, batch: int) -> tuple[Any, Any]:
