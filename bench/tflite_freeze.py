@@ -44,7 +44,6 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
     import tensorflow as tf
     from ai_edge_litert.interpreter import Interpreter
-
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
     from pytest_modelparity.formats.tensorflow.serving import converter_holder, serving_function
@@ -59,16 +58,19 @@ def main(argv: list[str] | None = None) -> int:
 
         return tf.function(serve, input_signature=serving.specs, autograph=False).get_concrete_function(), tf.Module()
 
-    def convert(fn, holder, variant):
+    def convert(fn, holder, variant, batch):
         made = tf.lite.TFLiteConverter.from_concrete_functions([fn], holder)
         if variant != "float32":
             made.optimizations = [tf.lite.Optimize.DEFAULT]
         if variant == "float16":
             made.target_spec.supported_types = [tf.float16]
         if variant == "int8":  # calibrated on the batch's rows, one at a time, float inputs and outputs
-            rows = list(batch.values()) if isinstance(batch, dict) else [batch]
-            made.representative_dataset = lambda: ([np.asarray(r[i:i + 1]) for r in rows]
-                                                   for i in range(len(rows[0])))
+            # a dict batch by input name (the signature's), as LiteRT's calibrator feeds a signature
+            named = batch if isinstance(batch, dict) else None
+            rows = list(named.values()) if named else [batch]
+            made.representative_dataset = lambda: (
+                {k: np.asarray(v[i:i + 1]) for k, v in named.items()} if named
+                else [np.asarray(r[i:i + 1]) for r in rows] for i in range(len(rows[0])))
         return made.convert()
 
     def run(content, batch):
@@ -88,10 +90,10 @@ def main(argv: list[str] | None = None) -> int:
             files: dict[str, bytes] = {}
             for _ in range(args.repeats):
                 start = time.process_time()
-                files["holder"] = convert(concrete, converter_holder(serving, concrete), variant)
+                files["holder"] = convert(concrete, converter_holder(serving, concrete), variant, batch)
                 spent["holder"].append(time.process_time() - start)
                 start = time.process_time()
-                files["frozen"] = convert(*frozen_function(serving, concrete), variant)
+                files["frozen"] = convert(*frozen_function(serving, concrete), variant, batch)
                 spent["frozen"].append(time.process_time() - start)
             a, b = (run(files[k], batch) for k in ("holder", "frozen"))
             same = sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) for k in a)

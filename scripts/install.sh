@@ -22,10 +22,12 @@ PY=${PYTHON:-python3}
 # below 0.7 (pyproject.toml's test extra: 0.7.0's import is 1.3 CPU-s dearer), and that test's
 # address-space limit was measured in the environment a user's pip resolves, with 0.7.0.
 ASIDE=.venv/aside-sklearn
-if [ ! -d "$ASIDE/sklearn" ] || [ ! -d "$ASIDE/ml_dtypes-0.7.0.dist-info" ]; then
+ASIDE_ML_DTYPES=0.7.0
+if [ ! -d "$ASIDE/sklearn" ] || [ ! -d "$ASIDE/ml_dtypes-$ASIDE_ML_DTYPES.dist-info" ]; then
   rm -rf "$ASIDE"
   .venv/bin/python -m pip list --format=freeze | grep -iv '^ml.dtypes==' > .venv/aside-constraints.txt
-  .venv/bin/python -m pip install -q --target "$ASIDE" -c .venv/aside-constraints.txt 'scikit-learn>=1.3' 'ml_dtypes==0.7.0'
+  .venv/bin/python -m pip install -q --target "$ASIDE" -c .venv/aside-constraints.txt 'scikit-learn>=1.3' \
+      "ml_dtypes==$ASIDE_ML_DTYPES"
 fi
 # The Node.js side of the TFJS format: npm ci into the runner cache ahead of time (it would
 # otherwise run on first use). Skipped, with a note, where Node.js/npm are missing.
