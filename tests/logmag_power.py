@@ -1,7 +1,8 @@
-"""Run in a child process by tests/test_bulk_verdict.py (the environment, oneDNN on or off, is
-the child's): the log-magnitude audio net (tests/audio.py) and its forms judged by the default
-verdict against the Keras reference; correct forms, a 1% change of the late convolution's
-kernel, and an input gain of 255/256, each exported to every float form given.
+"""Run by tests/test_bulk_verdict.py, in a child process (the environment, oneDNN on or off, is
+the child's), or ``main`` in the test's own process for the setting its TensorFlow runs with:
+the log-magnitude audio net (tests/audio.py) and its forms judged by the default verdict
+against the Keras reference; correct forms, a 1% change of the late convolution's kernel, and
+an input gain of 255/256, each exported to every float form given.
 
 Prints one JSON line: ``{"form": {"correct" | "late_x1.01" | "gain255": {output: verdict}}}``,
 where a verdict is "pass", "fail (max)" (the per-element bound failed) or "fail (<statistic>)"
@@ -17,8 +18,6 @@ import tempfile
 import warnings
 from pathlib import Path
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-warnings.filterwarnings("ignore")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
@@ -69,4 +68,6 @@ def _failed_statistic(o) -> str:
 
 
 if __name__ == "__main__":
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    warnings.filterwarnings("ignore")
     print(json.dumps(main(sys.argv[1].split(","))))

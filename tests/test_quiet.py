@@ -74,8 +74,11 @@ def test_the_advice_in_that_line_shows_the_output(pytester: pytest.Pytester, mon
     monkeypatch.delenv("MODELPARITY_CACHE_DIR", raising=False)
     env_level = os.environ.pop("TF_CPP_MIN_LOG_LEVEL", None)
     try:
+        # the session's own TensorFlow import writes the lines; its export worker would only
+        # import TensorFlow once more (issue 49): the export runs inline
         result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-v", "-s", "--modelparity-model=demo",
-                                               "--modelparity-formats=keras", "-k", "outputs_close", timeout=600)
+                                               "--modelparity-formats=keras", "--modelparity-export-process=inline",
+                                               "-k", "outputs_close", timeout=600)
     finally:
         if env_level is not None:
             os.environ["TF_CPP_MIN_LOG_LEVEL"] = env_level
