@@ -13,6 +13,7 @@ when a model is actually resolved or loaded. The fixtures themselves are in ``fi
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import re
 import sys
@@ -553,10 +554,8 @@ class ParitySession:
     def exporter(self) -> Any:
         """What converts: ``export_model`` here, or the persistent child process (the default)
         that turns a converter's crash, abort, OOM kill or hang into one ``ExportError``."""
-        from ..formats import export_model
-
         if self.options.export_process != "child":
-            return export_model
+            return functools.partial(export_inline, timeout_s=self.options.timeout)
         if self._exporter is None:
             from ..exports.worker import ExportProcess
 
@@ -736,6 +735,17 @@ def resolve_source(obj: Any, *, format: str | None = None, _depth: int = 0) -> S
 def _options_key(options: dict) -> str:
     """A session-cache key for load options (their values may be unhashable lists)."""
     return repr(sorted(options.items(), key=lambda kv: str(kv[0])))
+
+
+def export_inline(model: Any, format: str, path: Any, *, timeout_s: float | None, **options: Any) -> Any:
+    """``export_model`` in the session's process (``--modelparity-export-process=inline``). A tfjs
+    export's check loads and runs the file in Node.js: ``--modelparity-timeout`` bounds that load
+    as it bounds the session's other tfjs loads (in the export process the whole export is bounded)."""
+    from ..formats import export_model
+
+    if timeout_s is not None and format.split(":")[0] == "tfjs":
+        options.setdefault("validate_timeout_s", timeout_s)
+    return export_model(model, format, path, **options)
 
 
 def _load_source(source: Any, format: str, device: str, options: dict) -> Any:

@@ -149,7 +149,7 @@ def _ops_named(problem: str) -> tuple[str, ...]:
 
 def export(model: Any, path: Path, *, quantization: str | None = None, validate_export: bool = True,
            graph_options: dict[str, Any] | None = None, saved_model_of_model: Path | str | None = None,
-           **converter_options: Any) -> Path:
+           validate_timeout_s: float | None = None, **converter_options: Any) -> Path:
     """Write a tfjs graph model of ``model`` into directory ``path``; return its ``model.json``.
 
     ``model``: a Keras model (exported to a temporary SavedModel with ``model.export``) or the
@@ -167,6 +167,9 @@ def export(model: Any, path: Path, *, quantization: str | None = None, validate_
     ``saved_model_of_model``: for a Keras ``model``, a SavedModel the saved_model format's own
     exporter already wrote of this same model (the export cache's entry): converted as it is,
     read only, instead of writing the same SavedModel again (MobileNetV2: 14 s of a 27 s export).
+    ``validate_timeout_s``: the most the check's Node.js load and predict may take (default 600 s;
+    its start-up handshake takes 30 s or this, the shorter): a session passes its
+    ``--modelparity-timeout``, which bounds its other tfjs loads and predicts too.
     """
 
     path = Path(path)
@@ -235,7 +238,7 @@ def export(model: Any, path: Path, *, quantization: str | None = None, validate_
             write_output_record(staged / "model.json", converted)
             if validate_export:
                 try:
-                    validate(staged / "model.json")
+                    validate(staged / "model.json", timeout_s=validate_timeout_s or 600.0)
                 except ExportError as exc:
                     raise ExportError(out_dir, NAME, exc.problem, exc.fix, unsupported_ops=exc.unsupported_ops,
                                       log_path=log.keep(), route=_route(converter_options, rewrites)) from exc
