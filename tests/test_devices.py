@@ -132,59 +132,65 @@ PLACEMENT_SCRIPT = textwrap.dedent("""
     tf.debugging.set_log_device_placement(True)  # before the runtime starts, or it is ignored
     from pytest_modelparity import load_model
     paths = json.loads(sys.argv[1])
-    device = sys.argv[2]
-    result = {}
     x = np.random.default_rng(0).uniform(0, 1, (2, 8, 8, 3)).astype("float32")
-    for fmt in ("keras", "saved_model"):
-        model = load_model(paths[fmt], device=device)
-        print(f"@@begin {fmt}", file=sys.stderr, flush=True)
-        model.predict(x)
-        print(f"@@end {fmt}", file=sys.stderr, flush=True)
-    for fmt in ("graphdef", "checkpoint"):
-        model = load_model(paths[fmt], device=device)
-        feed = x if fmt == "graphdef" else np.ones((2, 12), "float32")
-        meta = tf.compat.v1.RunMetadata()
-        opts = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
-        feeds = model.prepare_batch(feed)
-        model.session.run(model._out, feed_dict={t: feeds[s.name] for t, s in zip(model._in, model.inputs)},
-                          options=opts, run_metadata=meta)
-        devices = {}
-        for dev in meta.step_stats.dev_stats:
-            for node in dev.node_stats:
-                devices.setdefault(dev.device.rsplit(":", 2)[-2] + ":" + dev.device.rsplit(":", 1)[-1], []).append(node.node_name)
-        # Only the model's own ops count: feeds/fetches (_arg, _retval, _SOURCE) live on the client CPU.
-        ops = {op.name for op in model.graph.get_operations()}
-        result[fmt] = {"devices": sorted(d for d, names in devices.items() if ops.intersection(names)),
-                       "imported": sorted({op.device for op in model.graph.get_operations()})}
-    print("@@json " + json.dumps(result), flush=True)
+    for device in sys.argv[2].split(","):  # each device's models loaded afresh, their runs between markers
+        result = {}
+        for fmt in ("keras", "saved_model"):
+            model = load_model(paths[fmt], device=device)
+            print(f"@@begin {device} {fmt}", file=sys.stderr, flush=True)
+            model.predict(x)
+            print(f"@@end {device} {fmt}", file=sys.stderr, flush=True)
+        for fmt in ("graphdef", "checkpoint"):
+            model = load_model(paths[fmt], device=device)
+            feed = x if fmt == "graphdef" else np.ones((2, 12), "float32")
+            meta = tf.compat.v1.RunMetadata()
+            opts = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+            feeds = model.prepare_batch(feed)
+            model.session.run(model._out, feed_dict={t: feeds[s.name] for t, s in zip(model._in, model.inputs)},
+                              options=opts, run_metadata=meta)
+            devices = {}
+            for dev in meta.step_stats.dev_stats:
+                for node in dev.node_stats:
+                    devices.setdefault(dev.device.rsplit(":", 2)[-2] + ":" + dev.device.rsplit(":", 1)[-1], []).append(node.node_name)
+            # Only the model's own ops count: feeds/fetches (_arg, _retval, _SOURCE) live on the client CPU.
+            ops = {op.name for op in model.graph.get_operations()}
+            result[fmt] = {"devices": sorted(d for d, names in devices.items() if ops.intersection(names)),
+                           "imported": sorted({op.device for op in model.graph.get_operations()})}
+        print(f"@@json {device} " + json.dumps(result), flush=True)
 """)
 
 
-def _run_placement(artifacts, device):
+DEVICES = {"cpu:1": "CPU:1", "cpu": "CPU:0"}
+
+
+@pytest.fixture(scope="module")
+def placement(artifacts):
+    """The placement log of both devices, from one child (issue 49: the second TensorFlow import
+    a child per device paid proved nothing more: each device's models are loaded afresh)."""
+    pytest.importorskip("tensorflow", reason="pip install 'pytest-modelparity[tensorflow]'")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0", PYTHONPATH=str(TESTS))
     paths = {k: str(v) for k, v in artifacts.items()}
-    out = subprocess.run([sys.executable, "-c", PLACEMENT_SCRIPT, json.dumps(paths), device],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120, env=env)
+    out = subprocess.run([sys.executable, "-c", PLACEMENT_SCRIPT, json.dumps(paths), ",".join(DEVICES)],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=180, env=env)
     text = out.stdout  # one stream, so the log lines stay between their markers
     assert out.returncode == 0, text[-3000:]
     return text
 
 
-def _eager_compute_devices(text, fmt):
+def _eager_compute_devices(text, device, fmt):
     """Devices that the compute ops (conv, matmul, softmax) of ``fmt`` were placed on."""
     import re
 
-    block = text.split(f"@@begin {fmt}")[1].split(f"@@end {fmt}")[0]
+    block = text.split(f"@@begin {device} {fmt}")[1].split(f"@@end {device} {fmt}")[0]
     return set(re.findall(r"(?:Conv2D|MatMul|Softmax)\S*: \(\S+\): \S*device:(CPU:\d)", block))
 
 
-@pytest.mark.parametrize("device,expected", [("cpu:1", "CPU:1"), ("cpu", "CPU:0")])
-def test_ops_run_on_the_requested_device(artifacts, device, expected):
-    pytest.importorskip("tensorflow", reason="pip install 'pytest-modelparity[tensorflow]'")
-    text = _run_placement(artifacts, device)
+@pytest.mark.parametrize("device,expected", list(DEVICES.items()))
+def test_ops_run_on_the_requested_device(placement, device, expected):
+    text = placement
     for fmt in ("keras", "saved_model"):
-        assert _eager_compute_devices(text, fmt) == {expected}, fmt
-    result = json.loads(text.split("@@json ")[1].splitlines()[0])
+        assert _eager_compute_devices(text, device, fmt) == {expected}, fmt
+    result = json.loads(text.split(f"@@json {device} ")[1].splitlines()[0])
     for fmt in ("graphdef", "checkpoint"):
         assert result[fmt]["imported"] == [f"/device:{expected}"], (fmt, result[fmt])
         assert result[fmt]["devices"] == [expected], (fmt, result[fmt])
