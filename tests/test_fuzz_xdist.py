@@ -1,7 +1,9 @@
 """A fuzz campaign over pytest-xdist (issue 46): each worker draws its own stream until the one
 deadline of the run, shrinks what it found, and the controller writes the one summary, the JSON
-section and every reproducer, over ``-n 2`` and over two ``popen`` gateways with caches and
-homes of their own (no shared disk assumed)."""
+section and every reproducer, over two ``popen`` gateways with caches and homes of their own
+(no shared disk assumed). One campaign carries every check (issue 49): ``-n 2`` starts the same
+two popen workers, with the one disk shared, and each campaign costs two workers and two fuzz
+children that import TensorFlow."""
 
 from __future__ import annotations
 
@@ -21,20 +23,6 @@ def _fuzzed(result: pytest.RunResult, report: Path) -> tuple[str, dict]:
     return text, json.loads(report.read_text())["fuzz"]
 
 
-def test_two_workers_draw_their_own_streams_to_one_deadline(pytester: pytest.Pytester) -> None:
-    result = pytester.runpytest_subprocess("--modelparity-fuzz-minutes=0.2", "--modelparity-formats=tflite", "-n", "2",
-                                           "--hypothesis-seed=4", "-p", "no:cacheprovider",
-                                           "--modelparity-report=report.json")
-    text, fuzz = _fuzzed(result, pytester.path / "report.json")
-    result.assert_outcomes(passed=2)  # modelparity-fuzz[gw0] and [gw1]
-    assert sorted(fuzz["workers"]) == ["gw0", "gw1"] and all(n >= 1 for n in fuzz["workers"].values()), fuzz
-    assert fuzz["models"] == sum(fuzz["workers"].values())
-    assert sum(fuzz["outcomes"]["tflite"].values()) == fuzz["models"]  # every model of both workers tallied once
-    assert fuzz["stopped_by_budget"] is True
-    assert re.search(rf"modelparity fuzz: {fuzz['models']} model\(s\) .* over 2 xdist workers \(gw0 \d+, gw1 \d+\)",
-                     text), text
-
-
 def test_a_model_count_is_shared_by_the_streams() -> None:
     from pytest_modelparity.plugin.fuzz import _share, stream_seed
 
@@ -44,7 +32,8 @@ def test_a_model_count_is_shared_by_the_streams() -> None:
     assert stream_seed(5, 0) == 5 and len({stream_seed(5, i) for i in range(8)}) == 8
 
 
-def test_two_popen_gateways_with_their_own_caches_and_homes(pytester: pytest.Pytester) -> None:
+def test_two_gateways_with_their_own_caches_and_homes_draw_their_own_streams_to_one_deadline(
+        pytester: pytest.Pytester) -> None:
     tx = [f"popen//env:MODELPARITY_CACHE_DIR={pytester.path / f'cache{i}'}//env:HOME={pytester.path / f'home{i}'}"
           for i in (1, 2)]
     for i in (1, 2):
@@ -54,7 +43,13 @@ def test_two_popen_gateways_with_their_own_caches_and_homes(pytester: pytest.Pyt
                                            "--dist", "load", *args, "--hypothesis-seed=5", "-p", "no:cacheprovider",
                                            "--modelparity-report=report.json")
     text, fuzz = _fuzzed(result, pytester.path / "report.json")
+    result.assert_outcomes(passed=2)  # modelparity-fuzz[gw0] and [gw1]
     assert sorted(fuzz["workers"]) == ["gw0", "gw1"] and all(n >= 1 for n in fuzz["workers"].values()), fuzz
+    assert fuzz["models"] == sum(fuzz["workers"].values())
+    assert sum(fuzz["outcomes"]["tflite"].values()) == fuzz["models"]  # every model of both workers tallied once
+    assert fuzz["stopped_by_budget"] is True
+    assert re.search(rf"modelparity fuzz: {fuzz['models']} model\(s\) .* over 2 xdist workers \(gw0 \d+, gw1 \d+\)",
+                     text), text
     for i in (1, 2):  # each worker's fuzz child logged into its own cache
         assert (pytester.path / f"cache{i}" / "logs").is_dir(), sorted(p.name for p in pytester.path.iterdir())
 

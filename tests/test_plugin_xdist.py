@@ -31,26 +31,6 @@ def _verdicts(doc: dict) -> tuple[dict, set]:
     return tests, rows
 
 
-def test_two_workers_give_the_serial_verdicts_and_all_rows(pytester: pytest.Pytester) -> None:
-    pytester.makeconftest(TINY_SOURCE_CONFTEST)
-    pytester.makepyfile(test_suite=SUITE)
-    # exports inline, and the serial run in this process (issue 49): what is compared is the
-    # verdicts and rows of a serial and an xdist run, not the export worker or a fresh Python;
-    # the two xdist workers stay real processes
-    args = ("--modelparity-formats=keras,saved_model", "-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning",
-            "--modelparity-export-process=inline")
-    serial = pytester.runpytest(*args, "--modelparity-report=serial.json")
-    serial.assert_outcomes(passed=4, failed=4)
-    parallel = pytester.runpytest_subprocess(*args, "-n", "2", "--modelparity-report=xdist.json")
-    parallel.assert_outcomes(passed=4, failed=4)
-    one = json.loads((pytester.path / "serial.json").read_text())
-    two = json.loads((pytester.path / "xdist.json").read_text())
-    assert two["workers"] == 2
-    assert _verdicts(two) == _verdicts(one)
-    assert len(two["rows"]) == len(one["rows"]) == 8
-    parallel.stdout.fnmatch_lines(["*= model parity summary =*", "*test_close[[]saved_model-cpu-1.01[]]*FAIL*"])
-
-
 EXPORT_SUITE = textwrap.dedent('''
     import pytest
 
@@ -81,12 +61,21 @@ def test_two_workers_on_a_cold_cache_export_each_format_once(pytester: pytest.Py
     assert len(entries) == 3 and not list((pytester.path / "cold-cache").glob("*/.*.lock"))  # no lock left
 
 
-def test_two_popen_gateways_with_their_own_caches_give_one_report(pytester: pytest.Pytester) -> None:
+def test_two_popen_gateways_with_their_own_caches_give_the_serial_verdicts_in_one_report(
+        pytester: pytest.Pytester) -> None:
     """Over ``--tx popen//env:...`` gateways whose caches and homes differ (nothing on a shared
-    disk): every row in the controller's one JSON and HTML report, each worker exporting into
-    its own cache."""
+    disk): the serial run's verdicts, every row in the controller's one JSON and HTML report,
+    each worker exporting into its own cache. (``-n 2`` starts the same two popen workers on the
+    one disk: the cold-cache test below runs it; one xdist run here carries every check, issue 49.)"""
     pytester.makeconftest(TINY_SOURCE_CONFTEST)
     pytester.makepyfile(test_suite=SUITE)
+    # exports inline, and the serial run in this process (issue 49): what is compared is the
+    # verdicts and rows of a serial and an xdist run, not the export worker or a fresh Python;
+    # the two xdist workers stay real processes
+    serial = pytester.runpytest("--modelparity-formats=keras,saved_model", "-p", "no:cacheprovider",
+                                "-W", "ignore::DeprecationWarning", "--modelparity-export-process=inline",
+                                "--modelparity-cache-dir=serial-cache", "--modelparity-report=serial.json")
+    serial.assert_outcomes(passed=4, failed=4)
     args = []
     for i in (1, 2):
         (pytester.path / f"home{i}").mkdir()
@@ -98,7 +87,10 @@ def test_two_popen_gateways_with_their_own_caches_give_one_report(pytester: pyte
         "--modelparity-report=xdist.json", "--modelparity-html=xdist.html")
     result.assert_outcomes(passed=4, failed=4)
     doc = json.loads((pytester.path / "xdist.json").read_text())
-    assert doc["workers"] == 2 and len(doc["rows"]) == 8
+    one = json.loads((pytester.path / "serial.json").read_text())
+    assert doc["workers"] == 2 and len(doc["rows"]) == len(one["rows"]) == 8
+    assert _verdicts(doc) == _verdicts(one)
+    result.stdout.fnmatch_lines(["*= model parity summary =*", "*test_close[[]saved_model-cpu-1.01[]]*FAIL*"])
     html = (pytester.path / "xdist.html").read_text()
     for test in {r["nodeid"] for r in doc["rows"]}:
         assert test.split("::")[-1] in html
