@@ -177,6 +177,26 @@ def test_two_hundred_draws_explore_each_has_a_layer_none_repeats_and_branches_ar
     assert any(min(pair) >= 2 for pair in depths), depths
 
 
+@pytest.mark.parametrize("seed", [0, 3, 11])
+def test_an_error_of_the_visit_ends_the_stream_and_is_raised_as_it_is(seed: int) -> None:
+    """What a fuzz run's check of a model raises (a fuzz child that cannot start, a bug) reaches
+    the user as itself: raised inside Hypothesis' run it was replayed, the replay rejected the
+    model as already seen, and the run failed with "FlakyFailure: Unreliable assumption" instead
+    (a run here whose fuzz children could not import a module showed only that)."""
+    from pytest_modelparity.fuzz.model_draw import for_each_drawn
+
+    visited = []
+
+    def visit(drawn):
+        visited.append(drawn.source())
+        if len(visited) == 3:
+            raise ValueError(f"the check of model {len(visited)} broke")
+
+    with pytest.raises(ValueError, match="the check of model 3 broke"):
+        for_each_drawn(visit, seed=seed, max_examples=10)
+    assert len(visited) == 3  # nothing drawn or checked after it, the failing model not checked twice
+
+
 def test_the_new_steps_build_and_run_on_the_shapes_they_accept() -> None:
     from pytest_modelparity.fuzz.model_draw import DrawnModel, InputKind
     from pytest_modelparity.fuzz.model_steps import Attention, Branch, Mask, Reduce, Recurrent

@@ -241,12 +241,18 @@ class _BudgetSpent(Exception):
     """Ends a Hypothesis run from inside: returning early would still draw every remaining example."""
 
 
+class _VisitFailed(Exception):
+    """Carries an error of ``visit`` out of the Hypothesis run. Raised as itself, Hypothesis replays
+    the example to report it, the replay rejects the model as already seen, and the user got
+    "FlakyFailure: Unreliable assumption" instead of the error."""
+
+
 def for_each_drawn(visit: Any, *, seed: int, max_examples: int, deadline: float | None = None,
                    max_layers: int = 6) -> bool:
     """Call ``visit(drawn)`` on up to ``max_examples`` drawn models, in Hypothesis' seeded order,
     until ``time.monotonic()`` passes ``deadline`` (the first model is visited whatever the
     deadline: a budget shorter than the fuzz child's start still checks one). Returns True when
-    the deadline ended it.
+    the deadline ended it. An exception ``visit`` raises ends the run and is raised as it is.
 
     A time budget must stop the drawing, not only the checking: returning early from each
     example left Hypothesis drawing (and discarding) the rest of ``max_examples``, 8 minutes
@@ -265,6 +271,8 @@ def for_each_drawn(visit: Any, *, seed: int, max_examples: int, deadline: float 
               suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet)
     @given(models(max_layers=max_layers))
     def draw(drawn: DrawnModel) -> None:
+        if failed:  # Hypothesis' replay of the example that failed: the same ending, nothing run again
+            raise _VisitFailed
         if deadline is not None and visited and time.monotonic() > deadline:
             raise _BudgetSpent
         source = hashlib.sha256(drawn.source().encode()).hexdigest()
@@ -272,14 +280,21 @@ def for_each_drawn(visit: Any, *, seed: int, max_examples: int, deadline: float 
             reject()
         seen.add(source)
         visited.append(1)
-        visit(drawn)
+        try:
+            visit(drawn)
+        except Exception as exc:  # noqa: BLE001 - raised below, as it is, once Hypothesis is done
+            failed.append(exc)
+            raise _VisitFailed from None
 
     visited: list[int] = []
+    failed: list[Exception] = []
 
     try:
         draw()
     except _BudgetSpent:
         return True
+    except _VisitFailed:
+        raise failed[0] from None
     return False
 
 
