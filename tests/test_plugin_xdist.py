@@ -42,12 +42,15 @@ EXPORT_SUITE = textwrap.dedent('''
 
 def test_two_workers_on_a_cold_cache_export_each_format_once(pytester: pytest.Pytester) -> None:
     """The per-entry export lock: the worker that comes second waits for the first one's export
-    and reuses it (cache_hit), where both used to convert and one threw its copy away."""
+    and reuses it (cache_hit), where both used to convert and one threw its copy away. The lock
+    is the two xdist workers' (real processes); each converts in its own process (inline), as
+    an export worker of its own would only import TensorFlow twice more (issue 49)."""
     pytester.makeconftest(TINY_SOURCE_CONFTEST)
     pytester.makepyfile(test_exports=EXPORT_SUITE)
     result = pytester.runpytest_subprocess(
         "--modelparity-formats=keras,saved_model,tflite", "--modelparity-cache-dir=cold-cache", "-n", "2",
-        "-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning", "--modelparity-report=xdist.json")
+        "-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning", "--modelparity-export-process=inline",
+        "--modelparity-report=xdist.json")
     result.assert_outcomes(passed=12)
     doc = json.loads((pytester.path / "xdist.json").read_text())
     by_format: dict[str, list[bool]] = {}
