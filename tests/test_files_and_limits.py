@@ -220,12 +220,7 @@ def test_a_batch_the_runtime_would_copy_into_missing_memory_is_refused(tmp_path:
         except Exception as exc:
             print("RESULT " + type(exc).__name__ + ": " + str(exc).replace("\\n", " | "))
     ''')
-    # No bytecode written: under the 2 KiB limit every .pyc the child compiles (a module the
-    # exporters import lazily, autograph's generated ones) is cut at 2,048 bytes, and in the run's
-    # shared bytecode folder (conftest.py) the next process that imports that module failed with
-    # "EOFError: marshal data too short" (15 tests of one run). Reading the folder is harmless.
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")]),
-               PYTHONDONTWRITEBYTECODE="1")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT")), proc.stderr[-2000:])
     assert line.startswith("RESULT BatchMismatchError:"), line
