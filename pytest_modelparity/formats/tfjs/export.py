@@ -94,9 +94,10 @@ def import_converter() -> types.ModuleType:
     return converter
 
 
+VALIDATE_TIMEOUT_S = 600.0  # the check's Node.js load and predict, unless the caller bounds them
 
 
-def validate(model_json: Path, *, timeout_s: float = 600.0) -> None:
+def validate(model_json: Path, *, timeout_s: float = VALIDATE_TIMEOUT_S) -> None:
     """Check a fresh export runs in tfjs before it is returned or cached: load it on the cpu
     backend (the one "auto" falls back to) and predict a batch of zeros.
 
@@ -238,7 +239,7 @@ def export(model: Any, path: Path, *, quantization: str | None = None, validate_
             write_output_record(staged / "model.json", converted)
             if validate_export:
                 try:
-                    validate(staged / "model.json", timeout_s=validate_timeout_s or 600.0)
+                    validate(staged / "model.json", timeout_s=validate_timeout_s or VALIDATE_TIMEOUT_S)
                 except ExportError as exc:
                     raise ExportError(out_dir, NAME, exc.problem, exc.fix, unsupported_ops=exc.unsupported_ops,
                                       log_path=log.keep(), route=_route(converter_options, rewrites)) from exc
