@@ -187,10 +187,9 @@ def _eager_compute_devices(text, device, fmt):
 
 @pytest.mark.parametrize("device,expected", list(DEVICES.items()))
 def test_ops_run_on_the_requested_device(placement, device, expected):
-    text = placement
     for fmt in ("keras", "saved_model"):
-        assert _eager_compute_devices(text, device, fmt) == {expected}, fmt
-    result = json.loads(text.split(f"@@json {device} ")[1].splitlines()[0])
+        assert _eager_compute_devices(placement, device, fmt) == {expected}, fmt
+    result = json.loads(placement.split(f"@@json {device} ")[1].splitlines()[0])
     for fmt in ("graphdef", "checkpoint"):
         assert result[fmt]["imported"] == [f"/device:{expected}"], (fmt, result[fmt])
         assert result[fmt]["devices"] == [expected], (fmt, result[fmt])

@@ -743,7 +743,7 @@ def export_inline(model: Any, format: str, path: Any, *, timeout_s: float | None
     as it bounds the session's other tfjs loads (in the export process the whole export is bounded)."""
     from ..formats import export_model
 
-    if timeout_s is not None and format.split(":")[0] == "tfjs":
+    if timeout_s is not None and split_format(format)[0] == "tfjs":
         options.setdefault("validate_timeout_s", timeout_s)
     return export_model(model, format, path, **options)
 
